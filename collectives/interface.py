@@ -1,0 +1,64 @@
+"""The one contract every gradient collective implements.
+
+A collective sums a list of per-replica gradients across the replicas of a
+`tf.distribute` strategy. The trainer calls it exactly once per step, from
+cross-replica context (inside `ReplicaContext.merge_call`), and hands the
+result to the optimizer, which must not reduce again::
+
+    grads = tape.gradient(loss, variables)            # per replica
+    grads = merge_call(collective.batch_all_reduce)   # <- the one all-reduce
+    optimizer.apply_gradients(zip(grads, variables))  # no second reduction
+
+Implementations live one per module in this package and are looked up by name
+through `collectives.registry`. Wrappers (packing, compression) are collectives
+themselves that delegate to an inner one, so they compose with any of them.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Sequence
+
+#: A list of gradients in cross-replica context: each entry is a
+#: `tf.distribute` PerReplica value (one tensor per replica), or a plain tensor
+#: when the strategy has a single replica.
+PerReplicaGradients = Sequence[Any]
+
+#: Where each reduced value must end up: the variables the gradients belong to
+#: (a MirroredVariable places one copy on every replica's device).
+Destinations = Sequence[Any]
+
+
+class CollectiveError(ValueError):
+    """A user-facing configuration mistake: the message is one line saying what
+    is wrong and how to fix it, printed by the binaries without a traceback."""
+
+
+class Collective(abc.ABC):
+    """Sums per-replica gradients across replicas; see the module docstring."""
+
+    #: The registry name (`--collective=<name>`).
+    name: str = ""
+
+    def check_devices(self, devices: Sequence[str]) -> None:
+        """Raises `CollectiveError` when this collective cannot run on `devices`.
+
+        Called before any strategy or model is built, so an impossible choice
+        (NCCL on CPUs) fails in one line instead of at the first step.
+        `devices` are canonical TensorFlow names such as "/gpu:0" or "/cpu:1".
+        """
+
+    @abc.abstractmethod
+    def batch_all_reduce(
+        self, values: PerReplicaGradients, destinations: Destinations
+    ) -> list[Any]:
+        """Returns the across-replica SUM of each of `values`, mirrored onto
+        the devices of the matching entry of `destinations`.
+
+        Must be called in cross-replica context. Values are reduced in one
+        batch so implementations can pack, bucket or overlap them.
+        """
+
+    def describe(self) -> str:
+        """A short human-readable description for logs (name and options)."""
+        return self.name

@@ -1,0 +1,17 @@
+"""The error users see: one line, no traceback.
+
+Library code raises `ConfigError` for a mistake in what the user asked for
+(unknown name, missing file, impossible device layout). The binaries print its
+message on stderr and exit with status 2; anything else is a bug and keeps its
+traceback.
+"""
+
+from collectives.interface import CollectiveError
+
+
+class ConfigError(ValueError):
+    """What the user asked for cannot be done; the message says how to fix it."""
+
+
+#: Exceptions the binaries report as one line instead of a traceback.
+USER_ERRORS = (ConfigError, CollectiveError)

@@ -1,0 +1,25 @@
+"""Session-wide test set-up: four logical CPU devices, configured once.
+
+TensorFlow fixes its device list the first time anything touches a device, and
+never again in that process. Every in-process multi-device test therefore
+shares these four logical CPUs; tests that need another layout run a binary in
+a subprocess (see `tests/helpers.py`).
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import pytest  # noqa: E402
+
+from engine import devices as engine_devices  # noqa: E402
+
+NUM_LOGICAL_CPUS = 4
+
+engine_devices.ensure_logical_cpus(NUM_LOGICAL_CPUS)
+
+
+@pytest.fixture(scope="session")
+def cpu_devices():
+    """The canonical names of the session's logical CPU devices."""
+    return [f"/cpu:{i}" for i in range(NUM_LOGICAL_CPUS)]
