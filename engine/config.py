@@ -1,0 +1,113 @@
+"""The run configuration: one frozen, typed record, validated once.
+
+`bin/train` turns flags into a `RunConfig`; library code and tests build one
+directly. Range checks happen here, at construction; checks that need the
+machine or the file system (devices, data files, `model_dir`) happen in
+`engine.run` before anything is created.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from engine.errors import ConfigError
+
+MODES = ("train", "evaluate", "train_and_evaluate")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Everything one training or evaluation run needs.
+
+    Attributes:
+      strategy: `default`, `one_device` or `mirrored`.
+      devices: comma-separated `gpu:N`/`cpu:N`; empty means every GPU, or
+        cpu:0 without one. More CPU ids than CPUs create logical CPU devices.
+      collective: how gradients are all-reduced (a `collectives` name, or
+        `module:Class` for a user's own).
+      num_packs: gradient buckets per all-reduce (0 = no packing).
+      pack_bytes: target bucket size in bytes instead of a count (0 = off).
+      gradient_dtype: dtype gradients travel in (`float32`, `bfloat16`,
+        `float16`): compression, cast back after the all-reduce.
+      model, dataset: registry names; `data_dir` holds the dataset's files.
+      model_dir: checkpoints, `summaries/`, `metrics.json`; re-running with
+        the same directory resumes from its latest checkpoint.
+      global_batch_size: examples per step over all replicas; must divide by
+        the replica count.
+      train_steps: the global step training stops at.
+      steps_per_loop: steps per compiled loop (Python runs once per loop).
+      checkpoint_interval: steps between checkpoints (0 = only at the end).
+      summary_interval: steps between train summaries (0 = none).
+      mode: `train`, `evaluate` or `train_and_evaluate`; empty picks
+        `train_and_evaluate` when the dataset has an eval split.
+      eval_interval: steps between evaluations in `train_and_evaluate`
+        (0 = only at the end).
+      eval_steps: eval batches per evaluation; -1 = the whole eval split.
+      optimizer, learning_rate: `sgd`, `momentum` (0.9) or `adam`.
+      seed: initial weights and data order; the same seed gives the same
+        initial weights whatever the strategy and device count.
+      max_checkpoints: how many `ckpt-<step>` files to keep.
+    """
+
+    strategy: str = "mirrored"
+    devices: str = ""
+    collective: str = "auto"
+    num_packs: int = 0
+    pack_bytes: int = 0
+    gradient_dtype: str = "float32"
+    model: str = "mlp"
+    dataset: str = "synthetic"
+    data_dir: str = ""
+    model_dir: str = "runs/default"
+    global_batch_size: int = 256
+    train_steps: int = 1000
+    steps_per_loop: int = 100
+    checkpoint_interval: int = 500
+    summary_interval: int = 100
+    mode: str = ""
+    eval_interval: int = 0
+    eval_steps: int = -1
+    optimizer: str = "adam"
+    learning_rate: float = 0.001
+    seed: int = 0
+    max_checkpoints: int = 5
+
+    def __post_init__(self):
+        positive = ("global_batch_size", "steps_per_loop", "max_checkpoints")
+        non_negative = (
+            "train_steps", "checkpoint_interval", "summary_interval", "eval_interval",
+            "num_packs", "pack_bytes", "seed",
+        )
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name}={getattr(self, name)} must be a positive integer")
+        for name in non_negative:
+            if getattr(self, name) < 0:
+                raise ConfigError(f"--{name}={getattr(self, name)} must be 0 or more")
+        if self.eval_steps == 0 or self.eval_steps < -1:
+            raise ConfigError(
+                f"--eval_steps={self.eval_steps} must be a positive number of batches, "
+                "or -1 for the whole eval split"
+            )
+        if not self.learning_rate > 0:
+            raise ConfigError(f"--learning_rate={self.learning_rate} must be positive")
+        if self.mode and self.mode not in MODES:
+            raise ConfigError(f"--mode={self.mode!r} is not a mode; choose one of: {', '.join(MODES)}")
+        if not self.model_dir:
+            raise ConfigError("--model_dir is empty; name the directory for checkpoints and summaries")
+
+    @property
+    def train_summary_dir(self) -> str:
+        return os.path.join(self.model_dir, "summaries", "train")
+
+    @property
+    def eval_summary_dir(self) -> str:
+        return os.path.join(self.model_dir, "summaries", "eval")
+
+    @property
+    def metrics_path(self) -> str:
+        return os.path.join(self.model_dir, "metrics.json")
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)

@@ -1,0 +1,187 @@
+"""The outer loop: runs loops of compiled steps, checkpoints, summarizes, reports.
+
+In the spirit of Orbit's `Controller`, `train(steps)` trains until the *global*
+step reaches `steps`, so re-running after a restore continues where the
+checkpoint left off::
+
+    while global_step < steps:
+        n = steps up to the next boundary (steps_per_loop, checkpoint,
+            summary or eval interval, or the end)
+        metrics = trainer.train(n)                 # one tf.function call
+        report progress; _maybe_write_summaries(); _maybe_save_checkpoint()
+        _maybe_evaluate()                          # train_and_evaluate only
+    save the final checkpoint
+
+Loops are cut at every boundary, so checkpoints land exactly on multiples of
+`checkpoint_interval` (`ckpt-100`, `ckpt-200`, ...) and summaries on multiples
+of `summary_interval`, whatever `steps_per_loop` is.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable, Optional
+
+import tensorflow as tf
+
+from engine.evaluator import Evaluator
+from engine.summaries import SummaryWriter
+from engine.trainer import Trainer
+
+logger = logging.getLogger("engine")
+
+
+def _format_metrics(metrics: dict[str, float]) -> str:
+    return "  ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k != "examples")
+
+
+class Controller:
+    """Runs training and evaluation loops; see the module docstring.
+
+    Args:
+      global_step: the step counter the trainer increments.
+      trainer: the train loop, or None for evaluation only.
+      evaluator: the eval loop, or None.
+      steps_per_loop: steps per compiled loop (one Python round trip each).
+      checkpoint_manager: saves `ckpt-<step>` every `checkpoint_interval`
+        steps and at the end; None to never save.
+      checkpoint_interval: steps between checkpoints; 0 saves only at the end.
+      summary_interval: steps between training summaries; 0 disables them.
+      train_summaries / eval_summaries: TensorBoard writers (created lazily).
+      global_batch_size: for examples/sec in progress lines.
+      on_loop_end: optional hook called with (step, train metrics) after
+        each loop, for actions such as early stopping or custom logging.
+    """
+
+    def __init__(
+        self,
+        *,
+        global_step: tf.Variable,
+        trainer: Optional[Trainer] = None,
+        evaluator: Optional[Evaluator] = None,
+        steps_per_loop: int = 100,
+        checkpoint_manager: Optional[tf.train.CheckpointManager] = None,
+        checkpoint_interval: int = 0,
+        summary_interval: int = 0,
+        train_summaries: Optional[SummaryWriter] = None,
+        eval_summaries: Optional[SummaryWriter] = None,
+        global_batch_size: int = 0,
+        on_loop_end: Optional[Callable[[int, dict[str, float]], None]] = None,
+    ):
+        for name, value in [
+            ("steps_per_loop", steps_per_loop),
+            ("checkpoint_interval", checkpoint_interval + 1),
+            ("summary_interval", summary_interval + 1),
+        ]:
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{name}` ({value}) must be a positive integer")
+        self.global_step = global_step
+        self.trainer = trainer
+        self.evaluator = evaluator
+        self.steps_per_loop = steps_per_loop
+        self.checkpoint_manager = checkpoint_manager
+        self.checkpoint_interval = checkpoint_interval
+        self.summary_interval = summary_interval
+        self.train_summaries = train_summaries
+        self.eval_summaries = eval_summaries
+        self.global_batch_size = global_batch_size
+        self.on_loop_end = on_loop_end
+        self.last_train_metrics: dict[str, float] = {}
+        self.last_eval_metrics: dict[str, float] = {}
+        self.train_seconds = 0.0  # excludes each train() call's first (tracing) loop
+        self.train_steps_timed = 0
+
+    @property
+    def step(self) -> int:
+        return int(self.global_step.numpy())
+
+    def train(self, steps: int, *, eval_interval: int = 0, eval_steps: int = -1) -> None:
+        """Trains until the global step reaches `steps`; with `eval_interval`,
+        evaluates every that many steps and at the end."""
+        if self.trainer is None:
+            raise ValueError("`trainer` is None: this controller cannot train")
+        if eval_interval and self.evaluator is None:
+            raise ValueError("`eval_interval` needs an `evaluator`")
+        first_loop = True
+        while self.step < steps:
+            start = self.step
+            num_steps = self._steps_to_next_boundary(start, steps, eval_interval)
+            began = time.perf_counter()
+            metrics = self.trainer.train(num_steps)
+            seconds = time.perf_counter() - began
+            if not first_loop:
+                self.train_seconds += seconds
+                self.train_steps_timed += num_steps
+            first_loop = False
+            step = self.step
+            self.last_train_metrics = metrics
+            self._report(step, steps, metrics, num_steps, seconds)
+            if self.on_loop_end:
+                self.on_loop_end(step, metrics)
+            if self._crossed(start, step, self.checkpoint_interval):
+                self.save_checkpoint()
+            if eval_interval and self._crossed(start, step, eval_interval) and step < steps:
+                self.evaluate(eval_steps)
+        self.save_checkpoint()
+        if eval_interval:
+            self.evaluate(eval_steps)
+
+    def evaluate(self, steps: int = -1) -> dict[str, float]:
+        """Evaluates `steps` batches (all when negative) at the current step."""
+        if self.evaluator is None:
+            raise ValueError("`evaluator` is None: this controller cannot evaluate")
+        began = time.perf_counter()
+        metrics = self.evaluator.evaluate(steps)
+        seconds = time.perf_counter() - began
+        step = self.step
+        logger.info(
+            "eval  step %d  %s  (%d examples, %.1fs)",
+            step, _format_metrics(metrics), int(metrics.get("examples", 0)), seconds,
+        )
+        if self.eval_summaries:
+            self.eval_summaries.write(step, {k: v for k, v in metrics.items() if k != "examples"})
+        self.last_eval_metrics = metrics
+        return metrics
+
+    def save_checkpoint(self) -> Optional[str]:
+        """Saves `ckpt-<step>` unless one exists for this step already."""
+        if self.checkpoint_manager is None:
+            return None
+        step = self.step
+        latest = self.checkpoint_manager.latest_checkpoint
+        if latest and latest.endswith(f"-{step}"):
+            return latest
+        path = self.checkpoint_manager.save(checkpoint_number=step, check_interval=False)
+        logger.info("saved checkpoint %s", path)
+        return path
+
+    @property
+    def examples_per_second(self) -> float:
+        if not self.train_seconds:
+            return 0.0
+        return self.train_steps_timed * self.global_batch_size / self.train_seconds
+
+    def _steps_to_next_boundary(self, step: int, target: int, eval_interval: int) -> int:
+        limit = min(self.steps_per_loop, target - step)
+        for interval in (self.checkpoint_interval, self.summary_interval, eval_interval):
+            if interval:
+                limit = min(limit, interval - step % interval)
+        return limit
+
+    @staticmethod
+    def _crossed(start: int, end: int, interval: int) -> bool:
+        return bool(interval) and end // interval > start // interval
+
+    def _report(self, step, target, metrics, num_steps, seconds) -> None:
+        steps_per_sec = num_steps / seconds if seconds else 0.0
+        logger.info(
+            "train step %d/%d  %s  %.1f steps/s  %.0f examples/s",
+            step, target, _format_metrics(metrics),
+            steps_per_sec, steps_per_sec * self.global_batch_size,
+        )
+        if self.train_summaries and self._crossed(step - num_steps, step, self.summary_interval):
+            scalars = {k: v for k, v in metrics.items() if k != "examples"}
+            scalars["steps_per_second"] = steps_per_sec
+            scalars["examples_per_second"] = steps_per_sec * self.global_batch_size
+            self.train_summaries.write(step, scalars)

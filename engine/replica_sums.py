@@ -1,0 +1,54 @@
+"""Running sums kept per replica and reduced only when read.
+
+A step adds each replica's sums to its own copy of a `SyncOnRead` variable,
+so accumulating costs no communication; one cross-replica reduction happens
+when a loop reads the result. Means are sum / example count, so partial and
+empty per-replica batches weigh exactly by the examples they hold.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+import tensorflow as tf
+
+EXAMPLES = "examples"
+
+
+class ReplicaSums:
+    def __init__(self, strategy: tf.distribute.Strategy, names: Iterable[str]):
+        self._names = [EXAMPLES] + [n for n in names if n != EXAMPLES]
+        with strategy.scope():
+            self._sums = {
+                name: tf.Variable(
+                    0.0,
+                    trainable=False,
+                    name=f"sum_{name}",
+                    synchronization=tf.VariableSynchronization.ON_READ,
+                    aggregation=tf.VariableAggregation.SUM,
+                )
+                for name in self._names
+            }
+
+    def add(self, num_examples: tf.Tensor, values: Mapping[str, tf.Tensor]) -> None:
+        """Replica context: adds this replica's per-example `values` (summed)."""
+        self._sums[EXAMPLES].assign_add(tf.cast(num_examples, tf.float32))
+        for name, value in values.items():
+            self._sums[name].assign_add(tf.reduce_sum(tf.cast(value, tf.float32)))
+
+    def reset(self) -> None:
+        """Cross-replica context: zeroes every replica's copy."""
+        for variable in self._sums.values():
+            variable.assign(0.0)
+
+    def means(self) -> dict[str, tf.Tensor]:
+        """Cross-replica context: {name: sum over replicas / examples}, plus the count."""
+        totals = {name: tf.convert_to_tensor(v) for name, v in self._sums.items()}
+        count = totals[EXAMPLES]
+        means = {
+            name: tf.math.divide_no_nan(total, count)
+            for name, total in totals.items()
+            if name != EXAMPLES
+        }
+        means[EXAMPLES] = count
+        return means

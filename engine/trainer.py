@@ -1,0 +1,149 @@
+"""The replicated training step and the compiled loop that runs it.
+
+One call of `Trainer.train(num_steps)` is one loop: a single `tf.function`
+call whose body is a `tf.while_loop`, so Python runs once per loop, not once
+per step::
+
+    for _ in tf.range(num_steps):                  # inside one tf.function
+        strategy.run(replica_step, next(iterator))
+        global_step += 1
+
+    replica_step(batch):                           # on every replica
+        out  = loss_fn(model, batch, training=True)
+        loss = compute_average_loss(out.per_example_loss, global_batch_size)
+               + scale_regularization_loss(model.losses)
+        grads = tape.gradient(loss, variables)
+        grads = all-reduce(grads)                  # the one all-reduce, via the collective
+        optimizer.apply_gradients(grads)           # applies; does not reduce again
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import keras
+import tensorflow as tf
+
+from collectives.interface import Collective
+from engine import keras_bridge
+from engine.replica_sums import ReplicaSums
+from engine.task import LossFn, LossOutput, classification_loss
+
+
+def trainable_variables(model: Any) -> list[tf.Variable]:
+    """The model's trainable variables as TensorFlow variables (Keras 3 wraps them)."""
+    return list(model.trainable_variables)
+
+
+def as_tf_variable(variable: Any) -> tf.Variable:
+    return variable.value if isinstance(variable, keras.Variable) else variable
+
+
+def per_replica_spec(element_spec: Any) -> Any:
+    """The dataset's element spec with the batch dimension left open."""
+    return tf.nest.map_structure(
+        lambda spec: tf.TensorSpec([None] + spec.shape[1:], spec.dtype), element_spec
+    )
+
+
+def metric_names(loss_fn: LossFn, model: Any, element_spec: Any) -> list[str]:
+    """Traces `loss_fn` once symbolically to learn which metrics it reports.
+
+    The running sums must exist before the compiled loop is traced, and the
+    names are only known from the user's function.
+    """
+    probe = tf.function(lambda batch: loss_fn(model, batch, training=False).metrics)
+    outputs = probe.get_concrete_function(per_replica_spec(element_spec)).structured_outputs
+    return sorted(outputs)
+
+
+class Trainer:
+    """Owns the replicated train step and its compiled loop of steps.
+
+    Args:
+      strategy: the `tf.distribute.Strategy` the model and optimizer were
+        created under.
+      model: a Keras model, or any trackable with `trainable_variables` (a
+        `tf.Module` holding several models); passed to `loss_fn` as is.
+      optimizer: a Keras 3 optimizer created under `strategy.scope()`.
+      collective: how gradients are summed across replicas.
+      train_dataset: a `tf.data.Dataset` of *global* batches.
+      global_batch_size: examples per step across all replicas.
+      global_step: the int64 step counter saved in checkpoints.
+      loss_fn: the user's per-example loss (see `engine.task`).
+    """
+
+    def __init__(
+        self,
+        *,
+        strategy: tf.distribute.Strategy,
+        model: Any,
+        optimizer: keras.optimizers.Optimizer,
+        collective: Collective,
+        train_dataset: tf.data.Dataset,
+        global_batch_size: int,
+        global_step: tf.Variable,
+        loss_fn: Optional[LossFn] = None,
+    ):
+        if global_batch_size <= 0:
+            raise ValueError(f"`global_batch_size` ({global_batch_size}) must be positive")
+        self.strategy = strategy
+        self.model = model
+        self.optimizer = optimizer
+        self.collective = collective
+        self.global_step = global_step
+        self.global_batch_size = global_batch_size
+        self._loss_fn = loss_fn or classification_loss
+        self._variables = trainable_variables(model)
+        with strategy.scope():
+            # Slots exist before the first step (and before a checkpoint restore).
+            optimizer.build(self._variables)
+        keras_bridge.disable_implicit_gradient_reduction(optimizer)
+        self._destinations = [as_tf_variable(v) for v in self._variables]
+        self._sums = ReplicaSums(
+            strategy, ["loss"] + metric_names(self._loss_fn, model, train_dataset.element_spec)
+        )
+        self._iterator = iter(strategy.experimental_distribute_dataset(train_dataset))
+        self._loop = tf.function(self._train_loop)
+
+    def train(self, num_steps: int) -> dict[str, float]:
+        """Runs one compiled loop of `num_steps` steps; returns its mean metrics."""
+        results = self._loop(self._iterator, tf.constant(num_steps, tf.int32))
+        return {name: float(value) for name, value in results.items()}
+
+    def _train_loop(self, iterator, num_steps):
+        self._sums.reset()
+        for _ in tf.range(num_steps):
+            self.strategy.run(self._replica_step, args=(next(iterator),))
+            self.global_step.assign_add(1)
+        return self._sums.means()
+
+    def _replica_step(self, batch):
+        with tf.GradientTape() as tape:
+            output: LossOutput = self._loss_fn(self.model, batch, training=True)
+            per_example_loss = output.per_example_loss
+            loss = tf.nn.compute_average_loss(
+                per_example_loss, global_batch_size=self.global_batch_size
+            )
+            regularization = getattr(self.model, "losses", None)
+            if regularization:
+                regularization = tf.add_n(regularization)
+                loss += tf.nn.scale_regularization_loss(regularization)
+        grads = tape.gradient(loss, self._variables)
+        present = [i for i, g in enumerate(grads) if g is not None]
+        # The one gradient all-reduce of the step, through the selected collective.
+        reduced = tf.distribute.get_replica_context().merge_call(
+            self._all_reduce, args=([grads[i] for i in present], [self._destinations[i] for i in present])
+        )
+        self.optimizer.apply_gradients(zip(reduced, [self._variables[i] for i in present]))
+
+        count = tf.shape(per_example_loss)[0]
+        reported_loss = per_example_loss
+        if regularization:
+            reported_loss = per_example_loss + tf.cast(regularization, per_example_loss.dtype)
+        self._sums.add(count, {"loss": reported_loss, **output.metrics})
+
+    def _all_reduce(self, strategy, grads, destinations):
+        if strategy.num_replicas_in_sync == 1:
+            return grads
+        return self.collective.batch_all_reduce(grads, destinations)

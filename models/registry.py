@@ -1,0 +1,79 @@
+"""Model builders by name: `--model=mlp` → `build("mlp", ...)`.
+
+Builders take the input shape and class count so the same names serve MNIST
+and any other image classification input; they return Keras models whose
+variable names are stable, so checkpoints of two runs compare variable by
+variable.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import keras
+
+from engine.errors import ConfigError
+
+ModelBuilder = Callable[..., keras.Model]
+
+_BUILDERS: dict[str, ModelBuilder] = {}
+
+
+def register(name: str) -> Callable[[ModelBuilder], ModelBuilder]:
+    """Class/function decorator adding a model builder under `name`."""
+
+    def decorate(builder: ModelBuilder) -> ModelBuilder:
+        if name in _BUILDERS:
+            raise ValueError(f"model {name!r} is already registered")
+        _BUILDERS[name] = builder
+        return builder
+
+    return decorate
+
+
+def available() -> list[str]:
+    return sorted(_BUILDERS)
+
+
+def check(name: str) -> None:
+    """Raises the one-line error for an unknown name, without building anything."""
+    if name not in _BUILDERS:
+        raise ConfigError(
+            f"--model={name!r} is not a model; choose one of: {', '.join(available())}"
+        )
+
+
+def build(name: str, *, input_shape=(28, 28, 1), num_classes: int = 10) -> keras.Model:
+    """Builds model `name`; call inside `strategy.scope()` to get mirrored variables."""
+    check(name)
+    return _BUILDERS[name](input_shape=tuple(input_shape), num_classes=num_classes)
+
+
+@register("mlp")
+def mlp(*, input_shape, num_classes) -> keras.Model:
+    """The seed's 784-256-256-10 perceptron."""
+    return keras.Sequential(
+        [
+            keras.Input(input_shape),
+            keras.layers.Flatten(),
+            keras.layers.Dense(256, activation="relu"),
+            keras.layers.Dense(256, activation="relu"),
+            keras.layers.Dense(num_classes),
+        ],
+        name="mlp",
+    )
+
+
+@register("cnn")
+def cnn(*, input_shape, num_classes) -> keras.Model:
+    """The seed's Conv2D(32, 3) → Flatten → Dense(128) → Dense(10)."""
+    return keras.Sequential(
+        [
+            keras.Input(input_shape),
+            keras.layers.Conv2D(32, 3, activation="relu"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(128, activation="relu"),
+            keras.layers.Dense(num_classes),
+        ],
+        name="cnn",
+    )
