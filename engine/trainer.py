@@ -143,6 +143,7 @@ class Trainer:
             reported_loss = per_example_loss + tf.cast(regularization, per_example_loss.dtype)
         self._sums.add(count, {"loss": reported_loss, **output.metrics})
 
+    @tf.autograph.experimental.do_not_convert  # graph-building Python, not a loop body
     def _all_reduce(self, strategy, grads, destinations):
         if strategy.num_replicas_in_sync == 1:
             return grads

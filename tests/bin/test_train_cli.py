@@ -1,0 +1,114 @@
+"""bin/train as users run it: in a subprocess, reading back what it wrote."""
+
+import json
+import os
+import signal
+import time
+
+import pytest
+import tensorflow as tf
+
+from helpers import assert_one_line_error, run_bin, start_bin, write_digits_npz
+
+SMALL = ["--train_steps=20", "--steps_per_loop=10", "--global_batch_size=32"]
+
+
+def test_help_lists_the_main_flags():
+    result = run_bin("train", "--helpshort")
+    assert result.returncode == 0
+    for flag in ("--strategy", "--devices", "--collective", "--model_dir", "--global_batch_size"):
+        assert flag in result.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--strategy=mirrord"], "--strategy='mirrord' is not a strategy"),
+    (["--model=resnet"], "--model='resnet' is not a model"),
+    (["--dataset=imagenet"], "--dataset='imagenet' is not a dataset"),
+    (["--devices=gpu:0"], "gpu:0 does not exist"),
+    (["--devices=cpu:0,cpu:1,cpu:2", "--global_batch_size=32"], "does not divide by the 3 replicas"),
+    (["--dataset=mnist", "--data_dir=/nonexistent"], "mnist.npz does not exist"),
+    (["--optimizer=adagrad"], "is not an optimizer"),
+    (["--train_steps=-1"], "must be 0 or more"),
+    (["positional"], "unexpected argument"),
+])
+def test_bad_input_is_one_line_and_leaves_no_model_dir(tmp_path, args, message):
+    model_dir = tmp_path / "run"
+    result = run_bin("train", f"--model_dir={model_dir}", *SMALL, *args)
+    assert_one_line_error(result, contains=message)
+    assert not model_dir.exists()
+
+
+def test_malformed_mnist_npz_is_refused(tmp_path):
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / "mnist.npz").write_bytes(b"not a zip file")
+    result = run_bin("train", "--dataset=mnist", f"--data_dir={data_dir}",
+                     f"--model_dir={tmp_path / 'run'}", *SMALL)
+    assert_one_line_error(result, contains="is not a readable .npz file")
+    assert not (tmp_path / "run").exists()
+
+
+def test_unwritable_model_dir_is_refused(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):
+            pytest.skip("running as a user who can write anywhere (root)")
+        result = run_bin("train", f"--model_dir={locked / 'run'}", *SMALL)
+        assert_one_line_error(result, contains="cannot be written")
+    finally:
+        locked.chmod(0o700)
+
+
+def test_model_dir_that_is_a_file_is_refused(tmp_path):
+    target = tmp_path / "file"
+    target.write_text("")
+    result = run_bin("train", f"--model_dir={target}", *SMALL)
+    assert_one_line_error(result, contains="is a file")
+
+
+def test_cnn_reaches_95_percent_on_real_handwritten_digits(tmp_path):
+    write_digits_npz(str(tmp_path))
+    model_dir = tmp_path / "run"
+    result = run_bin(
+        "train", "--strategy=mirrored", "--devices=cpu:0,cpu:1", "--model=cnn",
+        "--dataset=mnist", f"--data_dir={tmp_path}", f"--model_dir={model_dir}",
+        "--global_batch_size=64", "--train_steps=300", "--steps_per_loop=100",
+        "--optimizer=adam", "--learning_rate=0.002",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(model_dir / "metrics.json") as f:
+        metrics = json.load(f)
+    assert metrics["eval/examples"] == 360  # every test digit, the partial batch included
+    assert metrics["eval/accuracy"] >= 0.95, metrics
+    assert "eval  step 300" in result.stdout
+
+
+def test_ctrl_c_saves_a_checkpoint_and_the_same_command_resumes(tmp_path):
+    model_dir = tmp_path / "run"
+    args = ["--devices=cpu:0,cpu:1", f"--model_dir={model_dir}", "--global_batch_size=32",
+            "--steps_per_loop=20", "--checkpoint_interval=0", "--mode=train"]
+    process = start_bin("train", *args, "--train_steps=1000000")
+    deadline = time.time() + 120
+    seen = ""
+    while "train step" not in seen and time.time() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        seen += line
+    assert "train step" in seen, seen + process.stderr.read()
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert "interrupted at step" in stdout
+    interrupted_step = json.loads((model_dir / "metrics.json").read_text())["step"]
+    assert interrupted_step > 0 and interrupted_step % 20 == 0
+    assert tf.train.latest_checkpoint(str(model_dir)).endswith(f"ckpt-{interrupted_step}")
+
+    target = interrupted_step + 40
+    result = run_bin("train", *args, f"--train_steps={target}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"resuming from {model_dir}/ckpt-{interrupted_step} at step {interrupted_step}" in result.stdout
+    assert json.loads((model_dir / "metrics.json").read_text())["step"] == target

@@ -1,0 +1,87 @@
+"""N replicas on a global batch B must train exactly like one device on B.
+
+This is the test that proves the distribution is right: a loss divided by the
+per-replica instead of the global batch, or gradients reduced twice (the
+Keras 3 optimizer would happily sum them again), makes the update N times too
+large or too small, far outside float32 rounding.
+"""
+
+import numpy as np
+import keras
+import pytest
+import tensorflow as tf
+
+import collectives
+import inputs
+import models
+from engine.trainer import Trainer
+
+GLOBAL_BATCH = 64
+STEPS = 6
+
+
+def _strategy(devices):
+    if len(devices) == 1:
+        return tf.distribute.OneDeviceStrategy(devices[0])
+    return tf.distribute.MirroredStrategy(devices)
+
+
+def train_weights(devices, *, model="mlp", collective="reduce_to_one_device", steps=STEPS,
+                  optimizer=lambda: keras.optimizers.SGD(0.1), **collective_options):
+    """Weights after `steps` steps from seed 7 on the synthetic data."""
+    splits = inputs.load("synthetic", seed=7)
+    keras.utils.set_random_seed(7)
+    strategy = _strategy(devices)
+    with strategy.scope():
+        net = models.build(model)
+        opt = optimizer()
+        step = tf.Variable(0, dtype=tf.int64, trainable=False,
+                           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    trainer = Trainer(
+        strategy=strategy, model=net, optimizer=opt,
+        collective=collectives.create(collective, devices=devices, **collective_options),
+        train_dataset=inputs.train_batches(splits.train, global_batch_size=GLOBAL_BATCH, seed=7),
+        global_batch_size=GLOBAL_BATCH, global_step=step,
+    )
+    trainer.train(steps // 2)
+    trainer.train(steps - steps // 2)
+    assert int(step.numpy()) == steps
+    assert int(opt.iterations.numpy()) == steps  # one update per step, not per replica
+    return [np.array(v.numpy()) for v in net.trainable_variables]
+
+
+def max_relative_difference(a, b):
+    """Largest |a - b| relative to the largest |a| of the same variable."""
+    return max(float(np.max(np.abs(x - y)) / max(np.max(np.abs(x)), 1e-30)) for x, y in zip(a, b))
+
+
+@pytest.fixture(scope="module")
+def one_device_weights(cpu_devices):
+    return train_weights(cpu_devices[:1])
+
+
+def test_initial_weights_do_not_depend_on_strategy(cpu_devices):
+    one = train_weights(cpu_devices[:1], steps=0)
+    four = train_weights(cpu_devices, steps=0)
+    assert max_relative_difference(one, four) == 0.0
+
+
+def test_four_replicas_match_one_device(cpu_devices, one_device_weights):
+    four = train_weights(cpu_devices)
+    initial = train_weights(cpu_devices[:1], steps=0)
+    # Training moved the weights far more than the replicas disagree.
+    assert max_relative_difference(one_device_weights, initial) > 1e-2
+    assert max_relative_difference(one_device_weights, four) < 1e-5
+
+
+def test_adam_four_replicas_match_one_device(cpu_devices):
+    adam = lambda: keras.optimizers.Adam(1e-3)  # noqa: E731
+    one = train_weights(cpu_devices[:1], optimizer=adam)
+    four = train_weights(cpu_devices, optimizer=adam)
+    assert max_relative_difference(one, four) < 1e-5
+
+
+def test_cnn_two_replicas_match_one_device(cpu_devices):
+    one = train_weights(cpu_devices[:1], model="cnn")
+    two = train_weights(cpu_devices[:2], model="cnn")
+    assert max_relative_difference(one, two) < 1e-5

@@ -1,0 +1,66 @@
+"""Shared test helpers: running binaries in subprocesses, and real digit data.
+
+Binaries run in their own process because logical devices can be configured
+only once per process, and because that is how users run them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_bin(name: str, *args: str, timeout: float = 240, env: dict | None = None):
+    """Runs `bin/<name> args...` with this interpreter; returns CompletedProcess."""
+    full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
+    return subprocess.run(
+        [sys.executable, os.path.join(REPO, "bin", name), *args],
+        capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO,
+    )
+
+
+def start_bin(name: str, *args: str) -> subprocess.Popen:
+    """Starts `bin/<name>` without waiting; the caller must bound its waits."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+    return subprocess.Popen(
+        [sys.executable, os.path.join(REPO, "bin", name), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
+    )
+
+
+def write_digits_npz(directory: str, *, seed: int = 0) -> str:
+    """Writes scikit-learn's real 8x8 handwritten digits as a Keras-layout mnist.npz.
+
+    Each 8x8 image (values 0..16) becomes 24x24 by pixel repetition, padded to
+    28x28 and scaled to 0..255; 80% train, 20% test, shuffled with `seed`.
+    No download: the data ships inside scikit-learn.
+    """
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = np.kron(digits.images, np.ones((3, 3)))  # (N, 24, 24)
+    images = np.pad(images, ((0, 0), (2, 2), (2, 2)))
+    images = np.round(images * (255.0 / 16.0)).astype(np.uint8)
+    labels = digits.target.astype(np.uint8)
+    order = np.random.default_rng(seed).permutation(len(labels))
+    images, labels = images[order], labels[order]
+    split = int(0.8 * len(labels))
+    path = os.path.join(directory, "mnist.npz")
+    np.savez(path, x_train=images[:split], y_train=labels[:split],
+             x_test=images[split:], y_test=labels[split:])
+    return path
+
+
+def assert_one_line_error(result, *, contains: str = "") -> str:
+    """A user mistake: non-zero exit, one `error:` line on stderr, no traceback."""
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    error_lines = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(error_lines) == 1, result.stderr
+    assert contains in error_lines[0], error_lines[0]
+    return error_lines[0]
