@@ -17,13 +17,41 @@ from typing import Callable
 # brings it back.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+
+def _reexec_in_project_venv() -> None:
+    """Run by a Python without the dependencies (`bin/train` from a plain shell):
+    hand over to the project's .venv, which `./dev` creates, if there is one."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    venv_python = os.path.join(repo, ".venv", "bin", "python")
+    if os.path.exists(venv_python) and os.path.realpath(sys.prefix) != os.path.realpath(
+        os.path.join(repo, ".venv")
+    ):
+        os.execv(venv_python, [venv_python, *sys.argv])
+    print(
+        f"{os.path.basename(sys.argv[0])}: error: TensorFlow and absl-py are not installed "
+        "for this Python; run ./dev train once (it creates .venv), or pip install -e .",
+        file=sys.stderr,
+    )
+    sys.exit(2)
+
+
+try:
+    import absl  # noqa: F401
+except ImportError:
+    _reexec_in_project_venv()
+
 from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+from absl import logging as absl_logging  # noqa: E402
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
 def _configure_logging() -> None:
+    # absl.app turns INFO on for everything, TensorFlow's per-op chatter included.
+    absl_logging.set_verbosity(absl_logging.WARNING)
+    logging.getLogger("tensorflow").setLevel(logging.WARNING)
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("%(asctime)s  %(message)s", datefmt="%H:%M:%S"))
     for name in ("engine", "collectives"):
@@ -42,6 +70,9 @@ def fail(program: str, message: str) -> None:
 def run(main: Callable[[list[str]], None]) -> None:
     """`absl.app.run(main)`, with `USER_ERRORS` and Ctrl-C turned into exit codes."""
     program = os.path.basename(sys.argv[0])
+    if any(arg in ("-h", "-?", "--help", "--helpshort") for arg in sys.argv[1:]):
+        # absl exits 1 after printing help; asking for help is not an error.
+        app.usage(shorthelp=True, writeto_stdout=True, exitcode=0)
 
     def guarded(argv: list[str]) -> None:
         if len(argv) > 1:
@@ -57,4 +88,10 @@ def run(main: Callable[[list[str]], None]) -> None:
             print(f"{program}: interrupted", file=sys.stderr, flush=True)
             sys.exit(EXIT_INTERRUPTED)
 
-    app.run(guarded)
+    def parse_flags(argv: list[str]) -> list[str]:
+        try:
+            return flags.FLAGS(argv)
+        except flags.Error as error:
+            fail(program, f"{error}; see {program} --help")
+
+    app.run(guarded, flags_parser=parse_flags)

@@ -53,7 +53,7 @@ def _check_model_dir(path: str) -> None:
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(
-            f"--model_dir={path} cannot be written ({existing} is not writable); "
+            f"--model_dir={path} cannot be written ({existing} is not a writable directory); "
             "choose a directory you can write to"
         )
 
