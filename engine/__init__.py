@@ -1,0 +1,31 @@
+"""An Orbit-style custom-training-loop engine on `tf.distribute`.
+
+    Controller   the outer loop: loops of steps, checkpoints, summaries, progress
+    Trainer      the replicated train step and its compiled tf.while_loop
+    Evaluator    distributed evaluation, every example counted once
+    LossOutput   what a user's loss function returns (per-example values)
+    RunConfig    one run's typed, validated configuration
+    engine.run.run(config, loss_fn=..., model_fn=...)   the whole run, as bin/train does it
+
+Names resolve lazily so that `import engine.errors` (used by `models` and
+`inputs`) neither pulls in TensorFlow's distribution stack nor cycles back.
+"""
+
+import importlib
+
+_EXPORTS = {
+    "Controller": "engine.controller",
+    "Trainer": "engine.trainer",
+    "Evaluator": "engine.evaluator",
+    "LossOutput": "engine.task",
+    "RunConfig": "engine.config",
+    "ConfigError": "engine.errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'engine' has no attribute {name!r}")
