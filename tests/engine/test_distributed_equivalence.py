@@ -43,7 +43,8 @@ def train_weights(devices, *, model="mlp", collective="reduce_to_one_device", st
         train_dataset=inputs.train_batches(splits.train, global_batch_size=GLOBAL_BATCH, seed=7),
         global_batch_size=GLOBAL_BATCH, global_step=step,
     )
-    trainer.train(steps // 2)
+    if steps // 2:
+        trainer.train(steps // 2)
     trainer.train(steps - steps // 2)
     assert int(step.numpy()) == steps
     assert int(opt.iterations.numpy()) == steps  # one update per step, not per replica
@@ -85,3 +86,38 @@ def test_cnn_two_replicas_match_one_device(cpu_devices):
     one = train_weights(cpu_devices[:1], model="cnn")
     two = train_weights(cpu_devices[:2], model="cnn")
     assert max_relative_difference(one, two) < 1e-5
+
+
+CPU_COLLECTIVES = ["ring", "hierarchical_copy", "reduce_to_one_device", "auto"]
+
+
+@pytest.mark.parametrize("packing", [{}, {"num_packs": 2}, {"pack_bytes": 64 << 10}],
+                         ids=["unpacked", "num_packs=2", "pack_bytes=64K"])
+@pytest.mark.parametrize("collective", CPU_COLLECTIVES)
+def test_every_cpu_collective_matches_one_device(cpu_devices, one_device_weights, collective, packing):
+    four = train_weights(cpu_devices, collective=collective, **packing)
+    assert max_relative_difference(one_device_weights, four) < 1e-5
+
+
+def _update_relative_error(reference, initial, other):
+    """Largest weight error relative to the largest update training made."""
+    return max(float(np.max(np.abs(o - r)) / np.max(np.abs(r - i)))
+               for r, i, o in zip(reference, initial, other))
+
+
+# One step, so the error measured is that of one compressed all-reduce (over
+# several steps ReLU switching amplifies any difference, rounding or not).
+# Gradients are rounded to the compressed dtype on each replica and summed in
+# it: 4 replicas add at most 3 roundings to the cast's one, each at most a
+# unit roundoff u (bfloat16 2^-8 = 3.9e-3, float16 2^-11 = 4.9e-4) relative to
+# the gradient, so the update's error stays below 4u (measured: 2.2u and
+# 1.4u). A double reduction or a lost cast-back is off by O(1).
+@pytest.mark.parametrize("dtype, unit_roundoff", [("bfloat16", 2.0**-8), ("float16", 2.0**-11)])
+@pytest.mark.parametrize("collective", ["ring", "reduce_to_one_device"])
+def test_compressed_gradients_match_within_the_dtype_rounding(
+        cpu_devices, collective, dtype, unit_roundoff):
+    initial = train_weights(cpu_devices[:1], steps=0)
+    reference = train_weights(cpu_devices[:1], steps=1)
+    compressed = train_weights(cpu_devices, collective=collective, gradient_dtype=dtype, steps=1)
+    error = _update_relative_error(reference, initial, compressed)
+    assert 0 < error < 4 * unit_roundoff
