@@ -89,8 +89,11 @@ class Controller:
         self.on_loop_end = on_loop_end
         self.last_train_metrics: dict[str, float] = {}
         self.last_eval_metrics: dict[str, float] = {}
-        self.train_seconds = 0.0  # excludes each train() call's first (tracing) loop
+        # Throughput excludes each train() call's first loop, which traces and
+        # compiles; a run of a single loop has nothing else to report.
+        self.train_seconds = 0.0
         self.train_steps_timed = 0
+        self._first_loop = (0, 0.0)
 
     @property
     def step(self) -> int:
@@ -110,7 +113,9 @@ class Controller:
             began = time.perf_counter()
             metrics = self.trainer.train(num_steps)
             seconds = time.perf_counter() - began
-            if not first_loop:
+            if first_loop:
+                self._first_loop = (num_steps, seconds)
+            else:
                 self.train_seconds += seconds
                 self.train_steps_timed += num_steps
             first_loop = False
@@ -158,9 +163,10 @@ class Controller:
 
     @property
     def examples_per_second(self) -> float:
-        if not self.train_seconds:
-            return 0.0
-        return self.train_steps_timed * self.global_batch_size / self.train_seconds
+        steps, seconds = (self.train_steps_timed, self.train_seconds)
+        if not seconds:
+            steps, seconds = self._first_loop
+        return steps * self.global_batch_size / seconds if seconds else 0.0
 
     def _steps_to_next_boundary(self, step: int, target: int, eval_interval: int) -> int:
         limit = min(self.steps_per_loop, target - step)
