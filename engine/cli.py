@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Callable
+from typing import Callable, Optional
 
 # TensorFlow's C++ start-up chatter (including "failed call to cuInit" on
 # machines without a GPU) drowns the progress lines; TF_CPP_MIN_LOG_LEVEL=0
@@ -67,31 +67,57 @@ def fail(program: str, message: str) -> None:
     sys.exit(EXIT_USAGE)
 
 
-def run(main: Callable[[list[str]], None]) -> None:
-    """`absl.app.run(main)`, with `USER_ERRORS` and Ctrl-C turned into exit codes."""
+def run(
+    main: Callable[[list[str]], Optional[int]],
+    *,
+    command_after_dashdash: bool = False,
+    user_errors: Optional[tuple[type[Exception], ...]] = None,
+) -> None:
+    """`absl.app.run(main)`, with user mistakes and Ctrl-C turned into exit codes.
+
+    Args:
+      main: called with argv (the program, then, with `command_after_dashdash`,
+        the command that followed `--`); its return value is the exit status.
+      command_after_dashdash: the binary wraps another command given after
+        `--` (`bin/launch`): only arguments before `--` are this binary's flags.
+      user_errors: exceptions reported as one line; default `USER_ERRORS`
+        (importing it imports TensorFlow, which `bin/launch` avoids).
+    """
     program = os.path.basename(sys.argv[0])
-    if any(arg in ("-h", "-?", "--help", "--helpshort") for arg in sys.argv[1:]):
+    own_args = sys.argv[1:]
+    if command_after_dashdash and "--" in own_args:
+        own_args = own_args[: own_args.index("--")]
+    if any(arg in ("-h", "-?", "--help", "--helpshort") for arg in own_args):
         # absl exits 1 after printing help; asking for help is not an error.
         app.usage(shorthelp=True, writeto_stdout=True, exitcode=0)
 
-    def guarded(argv: list[str]) -> None:
-        if len(argv) > 1:
-            fail(program, f"unexpected argument {argv[1]!r}; flags take the form --name=value")
-        _configure_logging()
-        from engine.errors import USER_ERRORS  # imports TensorFlow: after flag parsing
-
+    def parse_flags(argv: list[str]) -> list[str]:
+        command: list[str] = []
+        if command_after_dashdash:
+            split = argv.index("--", 1) if "--" in argv[1:] else len(argv)
+            argv, command = argv[:split], argv[split + 1:]
         try:
-            main(argv)
-        except USER_ERRORS as error:
+            rest = flags.FLAGS(argv)
+        except flags.Error as error:
+            fail(program, f"{error}; see {program} --help")
+        if len(rest) > 1:
+            where = " before '--'" if command_after_dashdash else ""
+            fail(program, f"unexpected argument {rest[1]!r}{where}; flags take the form --name=value")
+        if command_after_dashdash and not command:
+            fail(program, f"missing command after '--'; usage: {program} [flags] -- COMMAND [ARGS...]")
+        return [argv[0], *command]
+
+    def guarded(argv: list[str]) -> Optional[int]:
+        _configure_logging()
+        errors = user_errors
+        if errors is None:
+            from engine.errors import USER_ERRORS as errors  # imports TensorFlow: after parsing
+        try:
+            return main(argv)
+        except errors as error:
             fail(program, str(error))
         except KeyboardInterrupt:
             print(f"{program}: interrupted", file=sys.stderr, flush=True)
             sys.exit(EXIT_INTERRUPTED)
-
-    def parse_flags(argv: list[str]) -> list[str]:
-        try:
-            return flags.FLAGS(argv)
-        except flags.Error as error:
-            fail(program, f"{error}; see {program} --help")
 
     app.run(guarded, flags_parser=parse_flags)

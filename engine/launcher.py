@@ -1,0 +1,483 @@
+"""A local TF_CONFIG cluster on loopback: one process per task, supervised.
+
+`bin/launch` runs one command once per task of a cluster it makes up on this
+machine, each copy with its own `TF_CONFIG`, which is how multi-worker
+training is developed and tested without more machines::
+
+    bin/launch --num_workers=2 --chief --evaluator -- \\
+        bin/train --strategy=multi_worker --model_dir=runs/mw
+
+The supervision loop, for one launch::
+
+    for attempt in 1 .. 1 + max_restarts:
+        ports = pick_free_ports(...)            # fresh every attempt
+        start every task (own process group, prefixed output)
+        wait until
+          - a cluster task (chief/worker/ps) fails -> stop all; restart or give up
+          - every chief/worker exited 0          -> stop ps, wait for evaluator; done
+          - SIGINT/SIGTERM/SIGHUP to the launcher -> stop all; exit 128+signal
+
+A restart runs the *same* command, so training resumes from the chief's last
+checkpoint in `--model_dir`. The evaluator is a sidecar: it is outside the
+training cluster (TF's convention: its `TF_CONFIG` names the training cluster
+and `task: {type: evaluator, index: 0}`, and no other task's `cluster` lists
+it), its failure neither stops nor restarts training, but it is reported and
+decides the exit status of an otherwise successful launch.
+
+Pure standard library and no TensorFlow, so the launcher starts at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import IO, Iterable, Mapping, Sequence
+
+CHIEF = "chief"
+WORKER = "worker"
+PS = "ps"
+EVALUATOR = "evaluator"
+
+#: Jobs of the training cluster, in the order tasks start and are listed.
+CLUSTER_JOBS = (CHIEF, WORKER, PS)
+#: Tasks whose successful exit ends training.
+TRAINING_JOBS = (CHIEF, WORKER)
+
+#: Exit status when the evaluator outlives `evaluator_timeout_s` (as timeout(1)).
+EXIT_EVALUATOR_TIMEOUT = 124
+
+_POLL_S = 0.05
+#: Bound on waiting for killed processes to be reaped and their pipes to drain.
+_REAP_S = 5.0
+
+
+class LaunchError(ValueError):
+    """What the user asked the launcher for cannot be done; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """One process of the local cluster: `type` is chief | worker | ps | evaluator."""
+
+    type: str
+    index: int = 0
+
+    @property
+    def name(self) -> str:
+        """The output prefix and the name in messages: `worker:1`, `evaluator`."""
+        return EVALUATOR if self.type == EVALUATOR else f"{self.type}:{self.index}"
+
+    @property
+    def in_cluster(self) -> bool:
+        """Listed in the `cluster` of TF_CONFIG (every task but the evaluator)."""
+        return self.type in CLUSTER_JOBS
+
+    @property
+    def is_training(self) -> bool:
+        """A chief or worker: training is over when all of these exited 0."""
+        return self.type in TRAINING_JOBS
+
+
+def plan_cluster(*, num_workers: int, chief: bool = False, num_ps: int = 0,
+                 evaluator: bool = False) -> list[Task]:
+    """The tasks of a cluster: [chief], workers, ps tasks, [evaluator], in that order.
+
+    Without `chief`, worker 0 is the chief (TF's convention).
+    """
+    _check_int("num_workers", num_workers, minimum=1)
+    _check_int("num_ps", num_ps, minimum=0)
+    tasks = [Task(CHIEF, 0)] if chief else []
+    tasks += [Task(WORKER, i) for i in range(num_workers)]
+    tasks += [Task(PS, i) for i in range(num_ps)]
+    if evaluator:
+        tasks.append(Task(EVALUATOR, 0))
+    return tasks
+
+
+def pick_free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """`n` distinct ports that were free on `host` a moment ago.
+
+    All sockets stay bound until every port is chosen, so the ports differ;
+    another process may still take one before the task binds it (then that
+    task fails to start its server, and a restart picks new ports).
+    """
+    sockets = []
+    try:
+        for _ in range(n):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.bind((host, 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def cluster_spec(tasks: Iterable[Task], ports: Sequence[int]) -> dict[str, list[str]]:
+    """The `cluster` dict of TF_CONFIG: job → `localhost:PORT` per task.
+
+    `ports` holds one port per cluster task (the evaluator has none), in the
+    order of `tasks`. Jobs without tasks are left out.
+    """
+    members = [task for task in tasks if task.in_cluster]
+    if len(ports) != len(members):
+        raise ValueError(f"need {len(members)} ports for {[t.name for t in members]}, "
+                         f"got {len(ports)}")
+    cluster: dict[str, list[str]] = {}
+    for task, port in zip(members, ports):
+        addresses = cluster.setdefault(task.type, [])
+        if task.index != len(addresses):
+            raise ValueError(f"tasks of job {task.type!r} must come in index order; "
+                             f"got {task.name} after {len(addresses)} of them")
+        addresses.append(f"localhost:{port}")
+    return {job: cluster[job] for job in CLUSTER_JOBS if job in cluster}
+
+
+def tf_config_for(task: Task, cluster: Mapping[str, Sequence[str]]) -> dict:
+    """The TF_CONFIG of one task (the evaluator gets the training cluster too)."""
+    return {"cluster": {job: list(addresses) for job, addresses in cluster.items()},
+            "task": {"type": task.type, "index": task.index}}
+
+
+def exit_status(returncode: int) -> int:
+    """A shell's exit status for a Popen return code: 128+N when killed by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def describe_exit(returncode: int) -> str:
+    """`exited with status 3` or `died with signal 9 (SIGKILL)`."""
+    if returncode >= 0:
+        return f"exited with status {returncode}"
+    try:
+        name = f" ({signal.Signals(-returncode).name})"
+    except ValueError:
+        name = ""
+    return f"died with signal {-returncode}{name}"
+
+
+def check_command(command: Sequence[str]) -> None:
+    """Raises LaunchError unless `command[0]` names an executable program."""
+    if not command:
+        raise LaunchError("missing command after '--'; usage: launch [flags] -- COMMAND [ARGS...]")
+    program = command[0]
+    if os.sep in program:
+        if not os.path.isfile(program):
+            raise LaunchError(f"command {program!r} does not exist")
+        if not os.access(program, os.X_OK):
+            raise LaunchError(f"command {program!r} is not executable; chmod +x it, "
+                              f"or run it through an interpreter")
+    elif shutil.which(program) is None:
+        raise LaunchError(f"command {program!r} not found on PATH")
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchConfig:
+    """What to launch and how to supervise it; validated at construction.
+
+    Attributes:
+      command: the program and its arguments, run once per task.
+      num_workers: tasks of the `worker` job (worker 0 is the chief unless `chief`).
+      chief: add a separate `chief` job with one task.
+      num_ps: tasks of the `ps` job; they serve until training ends, then are stopped.
+      evaluator: add a sidecar `evaluator` task outside the training cluster.
+      max_restarts: times the whole cluster is restarted after a task fails.
+      grace_period_s: after SIGTERM (or a forwarded SIGINT), seconds before SIGKILL.
+      evaluator_timeout_s: seconds the evaluator may run on after training ends.
+    """
+
+    command: tuple[str, ...]
+    num_workers: int = 2
+    chief: bool = False
+    num_ps: int = 0
+    evaluator: bool = False
+    max_restarts: int = 0
+    grace_period_s: float = 10.0
+    evaluator_timeout_s: float = 300.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "command", tuple(self.command))
+        _check_int("num_workers", self.num_workers, minimum=1)
+        _check_int("num_ps", self.num_ps, minimum=0)
+        _check_int("max_restarts", self.max_restarts, minimum=0)
+        _check_seconds("grace_period", self.grace_period_s)
+        _check_seconds("evaluator_timeout", self.evaluator_timeout_s)
+        check_command(self.command)
+
+    @property
+    def tasks(self) -> list[Task]:
+        return plan_cluster(num_workers=self.num_workers, chief=self.chief,
+                            num_ps=self.num_ps, evaluator=self.evaluator)
+
+
+def _check_int(name: str, value: int, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise LaunchError(f"--{name} ({value!r}) must be an integer >= {minimum}")
+
+
+def _check_seconds(name: str, value: float) -> None:
+    if not isinstance(value, (int, float)) or not value >= 0:
+        raise LaunchError(f"--{name} ({value!r}) must be a number of seconds >= 0")
+
+
+class _Interrupted(Exception):
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _Proc:
+    """One running task: its process (leader of its own group) and output pumps."""
+
+    def __init__(self, task: Task, popen: subprocess.Popen, pumps: list[threading.Thread]):
+        self.task = task
+        self.popen = popen
+        self.pumps = pumps
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def signal_group(self, signum: int) -> None:
+        # The whole group: a task's own children (data loaders, shells) go too.
+        try:
+            os.killpg(self.popen.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def drain(self, timeout: float) -> None:
+        """Lets the pumps print what the task wrote before it exited (bounded)."""
+        deadline = time.monotonic() + timeout
+        for pump in self.pumps:
+            pump.join(max(0.0, deadline - time.monotonic()))
+
+
+class Launcher:
+    """Runs `config.command` once per task of a local cluster and supervises it.
+
+    `run()` returns the exit status: 0 when every chief/worker exited 0 (and the
+    evaluator, if any, too); the failing task's status (128+N for signal N)
+    when restarts are exhausted; 128+N when the launcher got signal N (130 for
+    Ctrl-C); `EXIT_EVALUATOR_TIMEOUT` when the evaluator outlived its timeout.
+    Every task is gone when `run()` returns, whatever happened.
+    """
+
+    def __init__(self, config: LaunchConfig, *, env: Mapping[str, str] | None = None,
+                 stdout: IO[str] | None = None, stderr: IO[str] | None = None,
+                 program: str = "launch"):
+        self.config = config
+        self._env = dict(os.environ if env is None else env)
+        self._stdout = stdout or sys.stdout
+        self._stderr = stderr or sys.stderr
+        self._program = program
+        self._write_lock = threading.Lock()
+        self._procs: list[_Proc] = []
+        self._signal: int | None = None  # the last SIGINT/SIGTERM/SIGHUP the launcher got
+        self._signals_seen = 0
+
+    # -- the outer loop ---------------------------------------------------------
+
+    def run(self) -> int:
+        previous = self._install_signal_handlers()
+        try:
+            return self._run_attempts()
+        except _Interrupted as interrupt:
+            self._say(f"got {signal.Signals(interrupt.signum).name}; stopping every task")
+            self._stop_all(first_signal=interrupt.signum)
+            return 128 + interrupt.signum
+        finally:
+            # Whatever went wrong (a bug included), leave no task behind.
+            self._stop_all(first_signal=signal.SIGTERM)
+            self._restore_signal_handlers(previous)
+
+    def _run_attempts(self) -> int:
+        attempts = 1 + self.config.max_restarts
+        for attempt in range(1, attempts + 1):
+            self._check_signal()
+            self._start_cluster(attempt, attempts)
+            failed = self._wait_for_training()
+            if failed is None:
+                return self._finish()
+            status = exit_status(failed.poll())
+            what = f"{failed.task.name} {describe_exit(failed.poll())}"
+            if attempt < attempts:
+                self._say(f"{what}; restarting the cluster ({attempt}/{self.config.max_restarts})")
+            else:
+                restarts = (f"after {self.config.max_restarts} restart(s)"
+                            if self.config.max_restarts else "no restarts allowed")
+                self._say(f"{what}; stopping the cluster ({restarts}); exit status {status}")
+            self._stop_all(first_signal=signal.SIGTERM)
+            if attempt == attempts:
+                return status
+        raise AssertionError("unreachable")
+
+    def _start_cluster(self, attempt: int, attempts: int) -> None:
+        tasks = self.config.tasks
+        members = [task for task in tasks if task.in_cluster]
+        cluster = cluster_spec(tasks, pick_free_ports(len(members)))
+        addresses = iter(address for job in CLUSTER_JOBS for address in cluster.get(job, []))
+        layout = ", ".join(
+            f"{task.name}={next(addresses)}" if task.in_cluster else f"{task.name} (sidecar)"
+            for task in tasks)
+        self._say(f"attempt {attempt}/{attempts}: {layout}")
+        self._procs = []
+        for task in tasks:
+            self._procs.append(self._start(task, tf_config_for(task, cluster)))
+
+    def _wait_for_training(self) -> _Proc | None:
+        """Waits until a cluster task fails (returns it) or training succeeded (None)."""
+        evaluator_reported = False
+        while True:
+            self._check_signal()
+            done = True
+            for proc in self._procs:
+                code = proc.poll()
+                if proc.task.in_cluster and code not in (None, 0):
+                    proc.drain(timeout=1.0)
+                    return proc
+                if proc.task.is_training and code is None:
+                    done = False
+                if (proc.task.type == EVALUATOR and code not in (None, 0)
+                        and not evaluator_reported):
+                    # A sidecar: training goes on without it.
+                    self._say(f"evaluator {describe_exit(code)}; training goes on")
+                    evaluator_reported = True
+            if done:
+                return None
+            time.sleep(_POLL_S)
+
+    def _finish(self) -> int:
+        """Training succeeded: stop the ps tasks, wait (bounded) for the evaluator."""
+        ps = [proc for proc in self._procs if proc.task.type == PS]
+        if ps:
+            self._say("training finished; stopping the ps tasks")
+            self._stop(ps, first_signal=signal.SIGTERM)
+        for proc in self._procs:
+            if proc.task.type != EVALUATOR:
+                continue
+            deadline = time.monotonic() + self.config.evaluator_timeout_s
+            if proc.poll() is None:
+                self._say("training finished; waiting for the evaluator "
+                          f"(at most {self.config.evaluator_timeout_s:g} s)")
+            while proc.poll() is None and time.monotonic() < deadline:
+                self._check_signal()
+                time.sleep(_POLL_S)
+            if proc.poll() is None:
+                self._say(f"evaluator still running {self.config.evaluator_timeout_s:g} s "
+                          "after training finished; stopping it")
+                self._stop([proc], first_signal=signal.SIGTERM)
+                return EXIT_EVALUATOR_TIMEOUT
+            proc.drain(timeout=_REAP_S)
+            if proc.poll() != 0:
+                self._say(f"training succeeded but the evaluator {describe_exit(proc.poll())}")
+                return exit_status(proc.poll())
+        self._say("every task finished")
+        return 0
+
+    # -- processes ----------------------------------------------------------------
+
+    def _start(self, task: Task, tf_config: dict) -> _Proc:
+        env = dict(self._env, TF_CONFIG=json.dumps(tf_config), PYTHONUNBUFFERED="1")
+        try:
+            popen = subprocess.Popen(
+                self.config.command, env=env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                # Its own group: the launcher signals the task and its children
+                # together, and a terminal's Ctrl-C reaches only the launcher,
+                # which then stops the tasks in order.
+                start_new_session=True)
+        except OSError as error:
+            raise LaunchError(f"cannot start {self.config.command[0]!r}: {error.strerror}") from None
+        prefix = f"[{task.name}] "
+        pumps = [self._pump(popen.stdout, prefix, self._stdout),
+                 self._pump(popen.stderr, prefix, self._stderr)]
+        return _Proc(task, popen, pumps)
+
+    def _pump(self, pipe: IO[bytes], prefix: str, out: IO[str]) -> threading.Thread:
+        def copy_lines():
+            with pipe:
+                for raw in iter(pipe.readline, b""):
+                    line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                    self._write(out, prefix + line)
+
+        thread = threading.Thread(target=copy_lines, name=f"pump {prefix.strip()}", daemon=True)
+        thread.start()
+        return thread
+
+    def _stop_all(self, *, first_signal: int) -> None:
+        self._stop(self._procs, first_signal=first_signal)
+
+    def _stop(self, procs: Sequence[_Proc], *, first_signal: int) -> None:
+        """Stops `procs` and their process groups, escalating, every wait bounded.
+
+        SIGINT (forwarded Ctrl-C) → SIGTERM → SIGKILL; SIGTERM → SIGKILL. Each
+        step waits at most the grace period; a second Ctrl-C to the launcher
+        skips straight to SIGKILL.
+        """
+        if not procs:
+            return
+        ladder = [signal.SIGINT, signal.SIGTERM] if first_signal == signal.SIGINT else [
+            signal.SIGTERM]
+        signals_seen = self._signals_seen
+        for signum in ladder:
+            if all(proc.poll() is not None for proc in procs):
+                break
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.signal_group(signum)
+            deadline = time.monotonic() + self.config.grace_period_s
+            while (any(proc.poll() is None for proc in procs)
+                   and time.monotonic() < deadline and self._signals_seen == signals_seen):
+                time.sleep(_POLL_S)
+            if self._signals_seen != signals_seen:
+                self._say("interrupted again; killing every task now")
+                break
+        # SIGKILL every group, even where the leader is gone, so that nothing it
+        # started outlives it.
+        for proc in procs:
+            proc.signal_group(signal.SIGKILL)
+        for proc in procs:
+            try:
+                proc.popen.wait(timeout=_REAP_S)
+            except subprocess.TimeoutExpired:
+                self._say(f"{proc.task.name} (pid {proc.popen.pid}) survived SIGKILL")
+            proc.drain(timeout=1.0)
+
+    # -- signals and messages -------------------------------------------------------
+
+    def _install_signal_handlers(self) -> dict:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+
+        def handler(signum, frame):
+            self._signal = signum
+            self._signals_seen += 1
+
+        return {signum: signal.signal(signum, handler)
+                for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+
+    @staticmethod
+    def _restore_signal_handlers(previous: dict) -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+    def _check_signal(self) -> None:
+        if self._signal is not None:
+            raise _Interrupted(self._signal)
+
+    def _say(self, message: str) -> None:
+        self._write(self._stderr, f"{self._program}: {message}")
+
+    def _write(self, out: IO[str], line: str) -> None:
+        with self._write_lock:
+            try:
+                out.write(line + "\n")
+                out.flush()
+            except (OSError, ValueError):
+                pass  # the launcher's own output is gone; the tasks still run

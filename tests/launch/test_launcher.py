@@ -1,0 +1,326 @@
+"""bin/launch and engine.launcher, with tiny stand-in tasks instead of training.
+
+Each stand-in is a short Python script (see `_script`) that reads its
+TF_CONFIG and writes what the test needs into a folder: its pid, the pids of
+children it started, markers. Every wait is bounded; a launcher that hangs
+fails the test through the subprocess timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from engine import launcher
+from engine.launcher import LaunchConfig, LaunchError, Task
+from tests.helpers import REPO, assert_one_line_error, run_bin
+
+_PREAMBLE = """\
+import json, os, signal, subprocess, sys, time
+CONFIG = json.loads(os.environ["TF_CONFIG"])
+TYPE, INDEX = CONFIG["task"]["type"], CONFIG["task"]["index"]
+NAME = TYPE if TYPE == "evaluator" else f"{TYPE}{INDEX}"
+OUT = sys.argv[1]
+
+def record(name, text):
+    path = os.path.join(OUT, name)
+    with open(path + ".tmp", "w") as f:
+        f.write(str(text))
+    os.replace(path + ".tmp", path)
+
+def wait_for(*names, timeout=20):
+    deadline = time.monotonic() + timeout
+    while not all(os.path.exists(os.path.join(OUT, n)) for n in names):
+        if time.monotonic() > deadline:
+            sys.exit(f"{NAME}: timed out waiting for {names}")
+        time.sleep(0.02)
+"""
+
+_LINE = re.compile(r"^\[([a-z]+(?::\d+)?)\] (.*)$")
+
+
+def _script(tmp_path, body: str) -> list[str]:
+    """The command after `--`: this interpreter on a stand-in task script."""
+    path = tmp_path / "task.py"
+    path.write_text(_PREAMBLE + textwrap.dedent(body))
+    return [sys.executable, str(path), str(tmp_path)]
+
+
+def _launch(*args: str, timeout: float = 60):
+    return run_bin("launch", *args, timeout=timeout)
+
+
+def _alive(pid: int) -> bool:
+    """True for a live process; a zombie (exited, not yet reaped) counts as gone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _pids(tmp_path) -> dict[str, int]:
+    return {p.stem: int(p.read_text()) for p in tmp_path.glob("*.pid")}
+
+
+def _assert_all_gone(pids: dict[str, int], timeout: float = 5) -> None:
+    # Orphaned grandchildren are reaped by init, which may take a moment.
+    deadline = time.monotonic() + timeout
+    while any(_alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert {name: pid for name, pid in pids.items() if _alive(pid)} == {}
+
+
+def _prefixed(stream: str) -> list[tuple[str, str]]:
+    return [m.groups() for m in map(_LINE.match, stream.splitlines()) if m]
+
+
+# -- the library: plans, ports, TF_CONFIG ------------------------------------------------
+
+
+def test_plan_cluster_orders_and_names_tasks():
+    assert launcher.plan_cluster(num_workers=2) == [Task("worker", 0), Task("worker", 1)]
+    tasks = launcher.plan_cluster(num_workers=2, chief=True, num_ps=1, evaluator=True)
+    assert [t.name for t in tasks] == ["chief:0", "worker:0", "worker:1", "ps:0", "evaluator"]
+    assert [t.is_training for t in tasks] == [True, True, True, False, False]
+    assert [t.in_cluster for t in tasks] == [True, True, True, True, False]
+
+
+def test_cluster_spec_leaves_the_evaluator_out():
+    tasks = launcher.plan_cluster(num_workers=2, chief=True, num_ps=1, evaluator=True)
+    cluster = launcher.cluster_spec(tasks, [1001, 1002, 1003, 1004])
+    assert cluster == {"chief": ["localhost:1001"],
+                       "worker": ["localhost:1002", "localhost:1003"],
+                       "ps": ["localhost:1004"]}
+    assert launcher.tf_config_for(tasks[-1], cluster) == {
+        "cluster": cluster, "task": {"type": "evaluator", "index": 0}}
+    assert launcher.tf_config_for(tasks[2], cluster)["task"] == {"type": "worker", "index": 1}
+    with pytest.raises(ValueError, match="need 4 ports"):
+        launcher.cluster_spec(tasks, [1001])
+
+
+def test_tf_configs_pass_the_engines_own_parser():
+    cluster_module = pytest.importorskip("engine.cluster")
+    for chief in (False, True):
+        tasks = launcher.plan_cluster(num_workers=2, chief=chief, num_ps=1, evaluator=True)
+        members = [task for task in tasks if task.in_cluster]
+        cluster = launcher.cluster_spec(tasks, range(2000, 2000 + len(members)))
+        for task in tasks:
+            role = cluster_module.parse(json.dumps(launcher.tf_config_for(task, cluster)))
+            assert (role.task_type, role.task_index) == (task.type, task.index)
+            assert role.is_chief == (task == (Task("chief") if chief else Task("worker", 0)))
+
+
+def test_pick_free_ports_are_distinct_and_free():
+    import socket
+
+    ports = launcher.pick_free_ports(5)
+    assert len(set(ports)) == 5
+    for port in ports:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
+
+
+def test_exit_status_of_signals():
+    assert launcher.exit_status(3) == 3
+    assert launcher.exit_status(-9) == 137
+    assert launcher.describe_exit(-9) == "died with signal 9 (SIGKILL)"
+    assert launcher.describe_exit(3) == "exited with status 3"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"num_workers": 0}, r"--num_workers \(0\) must be an integer >= 1"),
+    ({"max_restarts": -1}, r"--max_restarts \(-1\) must be an integer >= 0"),
+    ({"num_ps": -2}, r"--num_ps \(-2\)"),
+    ({"grace_period_s": -1.0}, r"--grace_period \(-1.0\)"),
+    ({"command": ()}, "missing command"),
+    ({"command": ("no-such-program-xyz",)}, "'no-such-program-xyz' not found on PATH"),
+])
+def test_launch_config_rejects_bad_input(kwargs, message):
+    with pytest.raises(LaunchError, match=message):
+        LaunchConfig(**{"command": (sys.executable,), **kwargs})
+
+
+# -- bin/launch end to end --------------------------------------------------------------
+
+
+def test_every_task_gets_its_own_tf_config(tmp_path):
+    command = _script(tmp_path, """
+        print(json.dumps({"config": CONFIG, "stdin": sys.stdin.read(),
+                          "unbuffered": os.environ.get("PYTHONUNBUFFERED"),
+                          "own_group": os.getpgid(0) == os.getpid()}))
+        print("to stderr", file=sys.stderr)
+    """)
+    result = _launch("--num_workers=2", "--chief", "--num_ps=1", "--evaluator", "--", *command)
+    assert result.returncode == 0, result.stderr
+    seen = {role: json.loads(text) for role, text in _prefixed(result.stdout)}
+    assert sorted(seen) == ["chief:0", "evaluator", "ps:0", "worker:0", "worker:1"]
+    assert sorted(role for role, _ in _prefixed(result.stderr)) == sorted(seen)
+
+    cluster = seen["chief:0"]["config"]["cluster"]
+    assert sorted(cluster) == ["chief", "ps", "worker"]  # no evaluator job
+    assert [len(cluster[job]) for job in ("chief", "worker", "ps")] == [1, 2, 1]
+    addresses = [a for job in cluster.values() for a in job]
+    assert all(re.fullmatch(r"localhost:\d+", a) for a in addresses), addresses
+    assert len(set(addresses)) == len(addresses)
+    for role, report in seen.items():
+        task_type, _, index = role.partition(":")
+        assert report["config"] == {"cluster": cluster,
+                                    "task": {"type": task_type, "index": int(index or 0)}}
+        assert report["stdin"] == "" and report["unbuffered"] == "1" and report["own_group"]
+
+
+def test_failing_worker_stops_the_others(tmp_path):
+    command = _script(tmp_path, """
+        record(NAME + ".pid", os.getpid())
+        if NAME == "worker1":
+            wait_for("worker0.pid", "chief0.pid")
+            print("worker 1 gives up", file=sys.stderr)
+            sys.exit(3)
+        time.sleep(60)
+    """)
+    start = time.monotonic()
+    result = _launch("--num_workers=2", "--chief", "--", *command)
+    assert result.returncode == 3, result.stderr
+    assert time.monotonic() - start < 20
+    assert "[worker:1] worker 1 gives up" in result.stderr
+    assert "launch: worker:1 exited with status 3; stopping the cluster" in result.stderr
+    assert "Traceback" not in result.stderr
+    _assert_all_gone(_pids(tmp_path))
+
+
+def test_cluster_restarts_with_fresh_ports_after_a_failure(tmp_path):
+    command = _script(tmp_path, """
+        print(json.dumps(CONFIG["cluster"]))
+        if NAME == "worker1" and not os.path.exists(os.path.join(OUT, "failed-once")):
+            record("failed-once", "")
+            sys.exit(1)
+    """)
+    result = _launch("--num_workers=2", "--max_restarts=1", "--", *command)
+    assert result.returncode == 0, result.stderr
+    assert "worker:1 exited with status 1; restarting the cluster (1/1)" in result.stderr
+    clusters = [text for role, text in _prefixed(result.stdout) if role == "worker:1"]
+    assert len(clusters) == 2 and clusters[0] != clusters[1]
+
+
+def test_signal_death_exhausts_restarts(tmp_path):
+    command = _script(tmp_path, """
+        if NAME == "worker1":
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(60)
+    """)
+    result = _launch("--num_workers=2", "--max_restarts=1", "--", *command)
+    assert result.returncode == 128 + 9, result.stderr
+    assert result.stderr.count("worker:1 died with signal 9 (SIGKILL); restarting") == 1
+    assert "stopping the cluster (after 1 restart(s)); exit status 137" in result.stderr
+
+
+def test_ps_tasks_are_stopped_once_training_succeeds(tmp_path):
+    command = _script(tmp_path, """
+        record(NAME + ".pid", os.getpid())
+        if TYPE == "ps":
+            time.sleep(60)  # a server: never exits on its own
+        wait_for("ps0.pid", "ps1.pid")
+    """)
+    start = time.monotonic()
+    result = _launch("--num_workers=2", "--num_ps=2", "--", *command)
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - start < 20
+    assert "stopping the ps tasks" in result.stderr
+    _assert_all_gone(_pids(tmp_path))
+
+
+def test_launcher_waits_for_the_evaluator(tmp_path):
+    command = _script(tmp_path, """
+        if TYPE == "evaluator":
+            time.sleep(0.5)
+            print("evaluated the last checkpoint")
+    """)
+    result = _launch("--num_workers=1", "--evaluator", "--", *command)
+    assert result.returncode == 0, result.stderr
+    assert "[evaluator] evaluated the last checkpoint" in result.stdout
+
+
+def test_evaluator_that_outlives_its_timeout_is_stopped(tmp_path):
+    command = _script(tmp_path, """
+        record(NAME + ".pid", os.getpid())
+        if TYPE == "evaluator":
+            time.sleep(60)
+    """)
+    result = _launch("--num_workers=1", "--evaluator", "--evaluator_timeout=0.5", "--", *command)
+    assert result.returncode == launcher.EXIT_EVALUATOR_TIMEOUT, result.stderr
+    assert "evaluator still running" in result.stderr
+    _assert_all_gone(_pids(tmp_path))
+
+
+def test_ctrl_c_stops_every_task_and_its_children(tmp_path):
+    command = _script(tmp_path, """
+        if NAME == "worker0":
+            # Deaf to SIGINT and SIGTERM: only the launcher's SIGKILL ends it.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+            record("grandchild.pid", child.pid)
+        record(NAME + ".pid", os.getpid())
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(REPO, "bin", "launch"), "--num_workers=2",
+         "--grace_period=1", "--", *command],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 20
+        while len(_pids(tmp_path)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pids = _pids(tmp_path)
+        assert sorted(pids) == ["grandchild", "worker0", "worker1"]
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+    assert proc.returncode == 130, stderr
+    assert "launch: got SIGINT; stopping every task" in stderr
+    assert "[worker:1] KeyboardInterrupt" in stderr  # the SIGINT was forwarded
+    assert not [line for line in stderr.splitlines() if line.startswith("Traceback")], stderr
+    _assert_all_gone(pids)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((), "missing command after '--'"),
+    (("--",), "missing command after '--'"),
+    (("--num_workers=0", "--", "true"), "--num_workers (0) must be an integer >= 1"),
+    (("--max_restarts=-1", "--", "true"), "--max_restarts (-1) must be an integer >= 0"),
+    (("--", "no-such-program-xyz"), "'no-such-program-xyz' not found on PATH"),
+    (("--", "./no/such/file"), "'./no/such/file' does not exist"),
+    (("--num_wrkers=2", "--", "true"), "Unknown command line flag 'num_wrkers'"),
+    (("bin/train", "--", "true"), "unexpected argument 'bin/train' before '--'"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    result = _launch(*args, timeout=30)
+    assert result.returncode == 2
+    assert result.stderr.startswith("launch: error:"), result.stderr
+    assert_one_line_error(result, contains=message)
+
+
+def test_help_is_not_an_error_and_ignores_the_commands_flags():
+    result = _launch("--help", timeout=30)
+    assert result.returncode == 0 and "--num_workers" in result.stdout
+    # After `--`, --help belongs to the command (here: python -c ... --help).
+    result = _launch("--num_workers=1", "--", sys.executable, "-c",
+                     "import sys; print(sys.argv[1:])", "--help", timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert "[worker:0] ['--help']" in result.stdout
