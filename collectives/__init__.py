@@ -1,0 +1,45 @@
+"""Gradient all-reduce implementations behind one interface and one registry.
+
+    import collectives
+    collective = collectives.create("ring", devices=["/cpu:0", "/cpu:1"])
+    reduced = collective.batch_all_reduce(per_replica_grads, variables)
+
+Names: see `available()`; `module:Class` loads a user's own `Collective`,
+which can take values apart with `components(value)` (one tensor per replica)
+and build its results with `mirrored(tensors)` (one per device).
+Importing this package registers every built-in implementation.
+"""
+
+from collectives.interface import Collective, CollectiveError, Destinations, PerReplicaGradients
+from collectives._values import components, is_distributed, mirrored
+from collectives.registry import GRADIENT_DTYPES, available, create, register, resolve
+from collectives.base import CrossDeviceOpsCollective, TFPackedAllReduce, Wrapper
+from collectives.packing import Packing
+from collectives.compression import Compression
+
+# Importing an implementation registers it.
+from collectives import auto as _auto  # noqa: F401,E402
+from collectives import hierarchical_copy as _hierarchical_copy  # noqa: F401,E402
+from collectives import nccl as _nccl  # noqa: F401,E402
+from collectives import reduce_to_one_device as _reduce_to_one_device  # noqa: F401,E402
+from collectives import ring as _ring  # noqa: F401,E402
+
+__all__ = [
+    "Collective",
+    "CollectiveError",
+    "Compression",
+    "CrossDeviceOpsCollective",
+    "Destinations",
+    "GRADIENT_DTYPES",
+    "Packing",
+    "PerReplicaGradients",
+    "TFPackedAllReduce",
+    "Wrapper",
+    "available",
+    "components",
+    "create",
+    "is_distributed",
+    "mirrored",
+    "register",
+    "resolve",
+]

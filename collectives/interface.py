@@ -12,12 +12,16 @@ result to the optimizer, which must not reduce again::
 Implementations live one per module in this package and are looked up by name
 through `collectives.registry`. Wrappers (packing, compression) are collectives
 themselves that delegate to an inner one, so they compose with any of them.
+
+A user's own collective needs no change to the engine: subclass `Collective`,
+implement `batch_all_reduce`, and pass `--collective=my_module:MyCollective`
+(see docs/collectives.md).
 """
 
 from __future__ import annotations
 
 import abc
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 #: A list of gradients in cross-replica context: each entry is a
 #: `tf.distribute` PerReplica value (one tensor per replica), or a plain tensor
@@ -25,7 +29,9 @@ from typing import Any, Sequence
 PerReplicaGradients = Sequence[Any]
 
 #: Where each reduced value must end up: the variables the gradients belong to
-#: (a MirroredVariable places one copy on every replica's device).
+#: (a MirroredVariable places one copy on every replica's device; a Keras 3
+#: variable's `.value`). Only their devices count: a wrapper may pass a
+#: variable as the destination of a packed value of another shape.
 Destinations = Sequence[Any]
 
 
@@ -39,6 +45,13 @@ class Collective(abc.ABC):
 
     #: The registry name (`--collective=<name>`).
     name: str = ""
+
+    #: Which of the registry's options (`num_packs`, `pack_bytes`,
+    #: `gradient_dtype`, `reduce_device`) the constructor takes as keyword
+    #: arguments. `collectives.create` applies the packing and compression
+    #: options a class does not take itself by wrapping it, and refuses
+    #: `reduce_device` for a class that does not take it.
+    native_options: ClassVar[frozenset[str]] = frozenset()
 
     def check_devices(self, devices: Sequence[str]) -> None:
         """Raises `CollectiveError` when this collective cannot run on `devices`.

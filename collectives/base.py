@@ -1,0 +1,160 @@
+"""Shared shapes for collectives: one over TF's cross-device ops, one wrapper.
+
+Each TF-backed implementation module only says which `tf.distribute`
+`CrossDeviceOps` it is and which devices it refuses; everything else (the
+single-replica shortcut, Keras variables as destinations, one `batch_reduce`
+call per batch) is here::
+
+    class HierarchicalCopy(CrossDeviceOpsCollective):
+        def cross_device_ops(self, devices):
+            return self._ops                      # built once in __init__
+
+`batch_all_reduce` calls the object's `batch_reduce` itself. Going through
+`strategy.extended.batch_reduce_to` instead would be wrong: MirroredStrategy
+silently swaps in `ReductionToOneDevice` whenever the destinations are on CPU,
+so the selected collective would never run.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Hashable, Optional, Sequence
+
+import tensorflow as tf
+
+from collectives import _values
+from collectives.interface import (
+    Collective,
+    CollectiveError,
+    Destinations,
+    PerReplicaGradients,
+)
+
+
+def device_kind(device: str) -> str:
+    """"GPU", "CPU" (or another type) for a device name in any TF spelling."""
+    try:
+        kind = tf.DeviceSpec.from_string(device).device_type
+    except (ValueError, TypeError):
+        kind = None
+    return (kind or "").upper()
+
+
+def short_devices(devices: Sequence[str]) -> str:
+    """"cpu:0,cpu:1" for logs and error messages."""
+    out = []
+    for d in devices:
+        spec = tf.DeviceSpec.from_string(d)
+        out.append(f"{(spec.device_type or '?').lower()}:{spec.device_index}")
+    return ",".join(out)
+
+
+def check_num_packs(num_packs: Any, owner: str) -> int:
+    if isinstance(num_packs, bool) or not isinstance(num_packs, int) or num_packs < 0:
+        raise CollectiveError(
+            f"--num_packs={num_packs!r} for {owner} must be an integer >= 0 "
+            "(0 = no packing, N = at most N buckets)"
+        )
+    return num_packs
+
+
+class CrossDeviceOpsCollective(Collective):
+    """A collective that is one `tf.distribute.CrossDeviceOps` object.
+
+    Subclasses implement `cross_device_ops(devices)`; they may override
+    `_batch_key` to split a batch into several `batch_reduce` calls (TF's
+    concat-and-split packer, for instance, cannot mix dtypes in one pack).
+    """
+
+    #: Passed to every `batch_reduce` call. TF's `CollectiveAllReduce` ignores
+    #: the options it was constructed with and reads only these (without them
+    #: a "ring" would run TF's AUTO implementation).
+    communication_options: Optional[tf.distribute.experimental.CommunicationOptions] = None
+
+    @abc.abstractmethod
+    def cross_device_ops(self, devices: tuple[str, ...]) -> tf.distribute.CrossDeviceOps:
+        """The TF object that reduces values living on `devices` (one per replica)."""
+
+    def _batch_key(self, value: Any) -> Hashable:
+        """Values with equal keys go to TF in one `batch_reduce` call."""
+        return None
+
+    def _check_replicas(self, devices: tuple[str, ...]) -> None:
+        """Raises when the values' replica devices cannot be reduced here."""
+
+    @tf.autograph.experimental.do_not_convert
+    def batch_all_reduce(
+        self, values: PerReplicaGradients, destinations: Destinations
+    ) -> list[Any]:
+        values, destinations = _values.prepare_batch(values, destinations)
+        if not values or not _values.is_distributed(values[0]):
+            return values  # One replica: nothing to sum.
+        devices = _values.replica_devices(values[0])
+        self._check_replicas(devices)
+        ops = self.cross_device_ops(devices)
+        results: list[Any] = [None] * len(values)
+        batches: dict[Hashable, list[int]] = {}
+        for i, value in enumerate(values):
+            if _values.is_empty(value):
+                # Nothing to sum, and TF's collective ops crash (segfault) on
+                # an empty tensor that came from numpy: never send one.
+                results[i] = _values.map_components(tf.identity, value, mirrored=True)
+            else:
+                batches.setdefault(self._batch_key(value), []).append(i)
+        for indices in batches.values():
+            reduced = ops.batch_reduce(
+                tf.distribute.ReduceOp.SUM,
+                [(values[i], destinations[i]) for i in indices],
+                options=self.communication_options,
+            )
+            for i, r in zip(indices, reduced):
+                results[i] = r
+        return results
+
+
+class TFPackedAllReduce(CrossDeviceOpsCollective):
+    """TF's `AllReduceCrossDeviceOps` family (NCCL, hierarchical copy).
+
+    These pack natively: `num_packs > 0` concatenates each batch into that
+    many packs before reducing (0 = one reduction per tensor). TF's packer
+    concatenates across dtypes and fails on a mixed batch, so a batch is
+    split by dtype first.
+    """
+
+    native_options = frozenset({"num_packs"})
+
+    def __init__(self, *, num_packs: int = 0):
+        self.num_packs = check_num_packs(num_packs, f"--collective={self.name}")
+        self._ops = self._make_ops(self.num_packs)
+
+    @abc.abstractmethod
+    def _make_ops(self, num_packs: int) -> tf.distribute.CrossDeviceOps:
+        """The TF object configured with `num_packs`."""
+
+    def cross_device_ops(self, devices: tuple[str, ...]) -> tf.distribute.CrossDeviceOps:
+        return self._ops
+
+    def _batch_key(self, value: Any) -> Hashable:
+        return _values.components(value)[0].dtype if self.num_packs else None
+
+    def describe(self) -> str:
+        return f"{self.name}(num_packs={self.num_packs})"
+
+
+class Wrapper(Collective):
+    """A collective that transforms values around an inner collective."""
+
+    def __init__(self, inner: Collective):
+        if not isinstance(inner, Collective):
+            raise CollectiveError(
+                f"a {type(self).__name__} wraps a Collective, got {inner!r}; pass one "
+                "made by collectives.create"
+            )
+        self.inner = inner
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.inner.name
+
+    def check_devices(self, devices: Sequence[str]) -> None:
+        self.inner.check_devices(devices)

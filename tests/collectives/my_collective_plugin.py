@@ -1,0 +1,46 @@
+"""A user's own collectives, as `--collective=my_collective_plugin:AllToAllSum`
+loads them: a module on sys.path, no change to the engine or the registry."""
+
+import tensorflow as tf
+
+import collectives
+
+
+class AllToAllSum(collectives.Collective):
+    """Every device adds up all replicas' copies itself (no tree, no ring)."""
+
+    def batch_all_reduce(self, values, destinations):
+        values = list(values)
+        if not values or not collectives.is_distributed(values[0]):
+            return values  # one replica: nothing to sum
+        reduced = []
+        for value in values:
+            parts = collectives.components(value)
+            sums = []
+            for part in parts:
+                with tf.device(part.device):
+                    sums.append(tf.add_n(list(parts)))
+            reduced.append(collectives.mirrored(sums))
+        return reduced
+
+
+class WithNativePacking(AllToAllSum):
+    """Takes `num_packs` itself, so the registry must not wrap it in Packing."""
+
+    native_options = frozenset({"num_packs"})
+
+    def __init__(self, *, num_packs=0):
+        self.num_packs = num_packs
+
+
+class Unfinished(collectives.Collective):
+    """Forgot to implement batch_all_reduce."""
+
+
+class NeedsArguments(AllToAllSum):
+    def __init__(self, endpoint):
+        self.endpoint = endpoint
+
+
+def not_a_class():
+    return None

@@ -1,0 +1,157 @@
+"""bin/bench_collectives end to end (subprocess), and its library in-process.
+
+Nothing here checks a timing: only that the benchmark runs, reduces
+correctly, and writes what it says. Numbers live in docs/collectives.md.
+"""
+
+import csv
+import json
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from collectives import CollectiveError, benchmark
+import collectives
+from helpers import assert_one_line_error, run_bin
+
+COLLECTIVES = ["ring", "hierarchical_copy", "reduce_to_one_device", "auto"]
+
+
+def test_sweep_writes_table_csv_json_png(tmp_path):
+    out = tmp_path / "bench"
+    result = run_bin(
+        "bench_collectives", "--devices=cpu:0,cpu:1", "--sizes=4K,64K", "--iters=2",
+        "--warmup=1", "--repeats=1", f"--output_dir={out}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert "[8/8]" in result.stdout  # progress while it runs
+    assert "busbw(GB/s)" in result.stdout and "plug-in overhead" in result.stdout
+    assert "auto vs the fastest" in result.stdout
+
+    with open(out / "bench_collectives_sweep.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted({(int(r["size"]), r["collective"]) for r in rows}) == sorted(
+        (size, name) for size in (4096, 65536) for name in COLLECTIVES
+    )
+    assert all(r["correct"] == "True" for r in rows), rows
+    assert all(float(r["busbw_gbs"]) == pytest.approx(float(r["algbw_gbs"])) for r in rows)
+
+    report = json.loads((out / "bench_collectives.json").read_text())
+    assert report["config"]["devices"] == ["/cpu:0", "/cpu:1"]
+    assert len(report["sweep"]) == 8 and len(report["auto_vs_fastest"]) == 2
+    overhead = report["overhead"]
+    assert {r["collective"] for r in overhead} == set(COLLECTIVES)
+    # Our layer adds nothing to the traced graph: the same ops as TF direct.
+    assert all(r["direct_graph_ops"] == r["layer_graph_ops"] for r in overhead), overhead
+    assert (out / "bench_collectives_overhead.csv").exists()
+    assert (out / "bench_collectives_busbw.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_model_mode_compares_packed_and_unpacked(tmp_path):
+    registry = pytest.importorskip("models.registry")
+    if "mlp" not in registry.available():
+        pytest.skip("models.registry has no mlp yet")
+    out = tmp_path / "bench"
+    result = run_bin(
+        "bench_collectives", "--devices=cpu:0,cpu:1", "--sizes=", "--model=mlp",
+        "--collectives=ring,hierarchical_copy", "--iters=1", "--warmup=1", "--repeats=1",
+        f"--output_dir={out}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "packed/unpacked" in result.stdout
+    rows = json.loads((out / "bench_collectives.json").read_text())["model"]
+    assert [r["collective"] for r in rows] == ["ring", "hierarchical_copy"]
+    assert all(r["correct"] and r["tensors"] == 6 for r in rows), rows
+
+
+@pytest.mark.parametrize(
+    "flag, expected",
+    [
+        ("--collectives=ring,foo", "--collective='foo' is not a collective; choose one of"),
+        ("--collectives=nccl", "--collective=nccl needs GPUs, but the devices are cpu:0,cpu:1"),
+        ("--sizes=4X", "--sizes='4X' is not a list of sizes; write e.g. --sizes=4K:256M"),
+    ],
+)
+def test_bad_flags_fail_in_one_line(flag, expected, tmp_path):
+    result = run_bin("bench_collectives", "--devices=cpu:0,cpu:1", flag,
+                     f"--output_dir={tmp_path / 'never'}", timeout=120)
+    assert_one_line_error(result, contains=expected)
+    assert not (tmp_path / "never").exists()
+
+
+def tiny_model(name):
+    """Stands in for models.registry.build: conv + dense, odd shapes."""
+    import keras
+
+    assert name == "tiny"
+    return keras.Sequential([
+        keras.Input((6, 6, 1)),
+        keras.layers.Conv2D(3, 3),
+        keras.layers.Flatten(),
+        keras.layers.Dense(5),
+    ])
+
+
+def test_library_model_mode_with_a_local_model(cpu_devices):
+    config = benchmark.BenchConfig(
+        devices=tuple(cpu_devices), collectives=("reduce_to_one_device", "ring"),
+        model="tiny", iters=1, warmup=1, repeats=1, pack_bytes=64, overhead=False,
+    )
+    lines = []
+    results = benchmark.run(config, build_model=tiny_model, progress=lines.append)
+    assert [r.collective for r in results.model] == ["reduce_to_one_device", "ring"]
+    assert all(r.correct and r.tensors == 4 for r in results.model)
+    assert results.model[1].packed == "ring+packing(pack_bytes=64)"
+    assert results.model[1].unpacked == "ring"
+    assert any("packed/unpacked" in line for line in lines)
+
+
+def test_parse_sizes():
+    assert benchmark.parse_sizes("4K:256K") == [4096, 16384, 65536, 262144]
+    assert benchmark.parse_sizes("1M:4M:2") == [1 << 20, 2 << 20, 4 << 20]
+    assert benchmark.parse_sizes("4K, 64KiB,1mb,100") == [4096, 65536, 1 << 20, 100]
+    assert benchmark.parse_sizes("") == []
+    assert [benchmark.format_size(s) for s in (4096, 1 << 20, 1 << 30, 100)] == [
+        "4K", "1M", "1G", "100"]
+    for bad in ("4X", "64K:4K", "4K:64K:1", "0", "1:2:3:4", "4K,,8K"):
+        with pytest.raises(CollectiveError) as raised:
+            benchmark.parse_sizes(bad)
+        assert f"--sizes={bad!r}" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "kwargs, expected",
+    [
+        (dict(iters=0), "--iters=0 must be an integer >= 1"),
+        (dict(warmup=-1), "--warmup=-1 must be an integer >= 0"),
+        (dict(dtype="int8"), "--dtype='int8' is not supported"),
+        (dict(sizes=()), "--sizes is empty and no --model given"),
+        (dict(sizes=(1,), dtype="float32"), "--sizes: 1 bytes holds no float32 element"),
+        (dict(collectives=()), "--collectives is empty"),
+    ],
+)
+def test_config_validation(kwargs, expected):
+    kwargs = {"devices": ("/cpu:0", "/cpu:1"), "sizes": (4096,), **kwargs}
+    with pytest.raises(CollectiveError) as raised:
+        benchmark.BenchConfig(**kwargs)
+    assert expected in str(raised.value)
+
+
+def test_timed_loop_chains_one_all_reduce_per_iteration(cpu_devices):
+    """The while loop really all-reduces `n` times, each on the last one's sums
+    (so Grappler can neither hoist nor prune it), and is traced once."""
+    traced = []
+    values, sums = benchmark.make_inputs(cpu_devices, [((8,), "float32")], seed=0)
+    collective = collectives.create("reduce_to_one_device", devices=cpu_devices)
+
+    def reduce(vals, dests):
+        traced.append(1)
+        return collective.batch_all_reduce(vals, dests)
+
+    loop = benchmark._loop(reduce, values, None)
+    counter, *parts = loop(tf.constant(3))
+    assert int(counter) == 3 and len(traced) == 1
+    n = len(cpu_devices)
+    for part in parts:  # x -> S -> nS -> n^2 S
+        np.testing.assert_allclose(part.numpy(), sums[0] * n * n, rtol=1e-6)

@@ -1,0 +1,49 @@
+"""Canary: the private TensorFlow symbols `collectives._tf_private` relies on.
+
+If a TensorFlow upgrade moves or reshapes one of them, this file fails with
+the symbol's name; fix `collectives/_tf_private.py` (the only module that
+imports `tensorflow.python`) and nothing else.
+"""
+
+import inspect
+import pathlib
+
+import tensorflow as tf
+
+from collectives import _tf_private
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "collectives"
+
+
+def test_collective_all_reduce_is_still_there_with_its_signature():
+    cls = _tf_private.CollectiveAllReduce
+    assert issubclass(cls, tf.distribute.CrossDeviceOps)
+    params = inspect.signature(cls.__init__).parameters
+    for name in ("devices", "group_size", "options", "collective_keys"):
+        assert name in params, f"CollectiveAllReduce.__init__ lost {name!r}"
+
+
+def test_collective_keys_is_still_there():
+    keys = _tf_private.CollectiveKeys(group_key_start=12345)
+    assert keys.get_group_key(["/job:localhost/replica:0/task:0/device:CPU:0"]) == 12345
+
+
+def test_per_replica_and_mirrored_constructors(cpu_devices):
+    tensors = []
+    for device in cpu_devices[:2]:
+        with tf.device(device):
+            tensors.append(tf.constant([1.0, 2.0]))
+    for make in (_tf_private.per_replica, _tf_private.mirrored):
+        value = make(tensors)
+        assert isinstance(value, tf.distribute.DistributedValues)
+        assert list(value.values) == tensors
+    assert type(_tf_private.mirrored(tensors)).__name__ == "Mirrored"
+    assert type(_tf_private.per_replica(tensors)).__name__ == "PerReplica"
+
+
+def test_no_other_module_imports_tensorflow_python():
+    offenders = [
+        path.name for path in PACKAGE.glob("*.py")
+        if path.name != "_tf_private.py" and "tensorflow.python" in path.read_text()
+    ]
+    assert offenders == []
