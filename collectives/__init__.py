@@ -23,6 +23,7 @@ from collectives import hierarchical_copy as _hierarchical_copy  # noqa: F401,E4
 from collectives import nccl as _nccl  # noqa: F401,E402
 from collectives import reduce_to_one_device as _reduce_to_one_device  # noqa: F401,E402
 from collectives import ring as _ring  # noqa: F401,E402
+from collectives import strategy_native as _strategy_native  # noqa: F401,E402
 
 __all__ = [
     "Collective",

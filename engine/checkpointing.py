@@ -1,8 +1,13 @@
 """Checkpoints through `tf.train.CheckpointManager`: `ckpt-<step>` in `model_dir`.
 
 What is saved is the model, the optimizer (its slots and iteration count) and
-the global step; variable names depend only on the model, so
-`tf.train.load_checkpoint` reads two runs' checkpoints variable by variable.
+the global step. Every model variable is also listed under a flat, ordered
+name, `model_weights/<index>_<name>` (`model_weights/000_kernel`, ...): a
+checkpoint names each variable by its shortest path (ties: the attribute that
+sorts first), which would otherwise be the optimizer's
+(`optimizer/_trainable_variables/0`); this makes the names depend on the model
+alone, and `tf.train.load_checkpoint` reads two
+runs' checkpoints variable by variable.
 """
 
 from __future__ import annotations
@@ -17,25 +22,34 @@ from engine.errors import ConfigError
 logger = logging.getLogger("engine")
 
 
+def named_weights(model: Any) -> dict[str, tf.Variable]:
+    """`{"000_kernel": variable, ...}` in the model's variable order."""
+    variables = getattr(model, "variables", None) or model.trainable_variables
+    return {
+        f"{index:03d}_{variable.name.split('/')[-1].split(':')[0]}": variable
+        for index, variable in enumerate(variables)
+    }
+
+
 def create(
     *, model: Any, optimizer: Any, global_step: tf.Variable, directory: str, max_to_keep: int
 ) -> tuple[tf.train.Checkpoint, tf.train.CheckpointManager]:
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, global_step=global_step)
+    checkpoint = tf.train.Checkpoint(
+        model=model, optimizer=optimizer, global_step=global_step,
+        model_weights=named_weights(model),
+    )
     manager = tf.train.CheckpointManager(
         checkpoint, directory=directory, max_to_keep=max_to_keep, step_counter=global_step
     )
     return checkpoint, manager
 
 
-def restore_latest(
-    checkpoint: tf.train.Checkpoint, manager: tf.train.CheckpointManager
-) -> Optional[str]:
-    """Restores the newest checkpoint in the manager's directory, if any.
+def restore(checkpoint: tf.train.Checkpoint, path: Optional[str], model_dir: str) -> Optional[str]:
+    """Restores `path` (the newest checkpoint of `model_dir`), if any.
 
     A checkpoint written by another model is a user mistake (a reused
     `--model_dir`), reported as one line rather than a shape-mismatch trace.
     """
-    path = manager.latest_checkpoint
     if not path:
         return None
     try:
@@ -43,7 +57,7 @@ def restore_latest(
     except (AssertionError, ValueError, tf.errors.OpError) as error:
         reason = str(error).strip().splitlines()[0][:200]
         raise ConfigError(
-            f"--model_dir={manager.directory} holds {path}, which does not fit this model "
+            f"--model_dir={model_dir} holds {path}, which does not fit this model "
             f"and optimizer ({reason}); use a new --model_dir, or the flags that wrote it"
         ) from None
     return path

@@ -46,6 +46,7 @@ from absl import logging as absl_logging  # noqa: E402
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_PREEMPTED = 143  # 128 + SIGTERM: stopped on request, checkpoint saved, not finished
 
 
 def _configure_logging() -> None:
@@ -109,13 +110,19 @@ def run(
 
     def guarded(argv: list[str]) -> Optional[int]:
         _configure_logging()
-        errors = user_errors
-        if errors is None:
-            from engine.errors import USER_ERRORS as errors  # imports TensorFlow: after parsing
+        errors, preempted = user_errors, ()
+        if errors is None:  # these import TensorFlow: only after flag parsing
+            from engine.errors import USER_ERRORS as errors
+            from engine.preemption import Preempted
+
+            preempted = (Preempted,)
         try:
             return main(argv)
         except errors as error:
             fail(program, str(error))
+        except preempted as stop:
+            print(f"{program}: {stop}", file=sys.stderr, flush=True)
+            sys.exit(EXIT_PREEMPTED)
         except KeyboardInterrupt:
             print(f"{program}: interrupted", file=sys.stderr, flush=True)
             sys.exit(EXIT_INTERRUPTED)

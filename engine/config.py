@@ -14,6 +14,7 @@ import os
 from engine.errors import ConfigError
 
 MODES = ("train", "evaluate", "train_and_evaluate")
+SHARD_POLICIES = ("auto", "file", "data", "off")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +31,9 @@ class RunConfig:
       pack_bytes: target bucket size in bytes instead of a count (0 = off).
       gradient_dtype: dtype gradients travel in (`float32`, `bfloat16`,
         `float16`): compression, cast back after the all-reduce.
+      reduce_device: where `reduce_to_one_device` sums (e.g. `cpu:0`).
+      collective_timeout: seconds a multi-worker collective may wait for its
+        peers before failing (0 = TensorFlow's default, no timeout).
       model, dataset: registry names; `data_dir` holds the dataset's files.
       model_dir: checkpoints, `summaries/`, `metrics.json`; re-running with
         the same directory resumes from its latest checkpoint.
@@ -48,6 +52,11 @@ class RunConfig:
       seed: initial weights and data order; the same seed gives the same
         initial weights whatever the strategy and device count.
       max_checkpoints: how many `ckpt-<step>` files to keep.
+      eval_timeout: seconds the sidecar evaluator waits for a new checkpoint.
+      auto_shard_policy: how multi-worker input is split between workers
+        (`auto`, `file`, `data`, `off`; see `tf.data.experimental.AutoShardPolicy`).
+      deterministic: make TensorFlow ops deterministic, so a rerun (or a
+        resumed run) reproduces the same weights.
     """
 
     strategy: str = "mirrored"
@@ -56,6 +65,8 @@ class RunConfig:
     num_packs: int = 0
     pack_bytes: int = 0
     gradient_dtype: str = "float32"
+    reduce_device: str = ""
+    collective_timeout: float = 0.0
     model: str = "mlp"
     dataset: str = "synthetic"
     data_dir: str = ""
@@ -72,6 +83,9 @@ class RunConfig:
     learning_rate: float = 0.001
     seed: int = 0
     max_checkpoints: int = 5
+    eval_timeout: float = 600.0
+    auto_shard_policy: str = "auto"
+    deterministic: bool = False
 
     def __post_init__(self):
         positive = ("global_batch_size", "steps_per_loop", "max_checkpoints")
@@ -90,6 +104,14 @@ class RunConfig:
                 f"--eval_steps={self.eval_steps} must be a positive number of batches, "
                 "or -1 for the whole eval split"
             )
+        if self.auto_shard_policy not in SHARD_POLICIES:
+            raise ConfigError(
+                f"--auto_shard_policy={self.auto_shard_policy!r} is not a policy; choose one of: "
+                f"{', '.join(SHARD_POLICIES)}"
+            )
+        for name in ("collective_timeout", "eval_timeout"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"--{name}={getattr(self, name)} must be 0 or more seconds")
         if not self.learning_rate > 0:
             raise ConfigError(f"--learning_rate={self.learning_rate} must be positive")
         if self.mode and self.mode not in MODES:

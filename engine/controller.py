@@ -26,6 +26,7 @@ from typing import Callable, Optional
 import tensorflow as tf
 
 from engine.evaluator import Evaluator
+from engine.preemption import Preempted, StopRequest
 from engine.summaries import SummaryWriter
 from engine.trainer import Trainer
 
@@ -52,6 +53,8 @@ class Controller:
       global_batch_size: for examples/sec in progress lines.
       on_loop_end: optional hook called with (step, train metrics) after
         each loop, for actions such as early stopping or custom logging.
+      stop_request: asked after every loop; when it says stop, the controller
+        saves a checkpoint at that step and raises `Preempted`.
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class Controller:
         eval_summaries: Optional[SummaryWriter] = None,
         global_batch_size: int = 0,
         on_loop_end: Optional[Callable[[int, dict[str, float]], None]] = None,
+        stop_request: Optional[StopRequest] = None,
     ):
         for name, value in [
             ("steps_per_loop", steps_per_loop),
@@ -87,6 +91,7 @@ class Controller:
         self.eval_summaries = eval_summaries
         self.global_batch_size = global_batch_size
         self.on_loop_end = on_loop_end
+        self.stop_request = stop_request
         self.last_train_metrics: dict[str, float] = {}
         self.last_eval_metrics: dict[str, float] = {}
         # Throughput excludes each train() call's first loop, which traces and
@@ -124,6 +129,8 @@ class Controller:
             self._report(step, steps, metrics, num_steps, seconds)
             if self.on_loop_end:
                 self.on_loop_end(step, metrics)
+            if self.stop_request is not None and step < steps and self.stop_request.agreed():
+                raise Preempted(step, self.save_checkpoint())
             if self._crossed(start, step, self.checkpoint_interval):
                 self.save_checkpoint()
             if eval_interval and self._crossed(start, step, eval_interval) and step < steps:

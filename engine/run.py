@@ -16,9 +16,12 @@ leaves no directory behind::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
+import shutil
+import tempfile
 import time
 from typing import Any, Callable, Optional
 
@@ -28,7 +31,7 @@ import tensorflow as tf
 import collectives
 import inputs
 import models
-from engine import checkpointing, devices, optimizers, strategies
+from engine import checkpointing, cluster, devices, optimizers, preemption, strategies
 from engine.config import RunConfig
 from engine.controller import Controller
 from engine.errors import ConfigError
@@ -58,8 +61,15 @@ def _check_model_dir(path: str) -> None:
         )
 
 
-def _resolve_mode(config: RunConfig, has_eval: bool) -> str:
-    mode = config.mode or ("train_and_evaluate" if has_eval else "train")
+def _resolve_mode(config: RunConfig, has_eval: bool, role: cluster.Role) -> str:
+    if role.is_evaluator:
+        if not has_eval:
+            raise ConfigError(f"the evaluator task needs an eval split, and "
+                              f"--dataset={config.dataset} has none")
+        return "continuous_evaluate"
+    # In a cluster the sidecar evaluator evaluates; the workers train.
+    default = "train_and_evaluate" if has_eval and not role.in_cluster else "train"
+    mode = config.mode or default
     if mode != "train" and not has_eval:
         raise ConfigError(
             f"--mode={mode} needs an eval split, and --dataset={config.dataset} has none; "
@@ -76,6 +86,69 @@ def _write_metrics(path: str, payload: dict) -> None:
     os.replace(temporary, path)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """What the checks found; nothing in it has touched TensorFlow's runtime."""
+
+    role: cluster.Role
+    devices: list
+    collective: collectives.Collective
+    splits: inputs.Splits
+    mode: str
+    latest_checkpoint: Optional[str]
+
+
+def _check(config: RunConfig, model_fn: Optional[ModelFn]) -> _Plan:
+    """Every check that can fail, before anything is built or written."""
+    role = cluster.current_role()
+    if role.task_type == "ps":
+        raise ConfigError(
+            "TF_CONFIG makes this process a ps task, which only --strategy=parameter_server "
+            "uses; it is not available in this version"
+        )
+    if role.in_cluster and not role.is_evaluator and config.strategy != "multi_worker":
+        raise ConfigError(
+            f"TF_CONFIG describes a cluster but --strategy={config.strategy}; "
+            "use --strategy=multi_worker, or unset TF_CONFIG"
+        )
+    device_names = devices.parse_devices(config.devices)
+    if role.is_evaluator:
+        device_names = device_names[:1]  # the sidecar evaluates on one device
+        replicas = 1
+    else:
+        replicas = strategies.num_replicas(config.strategy, device_names, num_workers=role.num_workers)
+    if config.global_batch_size % replicas:
+        raise ConfigError(
+            f"--global_batch_size={config.global_batch_size} does not divide by the "
+            f"{replicas} replicas; use a multiple of {replicas}, e.g. "
+            f"{max(replicas, config.global_batch_size // replicas * replicas)}"
+        )
+    # Logical CPU devices must exist before anything else touches TensorFlow.
+    devices.prepare_devices(device_names)
+    collective = collectives.create(
+        strategies.collective_name(config.strategy, config.collective, device_names,
+                                   num_packs=config.num_packs),
+        devices=device_names,
+        num_packs=config.num_packs,
+        pack_bytes=config.pack_bytes,
+        gradient_dtype=config.gradient_dtype,
+        reduce_device=config.reduce_device or None,
+    )
+    if model_fn is None:
+        models.check(config.model)
+    optimizers.check(config.optimizer)
+    splits = inputs.load(config.dataset, data_dir=config.data_dir, seed=config.seed)
+    mode = _resolve_mode(config, splits.eval is not None, role)
+    _check_model_dir(config.model_dir)
+    latest = tf.train.latest_checkpoint(config.model_dir) if os.path.isdir(config.model_dir) else None
+    if mode == "evaluate" and not latest:
+        raise ConfigError(
+            f"--mode=evaluate found no checkpoint in --model_dir={config.model_dir}; "
+            "train first or point --model_dir at a trained run"
+        )
+    return _Plan(role, device_names, collective, splits, mode, latest)
+
+
 def run(
     config: RunConfig,
     *,
@@ -87,47 +160,37 @@ def run(
     `loss_fn` and `model_fn` replace the default classification loss and the
     `--model` registry lookup, for custom steps (see `examples/`).
 
+    In a `TF_CONFIG` cluster only the chief writes to `model_dir`; the other
+    workers save into temporary directories (saving is collective) that are
+    removed at the end, and an `evaluator` task evaluates each new checkpoint.
+
     Raises:
       ConfigError: the request cannot be carried out (nothing was written).
       KeyboardInterrupt: after saving a checkpoint at the step reached.
+      Preempted: on SIGTERM, after saving a checkpoint at the step reached.
     """
-    # --- Checks: nothing is built or written until they all pass. ---
-    device_names = devices.parse_devices(config.devices)
-    replicas = strategies.num_replicas(config.strategy, device_names)
-    if config.global_batch_size % replicas:
-        raise ConfigError(
-            f"--global_batch_size={config.global_batch_size} does not divide by the "
-            f"{replicas} replicas; use a multiple of {replicas}, e.g. "
-            f"{max(replicas, config.global_batch_size // replicas * replicas)}"
-        )
-    # Logical CPU devices must exist before anything else touches TensorFlow.
-    devices.prepare_devices(device_names)
-    collective = collectives.create(
-        config.collective,
-        devices=device_names,
-        num_packs=config.num_packs,
-        pack_bytes=config.pack_bytes,
-        gradient_dtype=config.gradient_dtype,
-    )
-    if model_fn is None:
-        models.check(config.model)
-    optimizers.check(config.optimizer)
-    splits = inputs.load(config.dataset, data_dir=config.data_dir, seed=config.seed)
-    mode = _resolve_mode(config, splits.eval is not None)
-    _check_model_dir(config.model_dir)
-    latest = tf.train.latest_checkpoint(config.model_dir) if os.path.isdir(config.model_dir) else None
-    if mode == "evaluate" and not latest:
-        raise ConfigError(
-            f"--mode=evaluate found no checkpoint in --model_dir={config.model_dir}; "
-            "train first or point --model_dir at a trained run"
-        )
+    plan = _check(config, model_fn)
+    role, splits = plan.role, plan.splits
+    if config.deterministic:
+        tf.config.experimental.enable_op_determinism()
 
     # --- Build. ---
-    strategy = strategies.build(config.strategy, device_names)
+    if role.is_evaluator:
+        strategy = strategies.build("one_device", plan.devices)
+    else:
+        strategy = strategies.build(
+            config.strategy, plan.devices,
+            communication=strategies.communication_options(
+                config.collective, pack_bytes=config.pack_bytes,
+                timeout_seconds=config.collective_timeout),
+            role=role,
+        )
     logger.info(
-        "%s over %d replica(s) [%s], collective %s, global batch %d (%d per replica)",
-        config.strategy, strategy.num_replicas_in_sync, ",".join(d.lstrip("/") for d in device_names),
-        collective.describe(), config.global_batch_size,
+        "%s%s over %d replica(s) [%s], collective %s, global batch %d (%d per replica)",
+        "" if not role.in_cluster else f"{role.name}: ",
+        config.strategy if not role.is_evaluator else "evaluator",
+        strategy.num_replicas_in_sync, ",".join(d.lstrip("/") for d in plan.devices),
+        plan.collective.describe(), config.global_batch_size,
         config.global_batch_size // strategy.num_replicas_in_sync,
     )
     keras.utils.set_random_seed(config.seed)
@@ -146,48 +209,62 @@ def run(
         # Slots exist before the restore, so it restores them at once.
         optimizer.build(model.trainable_variables)
 
+    eval_dataset = None
+    if plan.mode != "train":
+        eval_dataset = inputs.eval_batches(
+            splits.eval, global_batch_size=config.global_batch_size,
+            shard_policy=config.auto_shard_policy)
+    if role.is_evaluator:
+        return evaluate_each_checkpoint(
+            config, strategy=strategy, model=model, global_step=global_step,
+            evaluator=Evaluator(strategy=strategy, model=model, loss_fn=loss_fn,
+                                eval_dataset=eval_dataset))
+
+    # Workers other than the chief take part in saving, into a directory of their own.
+    write_dir = config.model_dir if role.is_chief else tempfile.mkdtemp(prefix=f"tfloop-{role.name}-")
     checkpoint, manager = checkpointing.create(
         model=model, optimizer=optimizer, global_step=global_step,
-        directory=config.model_dir, max_to_keep=config.max_checkpoints,
+        directory=write_dir, max_to_keep=config.max_checkpoints if role.is_chief else 1,
     )
-    restored = checkpointing.restore_latest(checkpoint, manager)
+    restored = checkpointing.restore(checkpoint, plan.latest_checkpoint, config.model_dir)
     start_step = int(global_step.numpy())
     if restored:
         logger.info("resuming from %s at step %d", restored, start_step)
 
     trainer = None
-    if mode != "evaluate":
+    if plan.mode != "evaluate":
         trainer = Trainer(
-            strategy=strategy, model=model, optimizer=optimizer, collective=collective,
+            strategy=strategy, model=model, optimizer=optimizer, collective=plan.collective,
             train_dataset=inputs.train_batches(
                 splits.train, global_batch_size=config.global_batch_size,
-                seed=config.seed, start_step=start_step,
+                seed=config.seed, start_step=start_step, shard_policy=config.auto_shard_policy,
             ),
             global_batch_size=config.global_batch_size, global_step=global_step, loss_fn=loss_fn,
         )
     evaluator = None
-    if mode != "train":
-        evaluator = Evaluator(
-            strategy=strategy, model=model, loss_fn=loss_fn,
-            eval_dataset=inputs.eval_batches(splits.eval, global_batch_size=config.global_batch_size),
-        )
+    if eval_dataset is not None:
+        evaluator = Evaluator(strategy=strategy, model=model, loss_fn=loss_fn,
+                              eval_dataset=eval_dataset)
 
     # --- Run: only now does model_dir come into being. ---
-    os.makedirs(config.model_dir, exist_ok=True)
-    train_summaries = SummaryWriter(config.train_summary_dir)
-    eval_summaries = SummaryWriter(config.eval_summary_dir)
+    if role.is_chief:
+        os.makedirs(config.model_dir, exist_ok=True)
+    train_summaries = SummaryWriter(config.train_summary_dir) if role.is_chief else None
+    eval_summaries = SummaryWriter(config.eval_summary_dir) if role.is_chief else None
+    stop_request = preemption.StopRequest(
+        strategy if config.strategy == "multi_worker" else None).install()
     controller = Controller(
         global_step=global_step, trainer=trainer, evaluator=evaluator,
         steps_per_loop=config.steps_per_loop, checkpoint_manager=manager,
         checkpoint_interval=config.checkpoint_interval,
         summary_interval=config.summary_interval,
         train_summaries=train_summaries, eval_summaries=eval_summaries,
-        global_batch_size=config.global_batch_size,
+        global_batch_size=config.global_batch_size, stop_request=stop_request,
     )
     began = time.time()
     interrupted = False
     try:
-        if mode == "evaluate":
+        if plan.mode == "evaluate":
             controller.evaluate(config.eval_steps)
         else:
             if start_step >= config.train_steps:
@@ -196,9 +273,12 @@ def run(
             controller.train(
                 config.train_steps,
                 eval_interval=(config.eval_interval or config.train_steps)
-                if mode == "train_and_evaluate" else 0,
+                if plan.mode == "train_and_evaluate" else 0,
                 eval_steps=config.eval_steps,
             )
+    except preemption.Preempted:
+        interrupted = True
+        raise
     except KeyboardInterrupt:
         interrupted = True
         if trainer is not None:
@@ -207,21 +287,54 @@ def run(
                         controller.step, path)
         raise
     finally:
-        train_summaries.close()
-        eval_summaries.close()
+        stop_request.uninstall()
+        for writer in (train_summaries, eval_summaries):
+            if writer is not None:
+                writer.close()
+        if not role.is_chief:
+            shutil.rmtree(write_dir, ignore_errors=True)
         summary = {
             "step": controller.step,
             "start_step": start_step,
             "resumed_from": restored,
-            "mode": mode,
+            "mode": plan.mode,
             "interrupted": interrupted,
             "examples_per_second": round(controller.examples_per_second, 1),
             "num_replicas": strategy.num_replicas_in_sync,
-            "collective": collective.describe(),
+            "collective": plan.collective.describe(),
             "wall_seconds": round(time.time() - began, 2),
             "config": config.as_dict(),
         }
         summary.update({f"train/{k}": v for k, v in controller.last_train_metrics.items()})
         summary.update({f"eval/{k}": v for k, v in controller.last_eval_metrics.items()})
-        _write_metrics(config.metrics_path, summary)
+        if role.is_chief:
+            _write_metrics(config.metrics_path, summary)
     return summary
+
+
+def evaluate_each_checkpoint(
+    config: RunConfig, *, strategy, model, global_step: tf.Variable, evaluator: Evaluator
+) -> dict:
+    """The sidecar evaluator: evaluates every new checkpoint in `model_dir` as it
+    appears, writes `summaries/eval` beside the chief's, and returns after the
+    checkpoint of step `train_steps` (or after `eval_timeout` seconds with no
+    new checkpoint)."""
+    checkpoint = tf.train.Checkpoint(model=model, global_step=global_step)
+    writer = SummaryWriter(config.eval_summary_dir)
+    controller = Controller(global_step=global_step, evaluator=evaluator, eval_summaries=writer)
+    last = {}
+    try:
+        for path in tf.train.checkpoints_iterator(
+            config.model_dir, min_interval_secs=0.5, timeout=config.eval_timeout
+        ):
+            checkpoint.restore(path).expect_partial()
+            logger.info("evaluating %s", path)
+            last = controller.evaluate(config.eval_steps)
+            if controller.step >= config.train_steps:
+                break
+        else:
+            logger.info("no new checkpoint in %s for %ds; stopping", config.model_dir,
+                        config.eval_timeout)
+    finally:
+        writer.close()
+    return {"step": controller.step, **{f"eval/{k}": v for k, v in last.items()}}

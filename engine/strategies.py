@@ -6,28 +6,63 @@ layout costs one line on stderr and no TensorFlow state.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
+from engine import cluster
 from engine.errors import ConfigError
 
-_BUILDERS: dict[str, Callable[[Sequence[str]], tf.distribute.Strategy]] = {
-    "default": lambda devices: tf.distribute.get_strategy(),
-    "one_device": lambda devices: tf.distribute.OneDeviceStrategy(devices[0]),
-    "mirrored": lambda devices: tf.distribute.MirroredStrategy(list(devices)),
+Communication = Optional[tf.distribute.experimental.CommunicationOptions]
+
+
+def _multi_worker(
+    devices: Sequence[str], communication: Communication, role: cluster.Role
+) -> tf.distribute.Strategy:
+    gpu_ids = [int(d.split(":")[1]) for d in devices if d.startswith("/gpu")]
+    if gpu_ids:  # each worker replicates over the listed local GPUs only
+        gpus = tf.config.list_physical_devices("GPU")
+        tf.config.set_visible_devices([gpus[i] for i in gpu_ids], "GPU")
+    try:
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=communication)
+    except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError,
+            tf.errors.InternalError, tf.errors.AbortedError, tf.errors.UnknownError) as error:
+        addresses = ", ".join(f"{job}:{i}={address}" for job, tasks in role.cluster.items()
+                              for i, address in enumerate(tasks))
+        reason = str(error).strip().splitlines()[0][:160]
+        raise ConfigError(
+            f"{role.name} could not form the cluster ({addresses}): {reason}; "
+            "check that no other process holds their ports"
+        ) from None
+
+
+_BUILDERS: dict[str, Callable[..., tf.distribute.Strategy]] = {
+    "default": lambda devices, *_: tf.distribute.get_strategy(),
+    "one_device": lambda devices, *_: tf.distribute.OneDeviceStrategy(devices[0]),
+    "mirrored": lambda devices, *_: tf.distribute.MirroredStrategy(list(devices)),
+    "multi_worker": _multi_worker,
 }
 
 # Names the design reserves; they get a clear "not yet" instead of "unknown".
-_PLANNED = ("multi_worker", "central_storage", "parameter_server")
+_PLANNED = ("central_storage", "parameter_server")
+
+# --collective for multi_worker picks TF's collective implementation.
+_IMPLEMENTATIONS = {
+    "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
+    "ring": tf.distribute.experimental.CommunicationImplementation.RING,
+    "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
+}
 
 
 def available() -> list[str]:
     return sorted(_BUILDERS)
 
 
-def num_replicas(name: str, devices: Sequence[str]) -> int:
-    """Replicas the strategy will have; validates the name/device combination."""
+def num_replicas(name: str, devices: Sequence[str], *, num_workers: int = 0) -> int:
+    """Replicas the strategy will have; validates the name/device combination.
+
+    `num_workers` is the training processes of a `TF_CONFIG` cluster (0: none).
+    """
     if name in _PLANNED:
         raise ConfigError(
             f"--strategy={name} is not available in this version; use one of: "
@@ -44,9 +79,67 @@ def num_replicas(name: str, devices: Sequence[str]) -> int:
         )
     if name == "default":
         return 1
+    if name == "multi_worker":
+        if len(devices) > 1 and any(not d.startswith("/gpu") for d in devices):
+            raise ConfigError(
+                f"--strategy=multi_worker replicates over one CPU or the local GPUs, got "
+                f"--devices={','.join(d.lstrip('/') for d in devices)}; "
+                "use cpu:0 or a list of gpu:N"
+            )
+        local = len(devices) if devices[0].startswith("/gpu") else 1
+        return max(num_workers, 1) * local
     return len(devices)
 
 
-def build(name: str, devices: Sequence[str]) -> tf.distribute.Strategy:
-    num_replicas(name, devices)
-    return _BUILDERS[name](devices)
+def collective_name(strategy: str, collective: str, devices: Sequence[str], *, num_packs: int) -> str:
+    """The registry name of the collective the trainer uses for `strategy`.
+
+    multi_worker reduces through the strategy itself, whose communication
+    options `--collective` sets (see `communication_options`).
+    """
+    if strategy != "multi_worker":
+        return collective
+    if collective not in _IMPLEMENTATIONS:
+        raise ConfigError(
+            f"--collective={collective} does not apply to --strategy=multi_worker, which "
+            f"all-reduces across machines with TF collective ops; use one of: "
+            f"{', '.join(_IMPLEMENTATIONS)}"
+        )
+    if collective == "nccl" and not all(d.startswith("/gpu") for d in devices):
+        raise ConfigError(
+            "--collective=nccl needs GPUs, but --devices are CPUs; use --collective=ring"
+        )
+    if num_packs:
+        raise ConfigError(
+            f"--num_packs={num_packs} does not apply to --strategy=multi_worker; "
+            "use --pack_bytes (TF's bytes_per_pack)"
+        )
+    return "strategy"
+
+
+def communication_options(
+    collective: str, *, pack_bytes: int = 0, timeout_seconds: float = 0
+) -> tf.distribute.experimental.CommunicationOptions:
+    """multi_worker's collective settings: implementation, packing, timeout."""
+    return tf.distribute.experimental.CommunicationOptions(
+        bytes_per_pack=pack_bytes,
+        timeout_seconds=timeout_seconds or None,
+        implementation=_IMPLEMENTATIONS.get(
+            collective, tf.distribute.experimental.CommunicationImplementation.AUTO),
+    )
+
+
+def build(
+    name: str,
+    devices: Sequence[str],
+    *,
+    communication: Communication = None,
+    role: Optional[cluster.Role] = None,
+) -> tf.distribute.Strategy:
+    """Builds the strategy; the keyword arguments apply to multi_worker only.
+
+    Args:
+      communication: multi_worker's collective options.
+      role: this process's place in the `TF_CONFIG` cluster.
+    """
+    return _BUILDERS[name](devices, communication, role or cluster.Role())

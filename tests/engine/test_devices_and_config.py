@@ -39,7 +39,8 @@ def test_more_cpus_than_the_process_started_with_is_refused():
 
 @pytest.mark.parametrize("name, devs, message", [
     ("mirored", ["/cpu:0"], "is not a strategy"),
-    ("multi_worker", ["/cpu:0"], "not available in this version"),
+    ("central_storage", ["/cpu:0"], "not available in this version"),
+    ("multi_worker", ["/cpu:0", "/cpu:1"], "one CPU or the local GPUs"),
     ("one_device", ["/cpu:0", "/cpu:1"], "exactly one device"),
 ])
 def test_strategy_mistakes(name, devs, message):

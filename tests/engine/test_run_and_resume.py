@@ -24,7 +24,8 @@ def _config(model_dir, **overrides):
 
 def _weights(model_dir):
     reader = tf.train.load_checkpoint(str(model_dir))
-    names = sorted(n for n in reader.get_variable_to_shape_map() if n.startswith("model/"))
+    names = sorted(n for n in reader.get_variable_to_shape_map() if n.startswith("model_weights/"))
+    assert len(names) == 6, names  # the mlp's three kernels and biases
     return {n: reader.get_tensor(n) for n in names}, int(reader.get_tensor(
         "global_step/.ATTRIBUTES/VARIABLE_VALUE"))
 

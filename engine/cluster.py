@@ -1,0 +1,124 @@
+"""This process's place in a `TF_CONFIG` cluster, checked before TensorFlow sees it.
+
+`TF_CONFIG` is JSON: `{"cluster": {"chief": [...], "worker": [...], "ps": [...]},
+"task": {"type": "worker", "index": 1}}`. Two conventions are common: a
+separate `chief` job, or none, in which case worker 0 is the chief. An
+`evaluator` task is not part of the training cluster: it only reads the chief's
+checkpoints.
+
+TensorFlow's own parser reports a malformed value late and as a traceback from
+deep inside the strategy; this module turns each mistake into one line naming
+what is wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Mapping, Optional
+
+from engine.errors import ConfigError
+
+TRAINING_JOBS = ("chief", "worker")
+JOBS = ("chief", "worker", "ps", "evaluator")
+
+
+@dataclasses.dataclass(frozen=True)
+class Role:
+    """Who this process is.
+
+    Attributes:
+      task_type: `chief`, `worker`, `ps`, `evaluator`, or None outside a cluster.
+      task_index: index within its job.
+      cluster: job name → list of `host:port`.
+    """
+
+    task_type: Optional[str] = None
+    task_index: int = 0
+    cluster: Mapping[str, tuple] = dataclasses.field(default_factory=dict)
+
+    @property
+    def in_cluster(self) -> bool:
+        return self.task_type is not None
+
+    @property
+    def is_chief(self) -> bool:
+        """Writes checkpoints, summaries and metrics.json to `--model_dir`."""
+        if self.task_type is None or self.task_type == "chief":
+            return True
+        return self.task_type == "worker" and self.task_index == 0 and "chief" not in self.cluster
+
+    @property
+    def is_evaluator(self) -> bool:
+        return self.task_type == "evaluator"
+
+    @property
+    def num_workers(self) -> int:
+        """Training processes: the chief (if separate) plus the workers."""
+        return sum(len(self.cluster.get(job, ())) for job in TRAINING_JOBS)
+
+    @property
+    def name(self) -> str:
+        return f"{self.task_type}:{self.task_index}" if self.in_cluster else "local"
+
+
+def _fail(message: str) -> None:
+    raise ConfigError(f"TF_CONFIG {message}")
+
+
+def parse(text: Optional[str]) -> Role:
+    """Parses and checks a `TF_CONFIG` value; empty or None means no cluster."""
+    if text is None or not text.strip():
+        return Role()
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as error:
+        _fail(f"is not valid JSON ({error.msg} at character {error.pos}); "
+              'expected {"cluster": {...}, "task": {"type": ..., "index": ...}}')
+    if not isinstance(config, dict):
+        _fail("must be a JSON object with 'cluster' and 'task'")
+    cluster = config.get("cluster")
+    if not isinstance(cluster, dict) or not cluster:
+        _fail("has no 'cluster' (job name → list of host:port), e.g. "
+              '{"worker": ["localhost:12345", "localhost:12346"]}')
+    for job, addresses in cluster.items():
+        if job not in JOBS or job == "evaluator":
+            _fail(f"cluster has a job {job!r}; jobs are chief, worker and ps "
+                  "(the evaluator is not part of the cluster)")
+        if not isinstance(addresses, list) or not addresses:
+            _fail(f"cluster job {job!r} must be a non-empty list of host:port")
+        for address in addresses:
+            host, _, port = str(address).rpartition(":")
+            if not host or not port.isdigit():
+                _fail(f"cluster job {job!r} has address {address!r}; write host:port")
+    if len(cluster.get("chief", [])) > 1:
+        _fail(f"cluster has {len(cluster['chief'])} chiefs; there is at most one")
+    if not any(job in cluster for job in TRAINING_JOBS):
+        _fail("cluster has neither a 'chief' nor a 'worker' job")
+    task = config.get("task")
+    if not isinstance(task, dict) or "type" not in task:
+        _fail("has no 'task'; add \"task\": {\"type\": \"worker\", \"index\": N}")
+    task_type, index = task.get("type"), task.get("index", 0)
+    if task_type not in JOBS:
+        _fail(f"task type {task_type!r} is not one of {', '.join(JOBS)}")
+    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+        _fail(f"task index {index!r} must be a non-negative integer")
+    if task_type == "evaluator":
+        if index != 0:
+            _fail(f"task index {index} for the evaluator; there is one evaluator, index 0")
+    elif task_type not in cluster:
+        _fail(f"task type {task_type!r} has no job in the cluster ({', '.join(cluster)})")
+    elif index >= len(cluster[task_type]):
+        _fail(f"task index {index} is out of range: job {task_type!r} has "
+              f"{len(cluster[task_type])} task(s), indices 0..{len(cluster[task_type]) - 1}")
+    return Role(
+        task_type=task_type,
+        task_index=index,
+        cluster={job: tuple(addresses) for job, addresses in cluster.items()},
+    )
+
+
+def current_role(environ: Mapping[str, str] = os.environ) -> Role:
+    return parse(environ.get("TF_CONFIG"))
+
