@@ -33,6 +33,20 @@ def start_bin(name: str, *args: str) -> subprocess.Popen:
     )
 
 
+def wait_for_output(process: subprocess.Popen, text: str, timeout: float = 120) -> str:
+    """Reads `process` stdout until a line contains `text`; returns what it read."""
+    import time
+
+    deadline, seen = time.time() + timeout, ""
+    while text not in seen and time.time() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        seen += line
+    assert text in seen, seen + process.stderr.read()
+    return seen
+
+
 def write_digits_npz(directory: str, *, seed: int = 0) -> str:
     """Writes scikit-learn's real 8x8 handwritten digits as a Keras-layout mnist.npz.
 

@@ -3,12 +3,11 @@
 import json
 import os
 import signal
-import time
 
 import numpy as np
 import tensorflow as tf
 
-from helpers import run_bin, start_bin
+from helpers import run_bin, start_bin, wait_for_output
 
 FLAGS = ["--global_batch_size=32", "--train_steps=30", "--steps_per_loop=10",
          "--checkpoint_interval=10", "--optimizer=sgd", "--learning_rate=0.1",
@@ -51,13 +50,7 @@ def test_sigterm_saves_at_the_step_reached_and_the_run_resumes(tmp_path):
     args = ["--devices=cpu:0,cpu:1", f"--model_dir={model_dir}", "--global_batch_size=32",
             "--steps_per_loop=20", "--checkpoint_interval=0", "--mode=train"]
     process = start_bin("train", *args, "--train_steps=1000000")
-    deadline, seen = time.time() + 120, ""
-    while "train step" not in seen and time.time() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        seen += line
-    assert "train step" in seen, seen + process.stderr.read()
+    wait_for_output(process, "train step")
     process.send_signal(signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 143, stderr

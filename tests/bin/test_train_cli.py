@@ -1,14 +1,12 @@
 """bin/train as users run it: in a subprocess, reading back what it wrote."""
 
 import json
-import os
 import signal
-import time
 
 import pytest
 import tensorflow as tf
 
-from helpers import assert_one_line_error, run_bin, start_bin, write_digits_npz
+from helpers import assert_one_line_error, run_bin, start_bin, wait_for_output, write_digits_npz
 
 SMALL = ["--train_steps=20", "--steps_per_loop=10", "--global_batch_size=32"]
 
@@ -89,14 +87,7 @@ def test_ctrl_c_saves_a_checkpoint_and_the_same_command_resumes(tmp_path):
     args = ["--devices=cpu:0,cpu:1", f"--model_dir={model_dir}", "--global_batch_size=32",
             "--steps_per_loop=20", "--checkpoint_interval=0", "--mode=train"]
     process = start_bin("train", *args, "--train_steps=1000000")
-    deadline = time.time() + 120
-    seen = ""
-    while "train step" not in seen and time.time() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        seen += line
-    assert "train step" in seen, seen + process.stderr.read()
+    wait_for_output(process, "train step")
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
