@@ -13,13 +13,29 @@ from inputs.examples import Examples
 
 _SHUFFLE_BUFFER = 16384
 
+_SHARD_POLICIES = {
+    "auto": tf.data.experimental.AutoShardPolicy.AUTO,
+    "file": tf.data.experimental.AutoShardPolicy.FILE,
+    "data": tf.data.experimental.AutoShardPolicy.DATA,
+    "off": tf.data.experimental.AutoShardPolicy.OFF,
+}
+
+
+def _with_shard_policy(ds: tf.data.Dataset, policy: str) -> tf.data.Dataset:
+    """How a multi-worker strategy splits this dataset between workers
+    (single-process strategies ignore it)."""
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = _SHARD_POLICIES[policy]
+    return ds.with_options(options)
+
 
 def _to_float(x: tf.Tensor, y: tf.Tensor):
     return tf.cast(x, tf.float32) / 255.0, y
 
 
 def train_batches(
-    examples: Examples, *, global_batch_size: int, seed: int, start_step: int = 0
+    examples: Examples, *, global_batch_size: int, seed: int, start_step: int = 0,
+    shard_policy: str = "auto",
 ) -> tf.data.Dataset:
     """An endless, seeded, reshuffled-every-epoch stream of full global batches.
 
@@ -37,13 +53,15 @@ def train_batches(
     if start_step:
         ds = ds.skip(start_step)
     ds = ds.map(_to_float, num_parallel_calls=tf.data.AUTOTUNE)
-    return ds.prefetch(tf.data.AUTOTUNE)
+    return _with_shard_policy(ds.prefetch(tf.data.AUTOTUNE), shard_policy)
 
 
-def eval_batches(examples: Examples, *, global_batch_size: int) -> tf.data.Dataset:
+def eval_batches(
+    examples: Examples, *, global_batch_size: int, shard_policy: str = "auto"
+) -> tf.data.Dataset:
     """One pass over `examples`, the last batch possibly partial (every example
     is counted exactly once by the evaluator)."""
     ds = tf.data.Dataset.from_tensor_slices((examples.x, examples.y))
     ds = ds.batch(global_batch_size, drop_remainder=False)
     ds = ds.map(_to_float, num_parallel_calls=tf.data.AUTOTUNE)
-    return ds.cache().prefetch(tf.data.AUTOTUNE)
+    return _with_shard_policy(ds.cache().prefetch(tf.data.AUTOTUNE), shard_policy)
