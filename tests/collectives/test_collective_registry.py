@@ -10,7 +10,7 @@ import collectives
 from collectives import registry
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BUILTIN = ["auto", "hierarchical_copy", "nccl", "reduce_to_one_device", "ring"]
+BUILTIN = ["auto", "hierarchical_copy", "nccl", "reduce_to_one_device", "ring", "strategy"]
 
 
 @pytest.fixture
@@ -65,7 +65,8 @@ def test_auto_forwards_options_to_its_choice():
     "name, kwargs, expected",
     [
         ("foo", {}, "--collective='foo' is not a collective; choose one of auto, "
-                    "hierarchical_copy, nccl, reduce_to_one_device, ring, or give module:Class"),
+                    "hierarchical_copy, nccl, reduce_to_one_device, ring, strategy, or give "
+                    "module:Class"),
         ("", {}, "--collective='' is empty; choose one of auto, hierarchical_copy"),
         ("ring", dict(devices=[]), "devices=[] must be a non-empty list of device names"),
         ("ring", dict(devices="cpu:0"), "devices='cpu:0' must be a non-empty list"),
