@@ -190,7 +190,7 @@ def run(
         "" if not role.in_cluster else f"{role.name}: ",
         config.strategy if not role.is_evaluator else "evaluator",
         strategy.num_replicas_in_sync, ",".join(d.lstrip("/") for d in plan.devices),
-        plan.collective.describe(), config.global_batch_size,
+        "none" if role.is_evaluator else plan.collective.describe(), config.global_batch_size,
         config.global_batch_size // strategy.num_replicas_in_sync,
     )
     keras.utils.set_random_seed(config.seed)

@@ -76,3 +76,20 @@ def test_tf_config_mistakes_are_one_line(tmp_path):
                      env={"TF_CONFIG": bad.replace('"index": 3', '"index": 0')})
     assert_one_line_error(result, contains="use --strategy=multi_worker")
     assert not (tmp_path / "run").exists()
+
+
+def test_the_evaluator_evaluates_checkpoints_and_stops_after_the_last(tmp_path):
+    model_dir = tmp_path / "run"
+    result = run_bin(
+        "launch", "--num_workers=2", "--evaluator", "--grace_period=5", "--evaluator_timeout=120",
+        "--", "bin/train", "--strategy=multi_worker", f"--model_dir={model_dir}",
+        "--eval_timeout=60", *FLAGS, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # It may skip checkpoints written while it was busy, never the final one.
+    assert "[evaluator]" in result.stdout and "eval  step 30" in result.stdout
+    steps = set()
+    for path in (model_dir / "summaries" / "eval").glob("events.out.tfevents.*"):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            if any(value.tag == "accuracy" for value in event.summary.value):
+                steps.add(event.step)
+    assert 30 in steps and steps <= {10, 20, 30}
