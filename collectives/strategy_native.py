@@ -14,7 +14,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from collectives import registry
+from collectives import _values, registry
 from collectives.interface import Collective, Destinations, PerReplicaGradients
 
 
@@ -28,8 +28,8 @@ class StrategyNative(Collective):
 
     @tf.autograph.experimental.do_not_convert
     def batch_all_reduce(self, values: PerReplicaGradients, destinations: Destinations) -> list[Any]:
-        strategy = tf.distribute.get_strategy()
-        return strategy.extended.batch_reduce_to(
+        values, destinations = _values.prepare_batch(values, destinations)
+        return tf.distribute.get_strategy().extended.batch_reduce_to(
             tf.distribute.ReduceOp.SUM, list(zip(values, destinations))
         )
 

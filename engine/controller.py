@@ -73,13 +73,12 @@ class Controller:
         on_loop_end: Optional[Callable[[int, dict[str, float]], None]] = None,
         stop_request: Optional[StopRequest] = None,
     ):
-        for name, value in [
-            ("steps_per_loop", steps_per_loop),
-            ("checkpoint_interval", checkpoint_interval + 1),
-            ("summary_interval", summary_interval + 1),
-        ]:
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` ({value}) must be a positive integer")
+        if not isinstance(steps_per_loop, int) or steps_per_loop < 1:
+            raise ValueError(f"`steps_per_loop` ({steps_per_loop}) must be a positive integer")
+        for name, value in [("checkpoint_interval", checkpoint_interval),
+                            ("summary_interval", summary_interval)]:
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"`{name}` ({value}) must be an integer >= 0 (0: off)")
         self.global_step = global_step
         self.trainer = trainer
         self.evaluator = evaluator

@@ -30,15 +30,6 @@ from engine.replica_sums import ReplicaSums
 from engine.task import LossFn, LossOutput, classification_loss
 
 
-def trainable_variables(model: Any) -> list[tf.Variable]:
-    """The model's trainable variables as TensorFlow variables (Keras 3 wraps them)."""
-    return list(model.trainable_variables)
-
-
-def as_tf_variable(variable: Any) -> tf.Variable:
-    return variable.value if isinstance(variable, keras.Variable) else variable
-
-
 def per_replica_spec(element_spec: Any) -> Any:
     """The dataset's element spec with the batch dimension left open."""
     return tf.nest.map_structure(
@@ -94,12 +85,11 @@ class Trainer:
         self.global_step = global_step
         self.global_batch_size = global_batch_size
         self._loss_fn = loss_fn or classification_loss
-        self._variables = trainable_variables(model)
+        self._variables = list(model.trainable_variables)
         with strategy.scope():
             # Slots exist before the first step (and before a checkpoint restore).
             optimizer.build(self._variables)
         keras_bridge.disable_implicit_gradient_reduction(optimizer)
-        self._destinations = [as_tf_variable(v) for v in self._variables]
         self._sums = ReplicaSums(
             strategy, ["loss"] + metric_names(self._loss_fn, model, train_dataset.element_spec)
         )
@@ -133,7 +123,7 @@ class Trainer:
         present = [i for i, g in enumerate(grads) if g is not None]
         # The one gradient all-reduce of the step, through the selected collective.
         reduced = tf.distribute.get_replica_context().merge_call(
-            self._all_reduce, args=([grads[i] for i in present], [self._destinations[i] for i in present])
+            self._all_reduce, args=([grads[i] for i in present], [self._variables[i] for i in present])
         )
         self.optimizer.apply_gradients(zip(reduced, [self._variables[i] for i in present]))
 
