@@ -162,6 +162,11 @@ def test_every_task_gets_its_own_tf_config(tmp_path):
                           "unbuffered": os.environ.get("PYTHONUNBUFFERED"),
                           "own_group": os.getpgid(0) == os.getpid()}))
         print("to stderr", file=sys.stderr)
+        record(NAME + ".done", 1)
+        # Like real training, the chief and workers finish only after their ps has
+        # served (the launcher stops ps tasks as soon as training ends).
+        if TYPE in ("chief", "worker"):
+            wait_for("ps0.done")
     """)
     result = _launch("--num_workers=2", "--chief", "--num_ps=1", "--evaluator", "--", *command)
     assert result.returncode == 0, result.stderr
