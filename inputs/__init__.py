@@ -1,7 +1,10 @@
 """Input pipelines: datasets by name, and `tf.data` global-batch pipelines."""
 
-from inputs.examples import Examples, Splits
-from inputs.pipeline import eval_batches, train_batches
+from inputs.examples import Examples, ImageFiles, RecordFiles, Split, Splits
+from inputs.pipeline import eval_batches, resolve_shard_policy, train_batches
 from inputs.registry import available, load, register
 
-__all__ = ["Examples", "Splits", "available", "eval_batches", "load", "register", "train_batches"]
+__all__ = [
+    "Examples", "ImageFiles", "RecordFiles", "Split", "Splits", "available", "eval_batches",
+    "load", "register", "resolve_shard_policy", "train_batches",
+]

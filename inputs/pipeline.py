@@ -1,17 +1,50 @@
-"""`tf.data` pipelines that turn `Examples` into global batches.
+"""`tf.data` pipelines that turn any split into global batches.
 
 Batches are *global*: `strategy.experimental_distribute_dataset` splits each
 one across the replicas, so the global batch size is per-replica batch times
 replica count whatever the device layout.
+
+Every split kind goes through the same stages; only the first and the decode
+differ::
+
+    source, shuffled each epoch (seeded)   Examples: in-memory (x, y), cached
+                                           RecordFiles: sorted file list, shuffled,
+                                             interleaved (fixed cycle, deterministic),
+                                             then the serialized records shuffled
+                                           ImageFiles: (path, label), shuffled
+    repeat
+    skip(start_step × examples per step)   exact resume, before any decoding
+    decode (parallel, order kept)          PNG records / image files → uint8
+    batch(global batch, drop remainder)
+    cast to float in [0, 1]
+
+The order depends only on `seed` and the split (not on the machine: the
+interleave's cycle length is a constant), so a resumed run that skips the
+examples it already trained on sees exactly the batches an uninterrupted run
+sees.
+
+Multi-worker sharding (`--auto_shard_policy`): `auto` is resolved here, to
+`file` for TFRecord splits with at least one file per worker and to `data`
+otherwise, and set explicitly, so the skip arithmetic and TensorFlow agree.
+With `data` every worker reads the whole stream and keeps its part of each
+global batch (it consumes one global batch per step); with `file`,
+TensorFlow deals the sorted file list to the workers and each worker's own
+stream of global batches is cut into `workers × replicas` pieces, so a worker
+consumes global_batch / workers of its examples per step, and the skip
+follows that.
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-from inputs.examples import Examples
+from engine.errors import ConfigError
+from inputs import image_folder, tfrecord
+from inputs.examples import Examples, ImageFiles, RecordFiles, Split
 
 _SHUFFLE_BUFFER = 16384
+_SHUFFLE_BYTES = 256 << 20  # memory bound of the record shuffle buffer
+_CYCLE_LENGTH = 8  # TFRecord files read at once; fixed, so the order is machine-independent
 
 _SHARD_POLICIES = {
     "auto": tf.data.experimental.AutoShardPolicy.AUTO,
@@ -21,11 +54,44 @@ _SHARD_POLICIES = {
 }
 
 
-def _with_shard_policy(ds: tf.data.Dataset, policy: str) -> tf.data.Dataset:
+def resolve_shard_policy(split: Split, policy: str, num_workers: int = 1) -> str:
+    """`auto` → `file` or `data`, as described above; other names unchanged.
+
+    Raises:
+      ConfigError: `file` sharding over several workers of a split that is not
+        TFRecord files, or of fewer files than workers (TensorFlow would fail
+        at the first step).
+    """
+    is_records = isinstance(split, RecordFiles)
+    if policy == "auto":
+        return "file" if is_records and len(split.files) >= num_workers else "data"
+    if policy == "file" and num_workers > 1:
+        if not is_records:
+            raise ConfigError(
+                "--auto_shard_policy=file needs a dataset of files to deal out; this one is "
+                f"{'an image folder' if isinstance(split, ImageFiles) else 'in memory'}: "
+                "convert it with bin/convert_to_tfrecord and use --dataset=tfrecord, or use "
+                "--auto_shard_policy=data"
+            )
+        if len(split.files) < num_workers:
+            raise ConfigError(
+                f"--auto_shard_policy=file deals {len(split.files)} file(s) to {num_workers} "
+                f"workers; write at least {num_workers} shards (bin/convert_to_tfrecord "
+                "--num_shards) or use --auto_shard_policy=data"
+            )
+    return policy
+
+
+def _with_shard_policy(ds: tf.data.Dataset, policy: str, deterministic: bool = True) -> tf.data.Dataset:
     """How a multi-worker strategy splits this dataset between workers
-    (single-process strategies ignore it)."""
+    (single-process strategies ignore it), and whether stages that do not pin
+    their order may yield out of order (`deterministic=False`, faster: a slow
+    element does not hold up the ones behind it). Every stage that decides
+    which batch a train step sees pins `deterministic=True`, so exact resume
+    holds either way."""
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = _SHARD_POLICIES[policy]
+    options.deterministic = deterministic
     return ds.with_options(options)
 
 
@@ -33,35 +99,83 @@ def _to_float(x: tf.Tensor, y: tf.Tensor):
     return tf.cast(x, tf.float32) / 255.0, y
 
 
+def _read_records(files: tf.data.Dataset, cycle_length: int) -> tf.data.Dataset:
+    return files.interleave(
+        tf.data.TFRecordDataset, cycle_length=cycle_length, block_length=1,
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def _shuffled_source(split: Split, seed: int):
+    """(finite dataset of cheap elements, reshuffled every epoch; decode fn or None)."""
+    if isinstance(split, Examples):
+        ds = tf.data.Dataset.from_tensor_slices((split.x, split.y)).cache()
+        return ds.shuffle(min(len(split), _SHUFFLE_BUFFER), seed=seed,
+                          reshuffle_each_iteration=True), None
+    if isinstance(split, RecordFiles):
+        files = tf.data.Dataset.from_tensor_slices(list(split.files))
+        files = files.shuffle(len(split.files), seed=seed, reshuffle_each_iteration=True)
+        records = _read_records(files, min(len(split.files), _CYCLE_LENGTH))
+        buffer = max(1, min(split.count, _SHUFFLE_BUFFER, _SHUFFLE_BYTES // split.record_bytes))
+        records = records.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+        return records, lambda r: tfrecord.parse(r, split.image_shape)
+    if isinstance(split, ImageFiles):
+        ds = tf.data.Dataset.from_tensor_slices((list(split.paths), list(split.labels)))
+        ds = ds.shuffle(len(split), seed=seed, reshuffle_each_iteration=True)
+        return ds, lambda p, l: image_folder.decode(p, l, split.image_shape)
+    raise TypeError(f"not a split: {type(split).__name__}")
+
+
+def _ordered_source(split: Split):
+    """(the split once, in its stored order; decode fn or None)."""
+    if isinstance(split, Examples):
+        return tf.data.Dataset.from_tensor_slices((split.x, split.y)), None
+    if isinstance(split, RecordFiles):
+        files = tf.data.Dataset.from_tensor_slices(list(split.files))
+        return _read_records(files, 1), lambda r: tfrecord.parse(r, split.image_shape)
+    if isinstance(split, ImageFiles):
+        ds = tf.data.Dataset.from_tensor_slices((list(split.paths), list(split.labels)))
+        return ds, lambda p, l: image_folder.decode(p, l, split.image_shape)
+    raise TypeError(f"not a split: {type(split).__name__}")
+
+
 def train_batches(
-    examples: Examples, *, global_batch_size: int, seed: int, start_step: int = 0,
-    shard_policy: str = "auto",
+    split: Split, *, global_batch_size: int, seed: int, start_step: int = 0,
+    shard_policy: str = "auto", num_workers: int = 1, deterministic: bool = True,
 ) -> tf.data.Dataset:
     """An endless, seeded, reshuffled-every-epoch stream of full global batches.
 
-    `start_step` skips the batches a restored run has already trained on, so a
-    resumed run sees the data an uninterrupted one would (the pipeline is
-    deterministic given `seed`). Skipping happens before decoding, on uint8.
+    `start_step` skips what a restored run has already trained on, so a
+    resumed run sees the data an uninterrupted one would. `num_workers` is the
+    multi-worker cluster's worker count (1 otherwise); with `file` sharding a
+    worker consumes `global_batch_size / num_workers` of its examples per step.
     """
-    ds = tf.data.Dataset.from_tensor_slices((examples.x, examples.y))
-    ds = ds.cache()
-    ds = ds.shuffle(min(len(examples), _SHUFFLE_BUFFER), seed=seed, reshuffle_each_iteration=True)
+    policy = resolve_shard_policy(split, shard_policy, num_workers)
+    ds, decode = _shuffled_source(split, seed)
     ds = ds.repeat()
+    if start_step:
+        per_step = global_batch_size // num_workers if policy == "file" else global_batch_size
+        ds = ds.skip(start_step * per_step)
+    if decode is not None:
+        ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     # Full batches only: every step divides by the same global batch size and
     # the compiled step sees one static shape.
     ds = ds.batch(global_batch_size, drop_remainder=True)
-    if start_step:
-        ds = ds.skip(start_step)
-    ds = ds.map(_to_float, num_parallel_calls=tf.data.AUTOTUNE)
-    return _with_shard_policy(ds.prefetch(tf.data.AUTOTUNE), shard_policy)
+    ds = ds.map(_to_float, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return _with_shard_policy(ds.prefetch(tf.data.AUTOTUNE), policy, deterministic)
 
 
 def eval_batches(
-    examples: Examples, *, global_batch_size: int, shard_policy: str = "auto"
+    split: Split, *, global_batch_size: int, shard_policy: str = "auto", num_workers: int = 1,
+    deterministic: bool = True,
 ) -> tf.data.Dataset:
-    """One pass over `examples`, the last batch possibly partial (every example
-    is counted exactly once by the evaluator)."""
-    ds = tf.data.Dataset.from_tensor_slices((examples.x, examples.y))
+    """One pass over `split` in its stored order, the last batch possibly
+    partial (every example is counted exactly once by the evaluator)."""
+    policy = resolve_shard_policy(split, shard_policy, num_workers)
+    ds, decode = _ordered_source(split)
+    if decode is not None:
+        ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     ds = ds.batch(global_batch_size, drop_remainder=False)
     ds = ds.map(_to_float, num_parallel_calls=tf.data.AUTOTUNE)
-    return _with_shard_policy(ds.cache().prefetch(tf.data.AUTOTUNE), shard_policy)
+    if isinstance(split, Examples):
+        ds = ds.cache()  # small and in memory already; file splits may not fit as floats
+    return _with_shard_policy(ds.prefetch(tf.data.AUTOTUNE), policy, deterministic)

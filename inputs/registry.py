@@ -1,18 +1,27 @@
-"""Datasets by name: `--dataset=synthetic` → `load("synthetic", ...)`."""
+"""Datasets by name: `--dataset=synthetic` → `load("synthetic", ...)`.
+
+A loader is `loader(*, data_dir, seed, image_size, eval_fraction) -> Splits`
+and takes what it needs: `image_size` and `eval_fraction` matter to
+`image_folder` only. Loaders check files in plain Python and never start
+TensorFlow's runtime (the multi-worker strategy must come first).
+"""
 
 from __future__ import annotations
 
 from typing import Callable
 
 from engine.errors import ConfigError
-from inputs import mnist, synthetic
+from inputs import image_folder, mnist, synthetic, tfrecord
 from inputs.examples import Splits
 
 Loader = Callable[..., Splits]
 
 _LOADERS: dict[str, Loader] = {
-    "synthetic": lambda *, data_dir, seed: synthetic.load(seed=seed),
-    "mnist": lambda *, data_dir, seed: mnist.load(data_dir=data_dir),
+    "synthetic": lambda *, seed, **_: synthetic.load(seed=seed),
+    "mnist": lambda *, data_dir, **_: mnist.load(data_dir=data_dir),
+    "tfrecord": lambda *, data_dir, **_: tfrecord.load(data_dir=data_dir),
+    "image_folder": lambda *, data_dir, image_size, eval_fraction, **_: image_folder.load(
+        data_dir=data_dir, image_size=image_size, eval_fraction=eval_fraction),
 }
 
 
@@ -21,15 +30,17 @@ def available() -> list[str]:
 
 
 def register(name: str, loader: Loader) -> None:
-    """Adds a dataset: `loader(*, data_dir, seed) -> Splits`."""
+    """Adds a dataset: `loader(*, data_dir, seed, image_size, eval_fraction, **_) -> Splits`."""
     if name in _LOADERS:
         raise ValueError(f"dataset {name!r} is already registered")
     _LOADERS[name] = loader
 
 
-def load(name: str, *, data_dir: str = "", seed: int = 0) -> Splits:
+def load(name: str, *, data_dir: str = "", seed: int = 0, image_size: int = 224,
+         eval_fraction: float = 0.2) -> Splits:
     if name not in _LOADERS:
         raise ConfigError(
             f"--dataset={name!r} is not a dataset; choose one of: {', '.join(available())}"
         )
-    return _LOADERS[name](data_dir=data_dir, seed=seed)
+    return _LOADERS[name](data_dir=data_dir, seed=seed, image_size=image_size,
+                          eval_fraction=eval_fraction)

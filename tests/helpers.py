@@ -70,6 +70,19 @@ def write_digits_npz(directory: str, *, seed: int = 0) -> str:
     return path
 
 
+def write_tfrecord_dir(directory: str, *, num_shards: int = 4, num_train: int = 512,
+                       num_eval: int = 128, seed: int = 0) -> str:
+    """Writes synthetic digits (28x28x1, 10 classes) as a `--dataset=tfrecord`
+    folder of `num_shards` train and eval files; returns `directory`.
+
+    `--auto_shard_policy=file` over W workers needs num_shards >= W.
+    """
+    from inputs import synthetic, tfrecord
+
+    splits = synthetic.load(seed=seed, num_train=num_train, num_eval=num_eval)
+    return tfrecord.write(splits, directory, num_shards=num_shards, source="synthetic")
+
+
 def assert_one_line_error(result, *, contains: str = "") -> str:
     """A user mistake: non-zero exit, one `error:` line on stderr, no traceback."""
     assert result.returncode != 0, result.stdout + result.stderr
