@@ -14,8 +14,10 @@ what is wrong.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
+import socket
 from typing import Mapping, Optional
 
 from engine.errors import ConfigError
@@ -61,6 +63,18 @@ class Role:
     @property
     def name(self) -> str:
         return f"{self.task_type}:{self.task_index}" if self.in_cluster else "local"
+
+    @property
+    def address(self) -> Optional[str]:
+        """This task's `host:port` in the cluster (None outside it, and for the evaluator)."""
+        if self.task_type not in self.cluster:
+            return None
+        return self.cluster[self.task_type][self.task_index]
+
+    def describe_cluster(self) -> str:
+        """`chief:0=host:port, worker:0=...`: for messages about the cluster."""
+        return ", ".join(f"{job}:{i}={address}" for job, tasks in self.cluster.items()
+                         for i, address in enumerate(tasks))
 
 
 def _fail(message: str) -> None:
@@ -117,6 +131,32 @@ def parse(text: Optional[str]) -> Role:
         task_index=index,
         cluster={job: tuple(addresses) for job, addresses in cluster.items()},
     )
+
+
+def check_port_free(role: Role) -> None:
+    """Refuses a task whose own port another process already holds.
+
+    TensorFlow would find out only when it starts its server, and report it
+    as "Could not start gRPC server". Checking here, before anything is
+    built, costs one bind. (Another process may still take the port between
+    this check and TensorFlow's bind; the strategy reports that case too.)
+    """
+    if role.address is None:
+        return
+    port = int(role.address.rpartition(":")[2])
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # Like gRPC: a port left in TIME_WAIT by an earlier run is free to use.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", port))
+        except OSError as error:
+            if error.errno != errno.EADDRINUSE:
+                raise
+            raise ConfigError(
+                f"TF_CONFIG gives {role.name} the address {role.address}, but port {port} is "
+                "in use by another process; stop that process or give this task a free port "
+                "(bin/launch picks free ports)"
+            ) from None
 
 
 def current_role(environ: Mapping[str, str] = os.environ) -> Role:

@@ -53,6 +53,9 @@ class RunConfig:
         initial weights whatever the strategy and device count.
       max_checkpoints: how many `ckpt-<step>` files to keep.
       eval_timeout: seconds the sidecar evaluator waits for a new checkpoint.
+      startup_timeout: seconds a multi-worker task waits for every task of
+        its cluster to come up before it gives up with a one-line error
+        (0 = wait forever).
       auto_shard_policy: how multi-worker input is split between workers
         (`auto`, `file`, `data`, `off`; see `tf.data.experimental.AutoShardPolicy`).
       deterministic: make TensorFlow ops deterministic, so a rerun (or a
@@ -84,6 +87,7 @@ class RunConfig:
     seed: int = 0
     max_checkpoints: int = 5
     eval_timeout: float = 600.0
+    startup_timeout: float = 300.0
     auto_shard_policy: str = "auto"
     deterministic: bool = False
 
@@ -109,7 +113,7 @@ class RunConfig:
                 f"--auto_shard_policy={self.auto_shard_policy!r} is not a policy; choose one of: "
                 f"{', '.join(SHARD_POLICIES)}"
             )
-        for name in ("collective_timeout", "eval_timeout"):
+        for name in ("collective_timeout", "eval_timeout", "startup_timeout"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"--{name}={getattr(self, name)} must be 0 or more seconds")
         if not self.learning_rate > 0:

@@ -140,6 +140,8 @@ def _check(config: RunConfig, model_fn: Optional[ModelFn]) -> _Plan:
     splits = inputs.load(config.dataset, data_dir=config.data_dir, seed=config.seed)
     mode = _resolve_mode(config, splits.eval is not None, role)
     _check_model_dir(config.model_dir)
+    if role.in_cluster and not role.is_evaluator:
+        cluster.check_port_free(role)
     latest = tf.train.latest_checkpoint(config.model_dir) if os.path.isdir(config.model_dir) else None
     if mode == "evaluate" and not latest:
         raise ConfigError(
@@ -183,7 +185,7 @@ def run(
             communication=strategies.communication_options(
                 config.collective, pack_bytes=config.pack_bytes,
                 timeout_seconds=config.collective_timeout),
-            role=role,
+            role=role, startup_timeout=config.startup_timeout,
         )
     logger.info(
         "%s%s over %d replica(s) [%s], collective %s, global batch %d (%d per replica)",

@@ -6,32 +6,41 @@ layout costs one line on stderr and no TensorFlow state.
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
-from engine import cluster
+from engine import cluster, watchdog
 from engine.errors import ConfigError
 
 Communication = Optional[tf.distribute.experimental.CommunicationOptions]
 
 
 def _multi_worker(
-    devices: Sequence[str], communication: Communication, role: cluster.Role
+    devices: Sequence[str], communication: Communication, role: cluster.Role,
+    startup_timeout: float,
 ) -> tf.distribute.Strategy:
     gpu_ids = [int(d.split(":")[1]) for d in devices if d.startswith("/gpu")]
     if gpu_ids:  # each worker replicates over the listed local GPUs only
         gpus = tf.config.list_physical_devices("GPU")
         tf.config.set_visible_devices([gpus[i] for i in gpu_ids], "GPU")
+    program = os.path.basename(sys.argv[0]) or "train"
+    never_formed = (
+        f"{program}: error: {role.name} waited {startup_timeout:g} s for the cluster "
+        f"({role.describe_cluster()}) and not every task came up; start every task of "
+        "TF_CONFIG (bin/launch does), check their addresses, or raise --startup_timeout"
+    )
     try:
-        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=communication)
+        # The constructor blocks until every task has joined (see engine.watchdog).
+        with watchdog.deadline(startup_timeout, never_formed):
+            return tf.distribute.MultiWorkerMirroredStrategy(communication_options=communication)
     except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError,
             tf.errors.InternalError, tf.errors.AbortedError, tf.errors.UnknownError) as error:
-        addresses = ", ".join(f"{job}:{i}={address}" for job, tasks in role.cluster.items()
-                              for i, address in enumerate(tasks))
         reason = str(error).strip().splitlines()[0][:160]
         raise ConfigError(
-            f"{role.name} could not form the cluster ({addresses}): {reason}; "
+            f"{role.name} could not form the cluster ({role.describe_cluster()}): {reason}; "
             "check that no other process holds their ports"
         ) from None
 
@@ -135,11 +144,18 @@ def build(
     *,
     communication: Communication = None,
     role: Optional[cluster.Role] = None,
+    startup_timeout: float = 0,
+    tpu_resolver: Optional[tf.distribute.cluster_resolver.TPUClusterResolver] = None,
 ) -> tf.distribute.Strategy:
-    """Builds the strategy; the keyword arguments apply to multi_worker only.
+    """Builds the strategy; the keyword arguments apply to multi_worker only
+    (`tpu_resolver`, from `engine.tpu.connect`, to tpu only).
 
     Args:
       communication: multi_worker's collective options.
       role: this process's place in the `TF_CONFIG` cluster.
+      startup_timeout: seconds to wait for every task of the cluster to come
+        up; past it the process prints one line and is killed (0: no limit).
     """
-    return _BUILDERS[name](devices, communication, role or cluster.Role())
+    if name == "tpu":
+        return tf.distribute.TPUStrategy(tpu_resolver)
+    return _BUILDERS[name](devices, communication, role or cluster.Role(), startup_timeout)

@@ -2,6 +2,9 @@
 
 import json
 import os
+import signal
+import socket
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -54,6 +57,42 @@ def test_tf_config_mistakes_are_one_line(tmp_path):
     result = run_bin("train", "--strategy=mirrored", f"--model_dir={tmp_path / 'run'}",
                      env={"TF_CONFIG": bad.replace('"index": 3', '"index": 0')})
     assert_one_line_error(result, contains="use --strategy=multi_worker")
+    assert not (tmp_path / "run").exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def test_a_port_in_use_is_one_line_and_writes_nothing(tmp_path):
+    from helpers import assert_one_line_error
+
+    with socket.socket() as busy:
+        busy.bind(("", 0))
+        busy.listen()
+        address = f"localhost:{busy.getsockname()[1]}"
+        config = json.dumps({"cluster": {"worker": [address]}, "task": {"type": "worker", "index": 0}})
+        result = run_bin("train", "--strategy=multi_worker", f"--model_dir={tmp_path / 'run'}",
+                         env={"TF_CONFIG": config})
+    assert_one_line_error(result, contains=f"{address}, but port")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_worker_that_never_comes_up_ends_the_wait_with_one_line(tmp_path):
+    from helpers import assert_one_line_error
+
+    # worker:1 is never started: worker:0 would wait in TensorFlow forever.
+    cluster = {"worker": [f"localhost:{_free_port()}", f"localhost:{_free_port()}"]}
+    config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}})
+    start = time.monotonic()
+    result = run_bin("train", "--strategy=multi_worker", "--startup_timeout=3",
+                     f"--model_dir={tmp_path / 'run'}", env={"TF_CONFIG": config}, timeout=120)
+    assert time.monotonic() - start < 100  # bounded: the subprocess timeout is the hard stop
+    assert result.returncode == -signal.SIGKILL  # see engine/watchdog.py for why
+    line = assert_one_line_error(result, contains="worker:0 waited 3 s for the cluster")
+    assert cluster["worker"][1] in line and "--startup_timeout" in line
     assert not (tmp_path / "run").exists()
 
 
