@@ -17,15 +17,21 @@ from engine.errors import ConfigError
 ModelBuilder = Callable[..., keras.Model]
 
 _BUILDERS: dict[str, ModelBuilder] = {}
+_MIN_SIZES: dict[str, int] = {}
 
 
-def register(name: str) -> Callable[[ModelBuilder], ModelBuilder]:
-    """Class/function decorator adding a model builder under `name`."""
+def register(name: str, *, min_size: int = 0) -> Callable[[ModelBuilder], ModelBuilder]:
+    """Class/function decorator adding a model builder under `name`.
+
+    `min_size`: the smallest image height and width the model accepts (Keras
+    applications downsample 32x), checked before anything is built.
+    """
 
     def decorate(builder: ModelBuilder) -> ModelBuilder:
         if name in _BUILDERS:
             raise ValueError(f"model {name!r} is already registered")
         _BUILDERS[name] = builder
+        _MIN_SIZES[name] = min_size
         return builder
 
     return decorate
@@ -35,17 +41,26 @@ def available() -> list[str]:
     return sorted(_BUILDERS)
 
 
-def check(name: str) -> None:
-    """Raises the one-line error for an unknown name, without building anything."""
+def check(name: str, input_shape=None) -> None:
+    """Raises the one-line error for an unknown name, or for images smaller than
+    the model accepts, without building anything."""
     if name not in _BUILDERS:
         raise ConfigError(
             f"--model={name!r} is not a model; choose one of: {', '.join(available())}"
+        )
+    least = _MIN_SIZES[name]
+    if input_shape is not None and len(input_shape) == 3 and min(input_shape[:2]) < least:
+        height, width = input_shape[:2]
+        raise ConfigError(
+            f"--model={name} needs images of at least {least}x{least}, and the dataset gives "
+            f"{height}x{width}; use larger images (e.g. --dataset=image_folder "
+            f"--image_size={max(least, 96)})"
         )
 
 
 def build(name: str, *, input_shape=(28, 28, 1), num_classes: int = 10) -> keras.Model:
     """Builds model `name`; call inside `strategy.scope()` to get mirrored variables."""
-    check(name)
+    check(name, input_shape)
     return _BUILDERS[name](input_shape=tuple(input_shape), num_classes=num_classes)
 
 

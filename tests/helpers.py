@@ -83,6 +83,22 @@ def write_tfrecord_dir(directory: str, *, num_shards: int = 4, num_train: int = 
     return tfrecord.write(splits, directory, num_shards=num_shards, source="synthetic")
 
 
+def write_image_folder(root, classes=("cats", "dogs", "fish"), per_class=4, shape=(40, 30)) -> str:
+    """Writes `root/<class>/<class>.<i>.{png,jpg}` for `--dataset=image_folder`:
+    PNG and JPEG files (alternating) of a class-specific colour plus noise."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    for label, name in enumerate(classes):
+        os.makedirs(os.path.join(root, name), exist_ok=True)
+        for i in range(per_class):
+            image = np.clip(rng.normal(40 + 80 * label, 20, shape + (3,)), 0, 255).astype(np.uint8)
+            encoded = tf.io.encode_png(image) if i % 2 == 0 else tf.io.encode_jpeg(image)
+            suffix = "png" if i % 2 == 0 else "jpg"
+            tf.io.write_file(os.path.join(root, name, f"{name}.{i}.{suffix}"), encoded)
+    return str(root)
+
+
 def assert_one_line_error(result, *, contains: str = "") -> str:
     """A user mistake: non-zero exit, one `error:` line on stderr, no traceback."""
     assert result.returncode != 0, result.stdout + result.stderr
