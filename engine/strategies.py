@@ -50,10 +50,24 @@ _BUILDERS: dict[str, Callable[..., tf.distribute.Strategy]] = {
     "one_device": lambda devices, *_: tf.distribute.OneDeviceStrategy(devices[0]),
     "mirrored": lambda devices, *_: tf.distribute.MirroredStrategy(list(devices)),
     "multi_worker": _multi_worker,
+    # Variables on the CPU (on the device itself when there is only one),
+    # compute replicated on `devices`.
+    "central_storage": lambda devices, *_: tf.distribute.experimental.CentralStorageStrategy(
+        list(devices)),
+    # The chief's view of a TF_CONFIG cluster of workers and ps tasks; only the
+    # chief builds it (engine.ps_trainer serves on the others).
+    "parameter_server": lambda devices, *_: tf.distribute.experimental.ParameterServerStrategy(
+        tf.distribute.cluster_resolver.TFConfigClusterResolver()),
+    "tpu": None,  # built from the resolver engine.tpu.connect returned (see `build`)
 }
 
-# Names the design reserves; they get a clear "not yet" instead of "unknown".
-_PLANNED = ("central_storage", "parameter_server")
+# Strategies that reduce gradients themselves: the trainer's explicit
+# all-reduce goes through the strategy (the `strategy` collective), and
+# `--collective` may only be auto (plus multi_worker's TF implementations).
+_OWN_REDUCTION = {
+    "parameter_server": "whose workers update the variables on the ps tasks, with no all-reduce",
+    "tpu": "which all-reduces over the TPU interconnect",
+}
 
 # --collective for multi_worker picks TF's collective implementation.
 _IMPLEMENTATIONS = {
@@ -67,16 +81,20 @@ def available() -> list[str]:
     return sorted(_BUILDERS)
 
 
-def num_replicas(name: str, devices: Sequence[str], *, num_workers: int = 0) -> int:
+def num_replicas(name: str, devices: Sequence[str], *, num_workers: int = 0,
+                 tpu_cores: int = 0) -> int:
     """Replicas the strategy will have; validates the name/device combination.
 
-    `num_workers` is the training processes of a `TF_CONFIG` cluster (0: none).
+    `num_workers` is the training processes of a `TF_CONFIG` cluster (0: none);
+    `tpu_cores` the cores `engine.tpu.connect` found. For parameter_server it
+    is the replicas *of one worker*: each scheduled step is one worker's, on
+    a whole global batch, applied to the ps variables without waiting for
+    the other workers.
     """
-    if name in _PLANNED:
-        raise ConfigError(
-            f"--strategy={name} is not available in this version; use one of: "
-            f"{', '.join(available())}"
-        )
+    if name == "tpu":
+        if tpu_cores < 1:
+            raise ConfigError("--strategy=tpu found no TPU cores; use --strategy=mirrored")
+        return tpu_cores
     if name not in _BUILDERS:
         raise ConfigError(
             f"--strategy={name!r} is not a strategy; choose one of: {', '.join(available())}"
@@ -88,24 +106,47 @@ def num_replicas(name: str, devices: Sequence[str], *, num_workers: int = 0) -> 
         )
     if name == "default":
         return 1
-    if name == "multi_worker":
+    if name in ("multi_worker", "parameter_server"):
         if len(devices) > 1 and any(not d.startswith("/gpu") for d in devices):
             raise ConfigError(
-                f"--strategy=multi_worker replicates over one CPU or the local GPUs, got "
+                f"--strategy={name} replicates over one CPU or the local GPUs, got "
                 f"--devices={','.join(d.lstrip('/') for d in devices)}; "
                 "use cpu:0 or a list of gpu:N"
             )
         local = len(devices) if devices[0].startswith("/gpu") else 1
-        return max(num_workers, 1) * local
+        return local if name == "parameter_server" else max(num_workers, 1) * local
     return len(devices)
 
 
-def collective_name(strategy: str, collective: str, devices: Sequence[str], *, num_packs: int) -> str:
+def collective_name(strategy: str, collective: str, devices: Sequence[str], *, num_packs: int,
+                    pack_bytes: int = 0, gradient_dtype: str = "float32") -> str:
     """The registry name of the collective the trainer uses for `strategy`.
 
     multi_worker reduces through the strategy itself, whose communication
     options `--collective` sets (see `communication_options`).
+    central_storage's `auto` is the strategy's own reduction onto the
+    variables' device; the explicit collectives work too (they match one
+    device in tests), but not the packing and compression wrappers, whose
+    results assume one copy per replica where central storage keeps one.
+    parameter_server and tpu have no all-reduce of the engine's to choose.
     """
+    wrappers = [f"--{flag}={value}" for flag, value, off in (
+        ("num_packs", num_packs, 0), ("pack_bytes", pack_bytes, 0),
+        ("gradient_dtype", gradient_dtype, "float32")) if value != off]
+    if strategy in _OWN_REDUCTION:
+        if collective != "auto" or wrappers:
+            given = f"--collective={collective}" if collective != "auto" else wrappers[0]
+            raise ConfigError(
+                f"{given} does not apply to --strategy={strategy}, "
+                f"{_OWN_REDUCTION[strategy]}; drop it")
+        return "strategy"
+    if strategy == "central_storage":
+        if wrappers:
+            raise ConfigError(
+                f"{wrappers[0]} does not apply to --strategy=central_storage, whose gradients "
+                "are reduced onto the one device that holds the variables; drop it, or use "
+                "--strategy=mirrored")
+        return "strategy" if collective == "auto" else collective
     if strategy != "multi_worker":
         return collective
     if collective not in _IMPLEMENTATIONS:

@@ -39,7 +39,7 @@ def test_more_cpus_than_the_process_started_with_is_refused():
 
 @pytest.mark.parametrize("name, devs, message", [
     ("mirored", ["/cpu:0"], "is not a strategy"),
-    ("central_storage", ["/cpu:0"], "not available in this version"),
+    ("parameter_server", ["/cpu:0", "/cpu:1"], "one CPU or the local GPUs"),
     ("multi_worker", ["/cpu:0", "/cpu:1"], "one CPU or the local GPUs"),
     ("one_device", ["/cpu:0", "/cpu:1"], "exactly one device"),
 ])

@@ -27,11 +27,12 @@ def _strategy(devices):
 
 
 def train_weights(devices, *, model="mlp", collective="reduce_to_one_device", steps=STEPS,
-                  optimizer=lambda: keras.optimizers.SGD(0.1), **collective_options):
+                  optimizer=lambda: keras.optimizers.SGD(0.1), make_strategy=_strategy,
+                  **collective_options):
     """Weights after `steps` steps from seed 7 on the synthetic data."""
     splits = inputs.load("synthetic", seed=7)
     keras.utils.set_random_seed(7)
-    strategy = _strategy(devices)
+    strategy = make_strategy(devices)
     with strategy.scope():
         net = models.build(model)
         opt = optimizer()
