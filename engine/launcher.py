@@ -15,6 +15,9 @@ The supervision loop, for one launch::
         wait until
           - a cluster task (chief/worker/ps) fails -> stop all; restart or give up
           - every chief/worker exited 0          -> stop ps, wait for evaluator; done
+            (with a chief and ps tasks, parameter-server training: the chief's
+            exit 0 is the end, the workers are stopped with the ps tasks, and
+            a worker's death is reported, not fatal; see `Launcher.coordinated`)
           - SIGINT/SIGTERM/SIGHUP to the launcher -> stop all; exit 128+signal
 
 A restart runs the *same* command, so training resumes from the chief's last
@@ -281,6 +284,18 @@ class Launcher:
         self._signal: int | None = None  # the last SIGINT/SIGTERM/SIGHUP the launcher got
         self._signals_seen = 0
 
+    @property
+    def coordinated(self) -> bool:
+        """A parameter-server cluster (a chief and ps tasks): the chief coordinates.
+
+        Its workers and ps tasks are servers that never exit on their own, so
+        the chief's exit 0 ends training (the convention of Kubeflow's TFJob),
+        and a worker that dies does not stop the cluster: TensorFlow's
+        `ClusterCoordinator` re-runs its work on the others. Only when every
+        worker is gone does the cluster count as failed.
+        """
+        return self.config.chief and self.config.num_ps > 0
+
     # -- the outer loop ---------------------------------------------------------
 
     def run(self) -> int:
@@ -329,15 +344,26 @@ class Launcher:
         self._procs = []
         for task in tasks:
             self._procs.append(self._start(task, tf_config_for(task, cluster)))
+        self._say("pids: " + ", ".join(f"{p.task.name}={p.popen.pid}" for p in self._procs))
 
     def _wait_for_training(self) -> _Proc | None:
         """Waits until a cluster task fails (returns it) or training succeeded (None)."""
         evaluator_reported = False
+        lost_workers: set[str] = set()
         while True:
             self._check_signal()
             done = True
             for proc in self._procs:
                 code = proc.poll()
+                if self.coordinated and proc.task.type == WORKER:
+                    # A server of the chief's coordinator, which re-runs its work elsewhere.
+                    if code not in (None, 0) and proc.task.name not in lost_workers:
+                        lost_workers.add(proc.task.name)
+                        self._say(f"{proc.task.name} {describe_exit(code)}; the chief's "
+                                  "coordinator carries on with the other workers")
+                        if len(lost_workers) == self.config.num_workers:
+                            return proc
+                    continue
                 if proc.task.in_cluster and code not in (None, 0):
                     proc.drain(timeout=1.0)
                     return proc
@@ -353,11 +379,14 @@ class Launcher:
             time.sleep(_POLL_S)
 
     def _finish(self) -> int:
-        """Training succeeded: stop the ps tasks, wait (bounded) for the evaluator."""
-        ps = [proc for proc in self._procs if proc.task.type == PS]
-        if ps:
-            self._say("training finished; stopping the ps tasks")
-            self._stop(ps, first_signal=signal.SIGTERM)
+        """Training succeeded: stop the ps tasks (and, in a parameter-server
+        cluster, the workers), wait (bounded) for the evaluator."""
+        servers = [proc for proc in self._procs if proc.task.type == PS
+                   or (self.coordinated and proc.task.type == WORKER)]
+        if servers:
+            self._say("training finished; stopping the "
+                      + ("workers and ps tasks" if self.coordinated else "ps tasks"))
+            self._stop(servers, first_signal=signal.SIGTERM)
         for proc in self._procs:
             if proc.task.type != EVALUATOR:
                 continue

@@ -164,9 +164,12 @@ def test_every_task_gets_its_own_tf_config(tmp_path):
         print("to stderr", file=sys.stderr)
         record(NAME + ".done", 1)
         # Like real training, the chief and workers finish only after their ps has
-        # served (the launcher stops ps tasks as soon as training ends).
+        # served (the launcher stops ps tasks as soon as training ends), and with
+        # ps tasks the chief's exit ends training (it coordinates the workers).
         if TYPE in ("chief", "worker"):
             wait_for("ps0.done")
+        if TYPE == "chief":
+            wait_for("worker0.done", "worker1.done")
     """)
     result = _launch("--num_workers=2", "--chief", "--num_ps=1", "--evaluator", "--", *command)
     assert result.returncode == 0, result.stderr
