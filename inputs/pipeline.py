@@ -31,7 +31,8 @@ global batch (it consumes one global batch per step); with `file`,
 TensorFlow deals the sorted file list to the workers and each worker's own
 stream of global batches is cut into `workers × replicas` pieces, so a worker
 consumes global_batch / workers of its examples per step, and the skip
-follows that.
+follows that (`off` too: every worker reads everything, and the same cut
+applies).
 """
 
 from __future__ import annotations
@@ -153,7 +154,10 @@ def train_batches(
     ds, decode = _shuffled_source(split, seed)
     ds = ds.repeat()
     if start_step:
-        per_step = global_batch_size // num_workers if policy == "file" else global_batch_size
+        # `data`: every worker reads the whole stream, one global batch a step;
+        # `file` and `off`: a worker's own stream feeds it 1/num_workers of one.
+        per_step = (global_batch_size // num_workers if policy in ("file", "off")
+                    else global_batch_size)
         ds = ds.skip(start_step * per_step)
     if decode is not None:
         ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

@@ -253,7 +253,7 @@ def write(splits: Splits, output_dir: str, *, num_shards: int, source: str = "")
             "splits": {},
         }
         for name, split in (("train", splits.train), ("eval", splits.eval)):
-            if split is not None:
+            if split is not None and len(split):
                 meta["splits"][name] = _write_split(staging, name, split, num_shards)
         with open(os.path.join(staging, METADATA), "w") as f:
             json.dump(meta, f, indent=2)

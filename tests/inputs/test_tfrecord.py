@@ -78,16 +78,17 @@ def _worker_steps(split, policy, worker, *, start_step, steps, batch=8, workers=
     and auto-shard rewrite applied as tensorflow/python/distribute/input_lib
     applies them (private API, used only here to check the skip arithmetic)."""
     from tensorflow.python.data.experimental.ops import distribute
+    from tensorflow.python.distribute import input_ops
 
     ds = inputs.train_batches(split, global_batch_size=batch, seed=4, start_step=start_step,
                               shard_policy=policy, num_workers=workers)
     ds = ds.rebatch(distribute.batch_sizes_for_worker(batch, workers, 1, worker))
-    ds = distribute._AutoShardDataset(ds, workers, worker, workers)
+    ds = input_ops.auto_shard_dataset(ds, workers, worker, workers)
     return [(np.round(x.numpy() * 255).astype(np.uint8), y.numpy()) for x, y in ds.take(steps)]
 
 
-@pytest.mark.parametrize("policy", ["file", "data"])
-def test_two_workers_resume_exactly_under_file_and_data_sharding(source, records, policy):
+@pytest.mark.parametrize("policy", ["file", "data", "off"])
+def test_two_workers_resume_exactly_under_every_shard_policy(source, records, policy):
     split = inputs.load("tfrecord", data_dir=records).train
     shard_of = {image.tobytes(): i // 60 for i, image in enumerate(source.train.x)}  # 60 a file
     shards = {}
@@ -101,7 +102,7 @@ def test_two_workers_resume_exactly_under_file_and_data_sharding(source, records
         shards[worker] = {shard_of[image.tobytes()] for x, _ in straight for image in x}
     if policy == "file":  # each worker reads two of the four files, not the other's
         assert len(shards[0]) == len(shards[1]) == 2 and not shards[0] & shards[1]
-    else:  # every worker reads every file and keeps its part of each batch
+    else:  # every worker reads every file (`data`: and keeps its part of each batch)
         assert len(shards[0]) > 2 and len(shards[1]) > 2
 
 
