@@ -14,7 +14,9 @@ checkpoint left off::
 
 Loops are cut at every boundary, so checkpoints land exactly on multiples of
 `checkpoint_interval` (`ckpt-100`, `ckpt-200`, ...) and summaries on multiples
-of `summary_interval`, whatever `steps_per_loop` is.
+of `summary_interval`, whatever `steps_per_loop` is. `profile_steps=(A, B)`
+adds the boundaries A and B: the profiler starts when the global step is A
+and stops when it reaches B, so the trace holds exactly those loops' steps.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ class Controller:
         each loop, for actions such as early stopping or custom logging.
       stop_request: asked after every loop; when it says stop, the controller
         saves a checkpoint at that step and raises `Preempted`.
+      profile_steps: `(A, B)`: a TensorBoard profiler trace of the steps from
+        global step A to B, written under `profile_dir` (TensorBoard's
+        Profile tab finds it in `profile_dir/plugins/profile/`).
     """
 
     def __init__(
@@ -72,6 +77,8 @@ class Controller:
         global_batch_size: int = 0,
         on_loop_end: Optional[Callable[[int, dict[str, float]], None]] = None,
         stop_request: Optional[StopRequest] = None,
+        profile_steps: Optional[tuple[int, int]] = None,
+        profile_dir: str = "",
     ):
         if not isinstance(steps_per_loop, int) or steps_per_loop < 1:
             raise ValueError(f"`steps_per_loop` ({steps_per_loop}) must be a positive integer")
@@ -91,6 +98,13 @@ class Controller:
         self.global_batch_size = global_batch_size
         self.on_loop_end = on_loop_end
         self.stop_request = stop_request
+        if profile_steps is not None:
+            first, last = profile_steps
+            if not 0 <= first < last or not profile_dir:
+                raise ValueError(f"`profile_steps` {profile_steps} needs 0 <= A < B and a `profile_dir`")
+        self.profile_steps = profile_steps
+        self.profile_dir = profile_dir
+        self._profiling = False
         self.last_train_metrics: dict[str, float] = {}
         self.last_eval_metrics: dict[str, float] = {}
         # Throughput excludes each train() call's first loop, which traces and
@@ -110,13 +124,22 @@ class Controller:
             raise ValueError("`trainer` is None: this controller cannot train")
         if eval_interval and self.evaluator is None:
             raise ValueError("`eval_interval` needs an `evaluator`")
+        try:
+            self._train(steps, eval_interval, eval_steps)
+        finally:
+            self._stop_profiler()
+
+    def _train(self, steps: int, eval_interval: int, eval_steps: int) -> None:
         first_loop = True
         while self.step < steps:
             start = self.step
             num_steps = self._steps_to_next_boundary(start, steps, eval_interval)
+            self._maybe_start_profiler(start)
             began = time.perf_counter()
             metrics = self.trainer.train(num_steps)
             seconds = time.perf_counter() - began
+            if self._profiling and self.step >= self.profile_steps[1]:
+                self._stop_profiler()
             if first_loop:
                 self._first_loop = (num_steps, seconds)
             else:
@@ -179,7 +202,26 @@ class Controller:
         for interval in (self.checkpoint_interval, self.summary_interval, eval_interval):
             if interval:
                 limit = min(limit, interval - step % interval)
+        for boundary in self.profile_steps or ():
+            if step < boundary:
+                limit = min(limit, boundary - step)
         return limit
+
+    def _maybe_start_profiler(self, step: int) -> None:
+        # Also from inside [A, B) when a resumed run starts there.
+        if self.profile_steps is None or self._profiling:
+            return
+        first, last = self.profile_steps
+        if first <= step < last:
+            tf.profiler.experimental.start(self.profile_dir)
+            self._profiling = True
+            logger.info("profiling steps %d to %d into %s", step, last, self.profile_dir)
+
+    def _stop_profiler(self) -> None:
+        if self._profiling:
+            self._profiling = False
+            tf.profiler.experimental.stop()
+            logger.info("profiler trace written under %s/plugins/profile", self.profile_dir)
 
     @staticmethod
     def _crossed(start: int, end: int, interval: int) -> bool:

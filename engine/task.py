@@ -47,9 +47,13 @@ class LossFn(Protocol):
 
 
 def classification_loss(model: Callable, batch, *, training: bool) -> LossOutput:
-    """Sparse softmax cross-entropy on logits, with accuracy."""
+    """Sparse softmax cross-entropy on logits, with accuracy.
+
+    Logits are cast to float32 first: under a mixed precision policy the model
+    computes in float16/bfloat16, and the softmax and its log belong in float32.
+    """
     images, labels = batch
-    logits = model(images, training=training)
+    logits = tf.cast(model(images, training=training), tf.float32)
     per_example = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
     correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1), tf.cast(labels, tf.int64)), tf.float32)
     return LossOutput(per_example_loss=per_example, metrics={"accuracy": correct})

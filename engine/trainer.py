@@ -9,12 +9,24 @@ per step::
         global_step += 1
 
     replica_step(batch):                           # on every replica
-        out  = loss_fn(model, batch, training=True)
+        out  = loss_fn(model, batch, training=True)        # these four lines are
         loss = compute_average_loss(out.per_example_loss, global_batch_size)
                + scale_regularization_loss(model.losses)
-        grads = tape.gradient(loss, variables)
+        grads = tape.gradient(optimizer.scale_loss(loss), variables)   # XLA's (jit_compile)
         grads = all-reduce(grads)                  # the one all-reduce, via the collective
         optimizer.apply_gradients(grads)           # applies; does not reduce again
+
+`jit_compile=True` compiles only the per-replica forward and backward pass
+(a nested `tf.function(jit_compile=True)`): the all-reduce goes through
+`merge_call` into the collective's cross-device ops and the Keras update
+through `distribution.extended.update`, neither of which XLA can compile
+inside a replica context on TF 2.21 (and the loop's `next(iterator)` is a
+host-side op). The compiled part is where the arithmetic is.
+
+Under `mixed_float16` the optimizer is a `LossScaleOptimizer`:
+`scale_loss` multiplies by the dynamic scale before differentiating, and its
+`apply_gradients` unscales the already reduced gradients (see
+`engine.precision`). For any other optimizer `scale_loss` is the identity.
 """
 
 from __future__ import annotations
@@ -62,6 +74,7 @@ class Trainer:
       global_batch_size: examples per step across all replicas.
       global_step: the int64 step counter saved in checkpoints.
       loss_fn: the user's per-example loss (see `engine.task`).
+      jit_compile: compile each replica's forward and backward pass with XLA.
     """
 
     def __init__(
@@ -75,6 +88,7 @@ class Trainer:
         global_batch_size: int,
         global_step: tf.Variable,
         loss_fn: Optional[LossFn] = None,
+        jit_compile: bool = False,
     ):
         if global_batch_size <= 0:
             raise ValueError(f"`global_batch_size` ({global_batch_size}) must be positive")
@@ -94,6 +108,8 @@ class Trainer:
             strategy, ["loss"] + metric_names(self._loss_fn, model, train_dataset.element_spec)
         )
         self._iterator = iter(strategy.experimental_distribute_dataset(train_dataset))
+        self._gradients = (tf.function(self._compute_gradients, jit_compile=True)
+                           if jit_compile else self._compute_gradients)
         self._loop = tf.function(self._train_loop)
 
     def train(self, num_steps: int) -> dict[str, float]:
@@ -108,18 +124,30 @@ class Trainer:
             self.global_step.assign_add(1)
         return self._sums.means()
 
-    def _replica_step(self, batch):
+    def _compute_gradients(self, batch):
+        """Forward and backward pass of one replica (XLA-compiled with jit_compile)."""
         with tf.GradientTape() as tape:
             output: LossOutput = self._loss_fn(self.model, batch, training=True)
-            per_example_loss = output.per_example_loss
+            # Mixed precision: the objective and its reduction stay float32.
+            per_example_loss = tf.cast(output.per_example_loss, tf.float32)
             loss = tf.nn.compute_average_loss(
                 per_example_loss, global_batch_size=self.global_batch_size
             )
             regularization = getattr(self.model, "losses", None)
             if regularization:
-                regularization = tf.add_n(regularization)
+                regularization = tf.add_n([tf.cast(r, tf.float32) for r in regularization])
                 loss += tf.nn.scale_regularization_loss(regularization)
-        grads = tape.gradient(loss, self._variables)
+            else:
+                regularization = None
+            scaled_loss = self.optimizer.scale_loss(loss)
+        grads = tape.gradient(scaled_loss, self._variables)
+        reported_loss = per_example_loss
+        if regularization is not None:
+            reported_loss = per_example_loss + regularization
+        return grads, reported_loss, dict(output.metrics)
+
+    def _replica_step(self, batch):
+        grads, reported_loss, metrics = self._gradients(batch)
         present = [i for i, g in enumerate(grads) if g is not None]
         # The one gradient all-reduce of the step, through the selected collective.
         reduced = tf.distribute.get_replica_context().merge_call(
@@ -127,11 +155,8 @@ class Trainer:
         )
         self.optimizer.apply_gradients(zip(reduced, [self._variables[i] for i in present]))
 
-        count = tf.shape(per_example_loss)[0]
-        reported_loss = per_example_loss
-        if regularization:
-            reported_loss = per_example_loss + tf.cast(regularization, per_example_loss.dtype)
-        self._sums.add(count, {"loss": reported_loss, **output.metrics})
+        count = tf.shape(reported_loss)[0]
+        self._sums.add(count, {"loss": reported_loss, **metrics})
 
     @tf.autograph.experimental.do_not_convert  # graph-building Python, not a loop body
     def _all_reduce(self, strategy, grads, destinations):

@@ -1,0 +1,50 @@
+"""Mixed precision (`--mixed_precision`): compute in float16/bfloat16, keep float32 weights.
+
+Keras layers take their dtype policy when they are built, so the policy is
+set only around model construction and restored at once: nothing else in the
+process (another run, a test) inherits it. Under a `mixed_*` policy layers
+keep float32 variables (the "master weights" the optimizer updates and
+checkpoints hold) and cast them to the compute dtype when called.
+
+float16 has a narrow exponent range, so small gradients underflow to zero.
+`mixed_float16` therefore wraps the optimizer in Keras's
+`LossScaleOptimizer`: the trainer multiplies the loss by the current scale
+before differentiating (`optimizer.scale_loss`), all-reduces the *scaled*
+gradients once through the collective, and `apply_gradients` divides by the
+scale, skips the step and halves the scale when any gradient is not finite
+(every replica sees the same reduced gradients, so they agree), and doubles
+it after a run of finite steps. bfloat16 has float32's exponent range and
+needs no scaling.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import keras
+
+from engine.config import PRECISIONS
+
+
+@contextlib.contextmanager
+def model_policy(name: str) -> Iterator[None]:
+    """Builds models created inside the block under dtype policy `name`."""
+    if name not in PRECISIONS:
+        raise ValueError(f"unknown precision {name!r}; choose one of: {', '.join(PRECISIONS)}")
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(name)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def wrap_optimizer(optimizer: keras.optimizers.Optimizer, name: str) -> keras.optimizers.Optimizer:
+    """Adds the dynamic loss scale `mixed_float16` needs; other policies unchanged.
+
+    Call inside `strategy.scope()`: the scale and its counter are variables.
+    """
+    if name == "mixed_float16":
+        return keras.optimizers.LossScaleOptimizer(optimizer)
+    return optimizer
