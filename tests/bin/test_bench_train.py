@@ -1,0 +1,32 @@
+"""bin/bench_train end to end on a tiny configuration: table, JSON, ratios.
+
+No timing assertions: the numbers are the benchmark's business, not a test's.
+"""
+
+import json
+
+from helpers import run_bin
+
+
+def test_bench_train_prints_a_table_and_writes_json(tmp_path):
+    result = run_bin(
+        "bench_train", "--devices=cpu:0,cpu:1", "--global_batch_size=32", "--steps=3",
+        "--repetitions=2", "--steps_per_execution=3",
+        "--variants=engine,fit_tuned,hand_loop", f"--output_dir={tmp_path}",
+        timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    table = [line for line in result.stdout.splitlines() if line.startswith("| 2 |")]
+    assert len(table) == 3, result.stdout
+    assert "of matmul peak" in result.stdout
+    with open(tmp_path / "bench_train_mlp_2dev.json") as f:
+        written = json.load(f)
+    assert written["num_devices"] == 2 and written["matmul_gflops"] > 0
+    assert [row["variant"] for row in written["rows"]] == ["engine", "fit_tuned", "hand_loop"]
+    for row in written["rows"]:
+        assert len(row["seconds"]) == 2 and row["low"] <= row["median"] <= row["high"]
+        assert 0 < row["peak_fraction"]
+    engine = written["rows"][0]
+    assert written["ratios"]["engine"]["hand_loop"] == engine["median"] / written["rows"][2]["median"]
+    # 784·256 + 256·256 + 256·10 multiply-adds, ×2 FLOPs, ×3 for the backward pass.
+    assert written["train_flops_per_example"] >= 6 * (784 * 256 + 256 * 256 + 256 * 10)
+
