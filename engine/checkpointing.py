@@ -12,7 +12,12 @@ runs' checkpoints variable by variable.
 
 from __future__ import annotations
 
+import glob
+import hashlib
 import logging
+import os
+import shutil
+import tempfile
 from typing import Any, Optional
 
 import tensorflow as tf
@@ -42,6 +47,24 @@ def create(
         checkpoint, directory=directory, max_to_keep=max_to_keep, step_counter=global_step
     )
     return checkpoint, manager
+
+
+def worker_save_dir(model_dir: str, role_name: str) -> str:
+    """A fresh temporary directory for a non-chief worker's share of saving.
+
+    Saving is collective in a multi-worker cluster, so every worker writes a
+    checkpoint, but only the chief's belongs in `model_dir`. The caller
+    removes the directory at the end; one left behind by a worker that was
+    killed (SIGKILL gives no chance to clean up) is removed here, on the next
+    start of the same task of the same run: the name carries the task and a
+    digest of `model_dir`, and one task of one run cannot run twice at once.
+    """
+    digest = hashlib.sha1(os.path.abspath(model_dir).encode()).hexdigest()[:10]
+    prefix = f"tfloop-{role_name.replace(':', '')}-{digest}-"
+    for stale in glob.glob(os.path.join(tempfile.gettempdir(), prefix + "*")):
+        logger.info("removing %s, left by an earlier %s of this run", stale, role_name)
+        shutil.rmtree(stale, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=prefix)
 
 
 def restore(checkpoint: tf.train.Checkpoint, path: Optional[str], model_dir: str) -> Optional[str]:

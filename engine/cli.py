@@ -44,6 +44,7 @@ from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 from absl import logging as absl_logging  # noqa: E402
 
+EXIT_FAILURE = 1  # the run failed, e.g. a multi-worker peer was lost
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 EXIT_PREEMPTED = 143  # 128 + SIGTERM: stopped on request, checkpoint saved, not finished
@@ -110,16 +111,20 @@ def run(
 
     def guarded(argv: list[str]) -> Optional[int]:
         _configure_logging()
-        errors, preempted = user_errors, ()
+        errors, preempted, failures = user_errors, (), ()
         if errors is None:  # these import TensorFlow: only after flag parsing
             from engine.errors import USER_ERRORS as errors
+            from engine.errors import ClusterFailure
             from engine.preemption import Preempted
 
-            preempted = (Preempted,)
+            preempted, failures = (Preempted,), (ClusterFailure,)
         try:
             return main(argv)
         except errors as error:
             fail(program, str(error))
+        except failures as failure:
+            print(f"{program}: error: {failure}", file=sys.stderr, flush=True)
+            sys.exit(EXIT_FAILURE)
         except preempted as stop:
             print(f"{program}: {stop}", file=sys.stderr, flush=True)
             sys.exit(EXIT_PREEMPTED)

@@ -15,6 +15,29 @@ from engine.errors import ConfigError
 
 MODES = ("train", "evaluate", "train_and_evaluate")
 SHARD_POLICIES = ("auto", "file", "data", "off")
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+
+
+def parse_profile_steps(text: str):
+    """`"A,B"` → `(A, B)`: profile the steps that take the global step from A to B.
+
+    Empty means no profiling. Raises the one-line ConfigError otherwise.
+    """
+    if not text:
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        first, last = (int(p) for p in parts)
+    except ValueError:
+        raise ConfigError(
+            f"--profile_steps={text!r} is not two integers A,B; e.g. --profile_steps=100,110"
+        ) from None
+    if not 0 <= first < last:
+        raise ConfigError(
+            f"--profile_steps={text!r} needs 0 <= A < B (the trace covers steps A to B); "
+            "e.g. --profile_steps=100,110"
+        )
+    return first, last
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +45,10 @@ class RunConfig:
     """Everything one training or evaluation run needs.
 
     Attributes:
-      strategy: `default`, `one_device` or `mirrored`.
+      strategy: `default`, `one_device`, `mirrored`, `central_storage`,
+        `multi_worker`, `parameter_server` (both from `TF_CONFIG`) or `tpu`.
+      tpu: `--strategy=tpu`'s TPU: a Cloud TPU name, `grpc://host:port` or
+        `local`; empty means `$TPU_NAME` (with neither, tpu is refused).
       devices: comma-separated `gpu:N`/`cpu:N`; empty means every GPU, or
         cpu:0 without one. More CPU ids than CPUs create logical CPU devices.
       collective: how gradients are all-reduced (a `collectives` name, or
@@ -63,10 +89,21 @@ class RunConfig:
       auto_shard_policy: how multi-worker input is split between workers
         (`auto`, `file`, `data`, `off`; see `tf.data.experimental.AutoShardPolicy`).
       deterministic: make TensorFlow ops deterministic, so a rerun (or a
-        resumed run) reproduces the same weights.
+        resumed run) reproduces the same weights; also keeps every `tf.data`
+        stage in order (without it, stages whose order does not decide which
+        batch a step sees may run out of order, which is faster).
+      jit_compile: compile each replica's forward and backward pass with XLA.
+      mixed_precision: Keras dtype policy of the model: `float32`,
+        `mixed_float16` (with a dynamic loss scale) or `mixed_bfloat16`;
+        weights and optimizer state stay float32.
+      fused_optimizer: update with TensorFlow's fused training kernels (one
+        op per variable: `ResourceApplyAdam`, ...), same formulas as Keras.
+      profile_steps: `A,B` writes a TensorBoard profiler trace of the steps
+        from global step A to B into `summaries/train` (empty: none).
     """
 
     strategy: str = "mirrored"
+    tpu: str = ""
     devices: str = ""
     collective: str = "auto"
     num_packs: int = 0
@@ -96,6 +133,10 @@ class RunConfig:
     startup_timeout: float = 300.0
     auto_shard_policy: str = "auto"
     deterministic: bool = False
+    jit_compile: bool = False
+    mixed_precision: str = "float32"
+    fused_optimizer: bool = False
+    profile_steps: str = ""
 
     def __post_init__(self):
         positive = ("global_batch_size", "steps_per_loop", "max_checkpoints", "image_size")
@@ -130,6 +171,17 @@ class RunConfig:
             raise ConfigError(f"--mode={self.mode!r} is not a mode; choose one of: {', '.join(MODES)}")
         if not self.model_dir:
             raise ConfigError("--model_dir is empty; name the directory for checkpoints and summaries")
+        if self.mixed_precision not in PRECISIONS:
+            raise ConfigError(
+                f"--mixed_precision={self.mixed_precision!r} is not a policy; choose one of: "
+                f"{', '.join(PRECISIONS)}"
+            )
+        parse_profile_steps(self.profile_steps)
+
+    @property
+    def profile_range(self):
+        """`profile_steps` as `(A, B)`, or None."""
+        return parse_profile_steps(self.profile_steps)
 
     @property
     def train_summary_dir(self) -> str:

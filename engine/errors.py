@@ -13,5 +13,14 @@ class ConfigError(ValueError):
     """What the user asked for cannot be done; the message says how to fix it."""
 
 
+class ClusterFailure(RuntimeError):
+    """A multi-worker run lost a peer mid-training.
+
+    Not the user's mistake, and nothing to debug in a traceback: the binaries
+    print one line and exit with status 1; restarting every task resumes from
+    the last checkpoint (`bin/launch --max_restarts` does it).
+    """
+
+
 #: Exceptions the binaries report as one line instead of a traceback.
 USER_ERRORS = (ConfigError, CollectiveError)

@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import time
 from typing import Any, Callable, Optional
 
@@ -31,10 +30,11 @@ import tensorflow as tf
 import collectives
 import inputs
 import models
-from engine import checkpointing, cluster, devices, optimizers, preemption, strategies
+from engine import checkpointing, cluster, devices, optimizers, precision, preemption, strategies
+from engine import ps_trainer, tpu
 from engine.config import RunConfig
 from engine.controller import Controller
-from engine.errors import ConfigError
+from engine.errors import ClusterFailure, ConfigError
 from engine.evaluator import Evaluator
 from engine.summaries import SummaryWriter
 from engine.task import LossFn
@@ -85,6 +85,11 @@ def _input_workers(config: RunConfig, role: cluster.Role) -> int:
     return role.num_workers
 
 
+# How a collective reports a peer that died or stopped answering mid-step.
+_PEER_LOST = (tf.errors.UnavailableError, tf.errors.CancelledError,
+              tf.errors.DeadlineExceededError, tf.errors.AbortedError, tf.errors.InternalError)
+
+
 def _write_metrics(path: str, payload: dict) -> None:
     temporary = path + ".tmp"
     with open(temporary, "w") as f:
@@ -103,27 +108,40 @@ class _Plan:
     splits: inputs.Splits
     mode: str
     latest_checkpoint: Optional[str]
+    tpu_resolver: Any = None  # --strategy=tpu: the initialized TPU's resolver
 
 
 def _check(config: RunConfig, model_fn: Optional[ModelFn]) -> _Plan:
     """Every check that can fail, before anything is built or written."""
     role = cluster.current_role()
-    if role.task_type == "ps":
+    if role.task_type == "ps" and config.strategy != "parameter_server":
         raise ConfigError(
             "TF_CONFIG makes this process a ps task, which only --strategy=parameter_server "
-            "uses; it is not available in this version"
+            f"uses, but --strategy={config.strategy}; use --strategy=parameter_server"
         )
-    if role.in_cluster and not role.is_evaluator and config.strategy != "multi_worker":
+    if role.in_cluster and not role.is_evaluator and config.strategy not in (
+            "multi_worker", "parameter_server"):
         raise ConfigError(
             f"TF_CONFIG describes a cluster but --strategy={config.strategy}; "
-            "use --strategy=multi_worker, or unset TF_CONFIG"
+            "use --strategy=multi_worker (or parameter_server), or unset TF_CONFIG"
         )
+    if config.strategy == "multi_worker" and "ps" in role.cluster:
+        raise ConfigError(
+            "TF_CONFIG has ps tasks, which --strategy=multi_worker does not use; "
+            "use --strategy=parameter_server, or drop the ps job (bin/launch --num_ps=0)"
+        )
+    if config.strategy == "parameter_server" and not role.is_evaluator:
+        ps_trainer.check(role, mode=config.mode, jit_compile=getattr(config, "jit_compile", False))
+    tpu_resolver, tpu_cores = None, 0
+    if config.strategy == "tpu" and not role.is_evaluator:
+        tpu_resolver, tpu_cores = tpu.connect(config.tpu)  # bounded; refuses without a TPU
     device_names = devices.parse_devices(config.devices)
     if role.is_evaluator:
         device_names = device_names[:1]  # the sidecar evaluates on one device
         replicas = 1
     else:
-        replicas = strategies.num_replicas(config.strategy, device_names, num_workers=role.num_workers)
+        replicas = strategies.num_replicas(config.strategy, device_names,
+                                           num_workers=role.num_workers, tpu_cores=tpu_cores)
     if config.global_batch_size % replicas:
         raise ConfigError(
             f"--global_batch_size={config.global_batch_size} does not divide by the "
@@ -134,7 +152,8 @@ def _check(config: RunConfig, model_fn: Optional[ModelFn]) -> _Plan:
     devices.prepare_devices(device_names)
     collective = collectives.create(
         strategies.collective_name(config.strategy, config.collective, device_names,
-                                   num_packs=config.num_packs),
+                                   num_packs=config.num_packs, pack_bytes=config.pack_bytes,
+                                   gradient_dtype=config.gradient_dtype),
         devices=device_names,
         num_packs=config.num_packs,
         pack_bytes=config.pack_bytes,
@@ -160,7 +179,7 @@ def _check(config: RunConfig, model_fn: Optional[ModelFn]) -> _Plan:
             f"--mode=evaluate found no checkpoint in --model_dir={config.model_dir}; "
             "train first or point --model_dir at a trained run"
         )
-    return _Plan(role, device_names, collective, splits, mode, latest)
+    return _Plan(role, device_names, collective, splits, mode, latest, tpu_resolver)
 
 
 def run(
@@ -168,11 +187,14 @@ def run(
     *,
     loss_fn: Optional[LossFn] = None,
     model_fn: Optional[ModelFn] = None,
+    on_loop_end: Optional[Callable[[int, dict], None]] = None,
 ) -> dict:
     """Trains and/or evaluates as `config` says; returns what metrics.json holds.
 
     `loss_fn` and `model_fn` replace the default classification loss and the
     `--model` registry lookup, for custom steps (see `examples/`).
+    `on_loop_end(step, metrics)` is called after every train loop (e.g. by
+    `engine.benchmarking` to time loops from outside).
 
     In a `TF_CONFIG` cluster only the chief writes to `model_dir`; the other
     workers save into temporary directories (saving is collective) that are
@@ -188,6 +210,9 @@ def run(
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
 
+    if config.strategy == "parameter_server" and role.task_type in ("worker", "ps"):
+        return ps_trainer.serve(role)  # until stopped: the chief trains
+
     # --- Build. ---
     if role.is_evaluator:
         strategy = strategies.build("one_device", plan.devices)
@@ -197,7 +222,7 @@ def run(
             communication=strategies.communication_options(
                 config.collective, pack_bytes=config.pack_bytes,
                 timeout_seconds=config.collective_timeout),
-            role=role, startup_timeout=config.startup_timeout,
+            role=role, startup_timeout=config.startup_timeout, tpu_resolver=plan.tpu_resolver,
         )
     logger.info(
         "%s%s over %d replica(s) [%s], collective %s, global batch %d (%d per replica)",
@@ -209,13 +234,16 @@ def run(
     )
     keras.utils.set_random_seed(config.seed)
     with strategy.scope():
-        if model_fn is not None:
-            model = model_fn(splits.input_shape, splits.num_classes)
-        else:
-            model = models.build(
-                config.model, input_shape=splits.input_shape, num_classes=splits.num_classes
-            )
-        optimizer = optimizers.build(config.optimizer, config.learning_rate)
+        with precision.model_policy(config.mixed_precision):
+            if model_fn is not None:
+                model = model_fn(splits.input_shape, splits.num_classes)
+            else:
+                model = models.build(
+                    config.model, input_shape=splits.input_shape, num_classes=splits.num_classes
+                )
+        build_optimizer = optimizers.build_fused if config.fused_optimizer else optimizers.build
+        optimizer = precision.wrap_optimizer(
+            build_optimizer(config.optimizer, config.learning_rate), config.mixed_precision)
         global_step = tf.Variable(
             0, dtype=tf.int64, trainable=False, name="global_step",
             aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
@@ -227,7 +255,8 @@ def run(
     if plan.mode != "train":
         eval_dataset = inputs.eval_batches(
             splits.eval, global_batch_size=config.global_batch_size,
-            shard_policy=config.auto_shard_policy, num_workers=_input_workers(config, role))
+            shard_policy=config.auto_shard_policy, num_workers=_input_workers(config, role),
+            deterministic=config.deterministic)
     if role.is_evaluator:
         return evaluate_each_checkpoint(
             config, strategy=strategy, model=model, global_step=global_step,
@@ -235,7 +264,8 @@ def run(
                                 eval_dataset=eval_dataset))
 
     # Workers other than the chief take part in saving, into a directory of their own.
-    write_dir = config.model_dir if role.is_chief else tempfile.mkdtemp(prefix=f"tfloop-{role.name}-")
+    write_dir = (config.model_dir if role.is_chief
+                 else checkpointing.worker_save_dir(config.model_dir, role.name))
     checkpoint, manager = checkpointing.create(
         model=model, optimizer=optimizer, global_step=global_step,
         directory=write_dir, max_to_keep=config.max_checkpoints if role.is_chief else 1,
@@ -246,15 +276,21 @@ def run(
         logger.info("resuming from %s at step %d", restored, start_step)
 
     trainer = None
-    if plan.mode != "evaluate":
+    if plan.mode != "evaluate" and config.strategy == "parameter_server":
+        trainer = ps_trainer.ParameterServerTrainer(
+            strategy=strategy, model=model, optimizer=optimizer, train_split=splits.train,
+            global_batch_size=config.global_batch_size, global_step=global_step,
+            num_workers=len(role.cluster["worker"]), loss_fn=loss_fn, seed=config.seed)
+    elif plan.mode != "evaluate":
         trainer = Trainer(
             strategy=strategy, model=model, optimizer=optimizer, collective=plan.collective,
             train_dataset=inputs.train_batches(
                 splits.train, global_batch_size=config.global_batch_size,
                 seed=config.seed, start_step=start_step, shard_policy=config.auto_shard_policy,
-                num_workers=_input_workers(config, role),
+                num_workers=_input_workers(config, role), deterministic=config.deterministic,
             ),
             global_batch_size=config.global_batch_size, global_step=global_step, loss_fn=loss_fn,
+            jit_compile=config.jit_compile,
         )
     evaluator = None
     if eval_dataset is not None:
@@ -275,6 +311,8 @@ def run(
         summary_interval=config.summary_interval,
         train_summaries=train_summaries, eval_summaries=eval_summaries,
         global_batch_size=config.global_batch_size, stop_request=stop_request,
+        profile_steps=config.profile_range if role.is_chief else None,
+        profile_dir=config.train_summary_dir, on_loop_end=on_loop_end,
     )
     began = time.time()
     interrupted = False
@@ -294,6 +332,16 @@ def run(
     except preemption.Preempted:
         interrupted = True
         raise
+    except _PEER_LOST as error:
+        if config.strategy != "multi_worker":
+            raise
+        interrupted = True
+        reason = str(error).strip().splitlines()[0][:160]
+        raise ClusterFailure(
+            f"{role.name} lost the cluster after step {controller.step} ({reason}); the last "
+            f"checkpoint is {tf.train.latest_checkpoint(config.model_dir) or 'none'}: restart every "
+            "task to resume from it (bin/launch --max_restarts does)"
+        ) from None
     except KeyboardInterrupt:
         interrupted = True
         if trainer is not None:

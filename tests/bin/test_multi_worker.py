@@ -2,18 +2,26 @@
 
 import json
 import os
+import re
 import signal
 import socket
+import subprocess
+import sys
+import threading
 import time
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
-from helpers import run_bin
+from helpers import REPO, run_bin
 
-FLAGS = ["--global_batch_size=32", "--train_steps=30", "--steps_per_loop=10",
-         "--checkpoint_interval=10", "--optimizer=sgd", "--learning_rate=0.1",
-         "--mode=train", "--seed=3"]
+TRAIN_STEPS, CHECKPOINT_INTERVAL = 400, 100
+# --deterministic: a resumed run must reproduce the uninterrupted one exactly.
+FLAGS = ["--global_batch_size=32", f"--train_steps={TRAIN_STEPS}", "--steps_per_loop=20",
+         f"--checkpoint_interval={CHECKPOINT_INTERVAL}", "--optimizer=sgd",
+         "--learning_rate=0.1", "--mode=train", "--seed=3", "--deterministic"]
+CLUSTER = ["--strategy=multi_worker", "--collective=ring", *FLAGS]
 
 
 def _weights(model_dir):
@@ -23,28 +31,124 @@ def _weights(model_dir):
     return {n: reader.get_tensor(n) for n in names}
 
 
-def test_two_workers_train_like_mirrored_over_two_devices(tmp_path):
+def _assert_same_weights(actual_dir, expected: dict, rtol=1e-5, atol=1e-6):
+    actual = _weights(actual_dir)
+    assert sorted(actual) == sorted(expected)
+    for name, value in expected.items():
+        np.testing.assert_allclose(actual[name], value, rtol=rtol, atol=atol, err_msg=name)
+
+
+@pytest.fixture(scope="module")
+def mirrored_weights(tmp_path_factory):
+    """The one-process reference: mirrored over two logical CPUs, same global batch."""
+    model_dir = tmp_path_factory.mktemp("mirrored")
+    result = run_bin("train", "--strategy=mirrored", "--devices=cpu:0,cpu:1",
+                     f"--model_dir={model_dir}", *FLAGS)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return _weights(model_dir)
+
+
+def test_two_workers_train_like_mirrored_over_two_devices(tmp_path, mirrored_weights):
     worker_tmp = tmp_path / "worker_tmp"
     worker_tmp.mkdir()
     cluster_dir = tmp_path / "cluster"
     result = run_bin(
         "launch", "--num_workers=2", "--grace_period=5", "--",
-        "bin/train", "--strategy=multi_worker", "--collective=ring", f"--model_dir={cluster_dir}",
-        *FLAGS, env={"TMPDIR": str(worker_tmp)}, timeout=300)
+        "bin/train", f"--model_dir={cluster_dir}", *CLUSTER,
+        env={"TMPDIR": str(worker_tmp)}, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "[worker:1]" in result.stdout and "train step 30/30" in result.stdout
+    assert "[worker:1]" in result.stdout
+    assert f"train step {TRAIN_STEPS}/{TRAIN_STEPS}" in result.stdout
     # Only the chief wrote to model_dir; the other worker's saves are gone.
-    assert tf.train.latest_checkpoint(str(cluster_dir)).endswith("ckpt-30")
+    assert tf.train.latest_checkpoint(str(cluster_dir)).endswith(f"ckpt-{TRAIN_STEPS}")
     assert json.loads((cluster_dir / "metrics.json").read_text())["num_replicas"] == 2
     assert os.listdir(worker_tmp) == []
+    _assert_same_weights(cluster_dir, mirrored_weights)
 
-    mirrored_dir = tmp_path / "mirrored"
-    result = run_bin("train", "--strategy=mirrored", "--devices=cpu:0,cpu:1",
-                     f"--model_dir={mirrored_dir}", *FLAGS)
+
+class _Output:
+    """Collects a process's stdout and stderr lines in threads, so waits stay bounded."""
+
+    def __init__(self, process: subprocess.Popen):
+        self.lines: list[str] = []
+        self._threads = [threading.Thread(target=self._pump, args=(stream,), daemon=True)
+                         for stream in (process.stdout, process.stderr)]
+        for thread in self._threads:
+            thread.start()
+
+    def _pump(self, stream):
+        for line in stream:
+            self.lines.append(line)
+
+    def text(self) -> str:
+        for thread in self._threads:
+            thread.join(timeout=10)
+        return "".join(self.lines)
+
+
+def _start(*args: str, env: dict | None = None) -> tuple[subprocess.Popen, _Output]:
+    full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1", **(env or {}))
+    process = subprocess.Popen([sys.executable, *args], cwd=REPO, env=full_env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return process, _Output(process)
+
+
+def _wait_until(condition, what: str, process: subprocess.Popen, output: _Output, timeout=180):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"gave up waiting for {what}:\n{output.text()[-3000:]}")
+        time.sleep(0.05)
+
+
+def _first_checkpoint_written(model_dir):
+    return lambda: tf.train.latest_checkpoint(str(model_dir)) is not None
+
+
+def test_kill_9_of_one_process_resumes_to_the_uninterrupted_weights(tmp_path, mirrored_weights):
+    model_dir = tmp_path / "run"
+    command = ["bin/train", "--strategy=mirrored", "--devices=cpu:0,cpu:1",
+               f"--model_dir={model_dir}", *FLAGS]
+    process, output = _start(*command)
+    _wait_until(_first_checkpoint_written(model_dir), "a checkpoint", process, output)
+    process.kill()  # SIGKILL: no handler runs, nothing is saved on the way out
+    process.wait(timeout=30)
+    killed_at = tf.train.latest_checkpoint(str(model_dir))
+
+    result = run_bin("train", *command[1:])
     assert result.returncode == 0, result.stderr[-3000:]
-    cluster_weights, mirrored_weights = _weights(cluster_dir), _weights(mirrored_dir)
-    for name, value in mirrored_weights.items():
-        np.testing.assert_allclose(cluster_weights[name], value, rtol=1e-5, atol=1e-6)
+    assert f"resuming from {killed_at}" in result.stdout
+    # Same weights, restored data position included; determinism makes it exact.
+    _assert_same_weights(model_dir, mirrored_weights, rtol=0, atol=0)
+
+
+def test_a_killed_worker_restarts_the_cluster_which_resumes_to_the_same_weights(
+        tmp_path, mirrored_weights):
+    model_dir, worker_tmp = tmp_path / "cluster", tmp_path / "worker_tmp"
+    worker_tmp.mkdir()
+    process, output = _start(
+        "bin/launch", "--num_workers=2", "--max_restarts=1", "--grace_period=3", "--",
+        "bin/train", f"--model_dir={model_dir}", *CLUSTER, env={"TMPDIR": str(worker_tmp)})
+    _wait_until(_first_checkpoint_written(model_dir), "the chief's checkpoint", process, output)
+    pids = re.search(r"pids: .*worker:1=(\d+)", "".join(output.lines))
+    assert pids, "".join(output.lines)
+    os.kill(int(pids.group(1)), signal.SIGKILL)
+    try:
+        process.wait(timeout=240)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    text = output.text()
+    assert process.returncode == 0, text[-3000:]
+    assert "worker:1 died with signal 9 (SIGKILL); restarting the cluster (1/1)" in text, text[-3000:]
+    # The survivor, if it noticed before the launcher stopped it, says so in one line.
+    assert "Traceback" not in text, text
+    assert re.search(r"\[worker:0\] .*resuming from .*ckpt-\d+ at step", text), text
+    assert tf.train.latest_checkpoint(str(model_dir)).endswith(f"ckpt-{TRAIN_STEPS}")
+    # The killed worker's save directory was removed when it started again.
+    # (TensorFlow's own autograph files of the killed process stay behind.)
+    assert [name for name in os.listdir(worker_tmp) if name.startswith("tfloop-")] == []
+    _assert_same_weights(model_dir, mirrored_weights)
 
 
 def test_tf_config_mistakes_are_one_line(tmp_path):
@@ -104,10 +208,11 @@ def test_the_evaluator_evaluates_checkpoints_and_stops_after_the_last(tmp_path):
         "--eval_timeout=60", *FLAGS, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     # It may skip checkpoints written while it was busy, never the final one.
-    assert "[evaluator]" in result.stdout and "eval  step 30" in result.stdout
+    assert "[evaluator]" in result.stdout and f"eval  step {TRAIN_STEPS}" in result.stdout
     steps = set()
     for path in (model_dir / "summaries" / "eval").glob("events.out.tfevents.*"):
         for event in tf.compat.v1.train.summary_iterator(str(path)):
             if any(value.tag == "accuracy" for value in event.summary.value):
                 steps.add(event.step)
-    assert 30 in steps and steps <= {10, 20, 30}
+    assert TRAIN_STEPS in steps
+    assert steps <= set(range(CHECKPOINT_INTERVAL, TRAIN_STEPS + 1, CHECKPOINT_INTERVAL))
