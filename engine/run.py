@@ -85,6 +85,11 @@ def _input_workers(config: RunConfig, role: cluster.Role) -> int:
     return role.num_workers
 
 
+def _describe_split(split) -> str:
+    files = getattr(split, "files", None)
+    return f"{len(files)} files" if files is not None else f"{len(split)} examples"
+
+
 # How a collective reports a peer that died or stopped answering mid-step.
 _PEER_LOST = (tf.errors.UnavailableError, tf.errors.CancelledError,
               tf.errors.DeadlineExceededError, tf.errors.AbortedError, tf.errors.InternalError)
@@ -167,8 +172,11 @@ def _check(config: RunConfig, model_fn: Optional[ModelFn]) -> _Plan:
                          image_size=config.image_size, eval_fraction=config.eval_fraction)
     if model_fn is None:
         models.check(config.model, splits.input_shape)  # e.g. mobilenet_v2 needs >= 32x32
-    inputs.resolve_shard_policy(splits.train, config.auto_shard_policy,
-                                _input_workers(config, role))
+    shard_policy = inputs.resolve_shard_policy(splits.train, config.auto_shard_policy,
+                                               _input_workers(config, role))
+    if _input_workers(config, role) > 1:
+        logger.info("%s: input sharded by %s over %d workers (%s)", role.name, shard_policy,
+                    _input_workers(config, role), _describe_split(splits.train))
     mode = _resolve_mode(config, splits.eval is not None, role)
     _check_model_dir(config.model_dir)
     if role.in_cluster and not role.is_evaluator:

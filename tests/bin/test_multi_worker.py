@@ -201,12 +201,19 @@ def test_a_worker_that_never_comes_up_ends_the_wait_with_one_line(tmp_path):
 
 
 def test_the_evaluator_evaluates_checkpoints_and_stops_after_the_last(tmp_path):
+    """Also: TFRecord shards dealt out to the workers by file (--auto_shard_policy=file)."""
+    from helpers import write_tfrecord_dir
+
+    records = write_tfrecord_dir(str(tmp_path / "records"), num_shards=4)
     model_dir = tmp_path / "run"
     result = run_bin(
         "launch", "--num_workers=2", "--evaluator", "--grace_period=5", "--evaluator_timeout=120",
         "--", "bin/train", "--strategy=multi_worker", f"--model_dir={model_dir}",
+        "--dataset=tfrecord", f"--data_dir={records}", "--auto_shard_policy=file",
         "--eval_timeout=60", *FLAGS, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
+    for worker in ("worker:0", "worker:1"):
+        assert f"{worker}: input sharded by file over 2 workers (4 files)" in result.stdout
     # It may skip checkpoints written while it was busy, never the final one.
     assert "[evaluator]" in result.stdout and f"eval  step {TRAIN_STEPS}" in result.stdout
     steps = set()
