@@ -1,0 +1,58 @@
+"""`run()` refuses impossible requests before it builds or writes anything.
+
+In process, on the session's logical CPUs: each case is one ConfigError whose
+message names the fix, and `model_dir` is never created. That the binaries
+print such an error as one line with exit status 2 and no traceback is
+checked once, through `bin/train` in a subprocess (tests/bin/test_train_cli.py).
+"""
+
+import pytest
+
+from engine.config import RunConfig
+from engine.errors import ConfigError
+from engine.run import run
+
+SMALL = dict(train_steps=20, steps_per_loop=10, global_batch_size=32)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(strategy="mirrord"), "--strategy='mirrord' is not a strategy"),
+    (dict(model="resnet"), "--model='resnet' is not a model"),
+    (dict(dataset="imagenet"), "--dataset='imagenet' is not a dataset"),
+    (dict(devices="gpu:0"), "gpu:0 does not exist"),
+    (dict(devices="cpu:0,cpu:1,cpu:2"), "does not divide by the 3 replicas"),
+    (dict(dataset="mnist", data_dir="/nonexistent"), "mnist.npz does not exist"),
+    (dict(optimizer="adagrad"), "is not an optimizer"),
+    (dict(train_steps=-1), "must be 0 or more"),
+])
+def test_impossible_requests_are_refused_before_anything_is_written(tmp_path, overrides, message):
+    model_dir = tmp_path / "run"
+    with pytest.raises(ConfigError) as error:
+        run(RunConfig(model_dir=str(model_dir), **{**SMALL, **overrides}))
+    assert message in str(error.value) and "\n" not in str(error.value)
+    assert not model_dir.exists()
+
+
+def test_malformed_mnist_npz_is_refused(tmp_path):
+    (tmp_path / "mnist.npz").write_bytes(b"not a zip file")
+    with pytest.raises(ConfigError, match="is not a readable .npz file"):
+        run(RunConfig(dataset="mnist", data_dir=str(tmp_path), model_dir=str(tmp_path / "run"),
+                      **SMALL))
+    assert not (tmp_path / "run").exists()
+
+
+def test_unwritable_model_dir_is_refused(tmp_path):
+    # A path below a regular file can never be created, whoever runs the test
+    # (permission bits alone do not stop root).
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    with pytest.raises(ConfigError, match="cannot be written"):
+        run(RunConfig(model_dir=str(blocker / "run"), **SMALL))
+    assert blocker.read_text() == ""
+
+
+def test_model_dir_that_is_a_file_is_refused(tmp_path):
+    target = tmp_path / "file"
+    target.write_text("")
+    with pytest.raises(ConfigError, match="is a file"):
+        run(RunConfig(model_dir=str(target), **SMALL))
