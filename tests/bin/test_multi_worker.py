@@ -158,10 +158,8 @@ def test_tf_config_mistakes_are_one_line(tmp_path):
     result = run_bin("train", "--strategy=multi_worker", f"--model_dir={tmp_path / 'run'}",
                      env={"TF_CONFIG": bad})
     assert_one_line_error(result, contains="task index 3 is out of range")
-    result = run_bin("train", "--strategy=mirrored", f"--model_dir={tmp_path / 'run'}",
-                     env={"TF_CONFIG": bad.replace('"index": 3', '"index": 0')})
-    assert_one_line_error(result, contains="use --strategy=multi_worker")
     assert not (tmp_path / "run").exists()
+    # The other mistakes: tests/engine/test_cluster_config.py, test_run_refusals.py.
 
 
 def _free_port() -> int:

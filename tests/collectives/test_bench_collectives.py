@@ -65,13 +65,11 @@ def test_model_mode_compares_packed_and_unpacked(tmp_path):
     assert all(r["correct"] and r["tensors"] == 6 for r in rows), rows
 
 
+# One subprocess proves the binary's one-line error path; the checks behind
+# other bad values (sizes, names, config ranges) are tested in process above/below.
 @pytest.mark.parametrize(
     "flag, expected",
-    [
-        ("--collectives=ring,foo", "--collective='foo' is not a collective; choose one of"),
-        ("--collectives=nccl", "--collective=nccl needs GPUs, but the devices are cpu:0,cpu:1"),
-        ("--sizes=4X", "--sizes='4X' is not a list of sizes; write e.g. --sizes=4K:256M"),
-    ],
+    [("--collectives=ring,nccl", "--collective=nccl needs GPUs, but the devices are cpu:0,cpu:1")],
 )
 def test_bad_flags_fail_in_one_line(flag, expected, tmp_path):
     result = run_bin("bench_collectives", "--devices=cpu:0,cpu:1", flag,

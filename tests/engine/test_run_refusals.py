@@ -56,3 +56,11 @@ def test_model_dir_that_is_a_file_is_refused(tmp_path):
     target.write_text("")
     with pytest.raises(ConfigError, match="is a file"):
         run(RunConfig(model_dir=str(target), **SMALL))
+
+
+def test_a_cluster_with_a_single_process_strategy_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["localhost:1"]}, '
+                                    '"task": {"type": "worker", "index": 0}}')
+    with pytest.raises(ConfigError, match="use --strategy=multi_worker"):
+        run(RunConfig(strategy="mirrored", model_dir=str(tmp_path / "run"), **SMALL))
+    assert not (tmp_path / "run").exists()
