@@ -51,7 +51,7 @@ from engine import cluster
 from engine.errors import ConfigError
 from engine.replica_sums import EXAMPLES
 from engine.task import LossFn, classification_loss
-from engine.trainer import metric_names
+from engine.trainer import metric_names, replica_gradients
 
 logger = logging.getLogger("engine")
 
@@ -169,24 +169,13 @@ class ParameterServerTrainer:
         return sums
 
     def _replica_step(self, batch):
-        with tf.GradientTape() as tape:
-            output = self._loss_fn(self.model, batch, training=True)
-            per_example_loss = output.per_example_loss
-            loss = tf.nn.compute_average_loss(
-                per_example_loss, global_batch_size=self.global_batch_size)
-            regularization = getattr(self.model, "losses", None)
-            if regularization:
-                regularization = tf.add_n(regularization)
-                loss += tf.nn.scale_regularization_loss(regularization)
-            scaled = self.optimizer.scale_loss(loss)  # a loss scale under mixed_float16
-        grads = tape.gradient(scaled, self._variables)
+        grads, reported, metrics = replica_gradients(
+            self._loss_fn, self.model, batch, self._variables, optimizer=self.optimizer,
+            global_batch_size=self.global_batch_size)
         self.optimizer.apply_gradients(
             [(g, v) for g, v in zip(grads, self._variables) if g is not None])
-        reported = per_example_loss
-        if regularization:
-            reported = per_example_loss + tf.cast(regularization, per_example_loss.dtype)
-        values = {"loss": reported, **output.metrics}
+        values = {"loss": reported, **metrics}
         sums = {name: tf.reduce_sum(tf.cast(values[name], tf.float32))
                 for name in self._names if name != EXAMPLES}
-        sums[EXAMPLES] = tf.cast(tf.shape(per_example_loss)[0], tf.float32)
+        sums[EXAMPLES] = tf.cast(tf.shape(reported)[0], tf.float32)
         return sums

@@ -60,6 +60,39 @@ def metric_names(loss_fn: LossFn, model: Any, element_spec: Any) -> list[str]:
     return sorted(outputs)
 
 
+def replica_gradients(loss_fn: LossFn, model: Any, batch: Any, variables: list, *,
+                      optimizer: keras.optimizers.Optimizer, global_batch_size: int):
+    """One replica's loss and gradients: the part every strategy's step shares.
+
+    The per-example loss is divided by the *global* batch
+    (`compute_average_loss`) and model losses are scaled by the replica count
+    (`scale_regularization_loss`), so summing gradients over replicas gives the
+    gradient of the global batch. Under mixed precision the objective stays
+    float32 and `optimizer.scale_loss` applies the loss scale (identity
+    otherwise).
+
+    Returns:
+      (gradients, per-example loss as reported, including regularization; the
+      loss function's metrics).
+    """
+    with tf.GradientTape() as tape:
+        output: LossOutput = loss_fn(model, batch, training=True)
+        per_example_loss = tf.cast(output.per_example_loss, tf.float32)
+        loss = tf.nn.compute_average_loss(per_example_loss, global_batch_size=global_batch_size)
+        regularization = getattr(model, "losses", None)
+        if regularization:
+            regularization = tf.add_n([tf.cast(r, tf.float32) for r in regularization])
+            loss += tf.nn.scale_regularization_loss(regularization)
+        else:
+            regularization = None
+        scaled_loss = optimizer.scale_loss(loss)
+    grads = tape.gradient(scaled_loss, variables)
+    reported_loss = per_example_loss
+    if regularization is not None:
+        reported_loss = per_example_loss + regularization
+    return grads, reported_loss, dict(output.metrics)
+
+
 class Trainer:
     """Owns the replicated train step and its compiled loop of steps.
 
@@ -126,25 +159,9 @@ class Trainer:
 
     def _compute_gradients(self, batch):
         """Forward and backward pass of one replica (XLA-compiled with jit_compile)."""
-        with tf.GradientTape() as tape:
-            output: LossOutput = self._loss_fn(self.model, batch, training=True)
-            # Mixed precision: the objective and its reduction stay float32.
-            per_example_loss = tf.cast(output.per_example_loss, tf.float32)
-            loss = tf.nn.compute_average_loss(
-                per_example_loss, global_batch_size=self.global_batch_size
-            )
-            regularization = getattr(self.model, "losses", None)
-            if regularization:
-                regularization = tf.add_n([tf.cast(r, tf.float32) for r in regularization])
-                loss += tf.nn.scale_regularization_loss(regularization)
-            else:
-                regularization = None
-            scaled_loss = self.optimizer.scale_loss(loss)
-        grads = tape.gradient(scaled_loss, self._variables)
-        reported_loss = per_example_loss
-        if regularization is not None:
-            reported_loss = per_example_loss + regularization
-        return grads, reported_loss, dict(output.metrics)
+        return replica_gradients(self._loss_fn, self.model, batch, self._variables,
+                                 optimizer=self.optimizer,
+                                 global_batch_size=self.global_batch_size)
 
     def _replica_step(self, batch):
         grads, reported_loss, metrics = self._gradients(batch)
