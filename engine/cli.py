@@ -127,7 +127,7 @@ def run(
             sys.exit(EXIT_FAILURE)
         except preempted as stop:
             print(f"{program}: {stop}", file=sys.stderr, flush=True)
-            sys.exit(EXIT_PREEMPTED)
+            sys.exit(stop.exit_status)  # EXIT_PREEMPTED, or EXIT_INTERRUPTED for Ctrl-C
         except KeyboardInterrupt:
             print(f"{program}: interrupted", file=sys.stderr, flush=True)
             sys.exit(EXIT_INTERRUPTED)

@@ -22,6 +22,7 @@ and stops when it reaches B, so the trace holds exactly those loops' steps.
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from typing import Callable, Optional
 
@@ -152,7 +153,8 @@ class Controller:
             if self.on_loop_end:
                 self.on_loop_end(step, metrics)
             if self.stop_request is not None and step < steps and self.stop_request.agreed():
-                raise Preempted(step, self.save_checkpoint())
+                raise Preempted(step, self.save_checkpoint(),
+                                self.stop_request.signum or signal.SIGTERM)
             if self._crossed(start, step, self.checkpoint_interval):
                 self.save_checkpoint()
             if eval_interval and self._crossed(start, step, eval_interval) and step < steps:

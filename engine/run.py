@@ -210,8 +210,8 @@ def run(
 
     Raises:
       ConfigError: the request cannot be carried out (nothing was written).
-      KeyboardInterrupt: after saving a checkpoint at the step reached.
-      Preempted: on SIGTERM, after saving a checkpoint at the step reached.
+      Preempted: on SIGTERM or Ctrl-C, after saving a checkpoint at the step reached.
+      KeyboardInterrupt: on a second Ctrl-C, without saving.
     """
     plan = _check(config, model_fn)
     role, splits = plan.role, plan.splits
@@ -350,12 +350,10 @@ def run(
             f"checkpoint is {tf.train.latest_checkpoint(config.model_dir) or 'none'}: restart every "
             "task to resume from it (bin/launch --max_restarts does)"
         ) from None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # a second Ctrl-C: stop at once, as asked
         interrupted = True
-        if trainer is not None:
-            path = controller.save_checkpoint()
-            logger.info("interrupted at step %d; saved %s; run the same command to resume",
-                        controller.step, path)
+        logger.info("stopped without saving; the last checkpoint is %s",
+                    tf.train.latest_checkpoint(config.model_dir) or "none")
         raise
     finally:
         stop_request.uninstall()
