@@ -47,7 +47,6 @@ from absl import logging as absl_logging  # noqa: E402
 EXIT_FAILURE = 1  # the run failed, e.g. a multi-worker peer was lost
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
-EXIT_PREEMPTED = 143  # 128 + SIGTERM: stopped on request, checkpoint saved, not finished
 
 
 def _configure_logging() -> None:
@@ -127,7 +126,7 @@ def run(
             sys.exit(EXIT_FAILURE)
         except preempted as stop:
             print(f"{program}: {stop}", file=sys.stderr, flush=True)
-            sys.exit(stop.exit_status)  # EXIT_PREEMPTED, or EXIT_INTERRUPTED for Ctrl-C
+            sys.exit(stop.exit_status)  # 143 for SIGTERM, 130 for Ctrl-C: saved, not finished
         except KeyboardInterrupt:
             print(f"{program}: interrupted", file=sys.stderr, flush=True)
             sys.exit(EXIT_INTERRUPTED)

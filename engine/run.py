@@ -172,11 +172,12 @@ def _check(config: RunConfig, model_fn: Optional[ModelFn]) -> _Plan:
                          image_size=config.image_size, eval_fraction=config.eval_fraction)
     if model_fn is None:
         models.check(config.model, splits.input_shape)  # e.g. mobilenet_v2 needs >= 32x32
+    input_workers = _input_workers(config, role)
     shard_policy = inputs.resolve_shard_policy(splits.train, config.auto_shard_policy,
-                                               _input_workers(config, role))
-    if _input_workers(config, role) > 1:
+                                               input_workers)
+    if input_workers > 1:
         logger.info("%s: input sharded by %s over %d workers (%s)", role.name, shard_policy,
-                    _input_workers(config, role), _describe_split(splits.train))
+                    input_workers, _describe_split(splits.train))
     mode = _resolve_mode(config, splits.eval is not None, role)
     _check_model_dir(config.model_dir)
     if role.in_cluster and not role.is_evaluator:

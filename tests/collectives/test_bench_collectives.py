@@ -49,9 +49,6 @@ def test_sweep_writes_table_csv_json_png(tmp_path):
 
 
 def test_model_mode_compares_packed_and_unpacked(tmp_path):
-    registry = pytest.importorskip("models.registry")
-    if "mlp" not in registry.available():
-        pytest.skip("models.registry has no mlp yet")
     out = tmp_path / "bench"
     result = run_bin(
         "bench_collectives", "--devices=cpu:0,cpu:1", "--sizes=", "--model=mlp",
