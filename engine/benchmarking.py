@@ -207,6 +207,8 @@ def time_engine(config: BenchConfig, *, jit_compile: bool = False,
             optimizer=config.optimizer, learning_rate=config.learning_rate, seed=config.seed,
             jit_compile=jit_compile, mixed_precision=mixed_precision,
             fused_optimizer=fused_optimizer,
+            # What the process already runs with, as every other variant does.
+            intra_op_threads=tf.config.threading.get_intra_op_parallelism_threads(),
         )
         run(run_config, on_loop_end=lambda step, metrics: ends.append(time.perf_counter()))
     return [b - a for a, b in zip(ends, ends[1:])]
@@ -316,8 +318,9 @@ def machine_description() -> str:
     except (OSError, StopIteration):
         pass
     gpus = tf.config.list_physical_devices("GPU")
+    threads = tf.config.threading.get_intra_op_parallelism_threads()
     return (f"{cpu}, {os.cpu_count()} cores, {len(gpus)} GPU(s), TensorFlow {tf.__version__}, "
-            f"Keras {keras.__version__}")
+            f"Keras {keras.__version__}, intra-op threads {threads or 'default'}")
 
 
 def run(config: BenchConfig, *, progress: Progress = print) -> BenchResult:

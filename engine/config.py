@@ -100,6 +100,9 @@ class RunConfig:
         op per variable: `ResourceApplyAdam`, ...), same formulas as Keras.
       profile_steps: `A,B` writes a TensorBoard profiler trace of the steps
         from global step A to B into `summaries/train` (empty: none).
+      intra_op_threads: threads each TensorFlow op may split its work over:
+        -1 = one core's share per CPU replica when there are several (TF's
+        default otherwise), 0 = TF's default (every core), N = N.
     """
 
     strategy: str = "mirrored"
@@ -137,6 +140,7 @@ class RunConfig:
     mixed_precision: str = "float32"
     fused_optimizer: bool = False
     profile_steps: str = ""
+    intra_op_threads: int = -1
 
     def __post_init__(self):
         positive = ("global_batch_size", "steps_per_loop", "max_checkpoints", "image_size")
@@ -177,6 +181,11 @@ class RunConfig:
                 f"{', '.join(PRECISIONS)}"
             )
         parse_profile_steps(self.profile_steps)
+        if self.intra_op_threads < -1:
+            raise ConfigError(
+                f"--intra_op_threads={self.intra_op_threads} must be -1 (a share of the cores "
+                "per CPU replica), 0 (TensorFlow's default) or a positive count"
+            )
 
     @property
     def profile_range(self):

@@ -3,13 +3,16 @@
 TensorFlow lets a process split its CPU into logical devices only before the
 runtime initializes, and only once. That is how every multi-device run on a
 CPU-only machine works, so this module is the single place that does it and
-the single place that says, in one line, when it can no longer be done.
+the single place that says, in one line, when it can no longer be done. The
+size of TF's intra-op thread pool is fixed at the same moment, so it is set
+here too (`configure_threads`).
 """
 
 from __future__ import annotations
 
+import os
 import re
-from typing import Sequence
+from typing import Optional, Sequence
 
 import tensorflow as tf
 
@@ -97,3 +100,63 @@ def prepare_devices(names: Sequence[str]) -> None:
             )
     if cpu_ids:
         ensure_logical_cpus(max(cpu_ids) + 1)
+
+
+#: `configure_threads`: TF's own default (one intra-op thread per core).
+TF_DEFAULT_THREADS = 0
+#: `configure_threads`: one core's share per CPU replica when there are several.
+AUTO_THREADS = -1
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def intra_op_threads_for(names: Sequence[str], requested: int = AUTO_THREADS) -> Optional[int]:
+    """The intra-op pool size to use, or None for TensorFlow's default.
+
+    Auto gives each CPU replica its share of the cores: the replicas already
+    run side by side (one inter-op task each), so also splitting every op
+    across all cores makes them hand work between threads for nothing. On
+    this 2-core machine with 4 logical CPUs (bin/bench_collectives) a 256 KiB
+    reduce-to-one-device all-reduce took 76 us with one intra-op thread
+    against 180-360 us with TF's default of two, 1 MiB 154 us against
+    190-340 us, and the mlp trained 26k examples/s against 19k (docs/collectives.md,
+    docs/performance.md). One CPU device, or GPUs, keep TF's default.
+    """
+    if requested > 0:
+        return requested
+    if requested == TF_DEFAULT_THREADS:
+        return None
+    cpu_replicas = sum(1 for n in names if device_kind(n) == "cpu")
+    if cpu_replicas < 2:
+        return None
+    return max(1, usable_cores() // cpu_replicas)
+
+
+def configure_threads(names: Sequence[str], requested: int = AUTO_THREADS) -> Optional[int]:
+    """Sets TF's intra-op pool for `names` (see `intra_op_threads_for`);
+    returns the size in force when it is not TF's default.
+
+    Like logical devices, this only works before TensorFlow initializes: an
+    explicit size that comes too late is a `ConfigError`; the automatic one
+    quietly leaves TF's default (tests that share one process do that).
+    """
+    threads = intra_op_threads_for(names, requested)
+    current = tf.config.threading.get_intra_op_parallelism_threads()
+    if threads is None or threads == current:
+        return current or None
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+    except RuntimeError:
+        if requested > 0:
+            raise ConfigError(
+                f"--intra_op_threads={requested} comes too late: TensorFlow already started in "
+                "this process with its thread pools sized; set it before anything else runs "
+                "(start a new process)"
+            ) from None
+        return current or None
+    return threads

@@ -114,6 +114,7 @@ class _Plan:
     mode: str
     latest_checkpoint: Optional[str]
     tpu_resolver: Any = None  # --strategy=tpu: the initialized TPU's resolver
+    intra_op_threads: Optional[int] = None  # None: TensorFlow's default pool
 
 
 def _check(config: RunConfig, model_fn: Optional[ModelFn]) -> _Plan:
@@ -153,8 +154,10 @@ def _check(config: RunConfig, model_fn: Optional[ModelFn]) -> _Plan:
             f"{replicas} replicas; use a multiple of {replicas}, e.g. "
             f"{max(replicas, config.global_batch_size // replicas * replicas)}"
         )
-    # Logical CPU devices must exist before anything else touches TensorFlow.
+    # Logical CPU devices (and the thread pools) must be set up before anything
+    # else touches TensorFlow.
     devices.prepare_devices(device_names)
+    intra_op_threads = devices.configure_threads(device_names, config.intra_op_threads)
     collective = collectives.create(
         strategies.collective_name(config.strategy, config.collective, device_names,
                                    num_packs=config.num_packs, pack_bytes=config.pack_bytes,
@@ -188,7 +191,8 @@ def _check(config: RunConfig, model_fn: Optional[ModelFn]) -> _Plan:
             f"--mode=evaluate found no checkpoint in --model_dir={config.model_dir}; "
             "train first or point --model_dir at a trained run"
         )
-    return _Plan(role, device_names, collective, splits, mode, latest, tpu_resolver)
+    return _Plan(role, device_names, collective, splits, mode, latest, tpu_resolver,
+                 intra_op_threads)
 
 
 def run(
@@ -234,12 +238,13 @@ def run(
             role=role, startup_timeout=config.startup_timeout, tpu_resolver=plan.tpu_resolver,
         )
     logger.info(
-        "%s%s over %d replica(s) [%s], collective %s, global batch %d (%d per replica)",
+        "%s%s over %d replica(s) [%s], collective %s, global batch %d (%d per replica)%s",
         "" if not role.in_cluster else f"{role.name}: ",
         config.strategy if not role.is_evaluator else "evaluator",
         strategy.num_replicas_in_sync, ",".join(d.lstrip("/") for d in plan.devices),
         "none" if role.is_evaluator else plan.collective.describe(), config.global_batch_size,
         config.global_batch_size // strategy.num_replicas_in_sync,
+        f", {plan.intra_op_threads} intra-op thread(s) per op" if plan.intra_op_threads else "",
     )
     keras.utils.set_random_seed(config.seed)
     with strategy.scope():
