@@ -1,4 +1,6 @@
-"""`--collective=auto`: picks an implementation for the devices at hand.
+"""`--collective=auto`: picks an implementation for the devices at hand, and
+on CPUs one for small tensors and one for the rest, the way NCCL's tuner
+picks its algorithm by message size.
 
 The rule, and the measurements behind it (docs/collectives.md has the
 commands and full tables)::
@@ -6,22 +8,27 @@ commands and full tables)::
     one device                  -> reduce_to_one_device  (nothing to sum; no group keys)
     every device a GPU          -> nccl                  (NVIDIA's all-reduce; the fastest
                                                            on GPUs everywhere it is published)
-    CPUs, or CPUs and GPUs      -> reduce_to_one_device
+    CPUs and GPUs mixed         -> reduce_to_one_device  (the only one spanning both kinds)
+    CPUs, an even count >= 4    -> hierarchical_copy for dense tensors below 256 KiB,
+                                   reduce_to_one_device for the rest
+    other CPU counts            -> reduce_to_one_device
 
-On CPU devices (TF 2.21, 4 logical CPUs on 2 cores, bin/bench_collectives),
-the ring was 1.8-12x slower than the fastest at every size from 4 KiB to
-256 MiB: logical devices share host memory, so the copies that hierarchical
-copy and reduce-to-one-device "send" are free, while the ring still moves
-every chunk through the collective executor. Between the two,
-reduce-to-one-device led from 1 MiB to 16 MiB by 13-44% and by 5% at 64 and
-256 MiB; hierarchical copy led only at 4 KiB and 256 KiB, by 57 and 93 us.
-Reduce-to-one-device also won on the mlp and cnn gradient lists, tied on 2
-devices and, unlike hierarchical copy, works for any device count. The GPU
+On CPU devices (TF 2.21, 4 logical CPUs on 2 cores, one intra-op thread per
+replica, best of 15 interleaved samples from 3 fresh traces,
+bin/bench_collectives) the ring was 4-10x slower than the fastest at every
+size from 4 KiB to 64 MiB: logical devices share host memory, so the copies
+that hierarchical copy and reduce-to-one-device "send" are free while the
+ring still moves every chunk through the collective executor.
+Reduce-to-one-device led from 1 MiB up (1.4-1.9x over hierarchical copy up
+to 16 MiB); hierarchical copy led below 256 KiB, by 2-10% (48.6 against
+54.3 us at 4 KiB: its two half-sums run side by side). On 2 devices the two
+tie (same graph, in effect), so one collective is used there. The GPU
 branch is not measured here (no GPU).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Optional, Sequence
 
@@ -33,26 +40,48 @@ from collectives.interface import Collective, Destinations, PerReplicaGradients
 
 logger = logging.getLogger(__name__)
 
+#: On 4+ CPU devices, dense tensors smaller than this go to hierarchical copy.
+CPU_SMALL_TENSOR_BYTES = 256 << 10
 
-def choose(devices: Sequence[str]) -> tuple[str, str]:
-    """The collective `auto` uses on `devices`, and why (for the log)."""
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """What `auto` uses: `large` for every tensor, except dense ones below
+    `small_below` bytes, which go to `small` when it is set."""
+
+    large: str
+    why: str
+    small: Optional[str] = None
+    small_below: int = 0
+
+
+def choose(devices: Sequence[str]) -> Choice:
+    """The collective(s) `auto` uses on `devices`, and why (for the log)."""
     kinds = {device_kind(d) for d in devices}
     if len(devices) <= 1:
-        return "reduce_to_one_device", "one device, nothing to all-reduce"
+        return Choice("reduce_to_one_device", "one device, nothing to all-reduce")
     if kinds == {"GPU"}:
-        return "nccl", "every device is a GPU"
+        return Choice("nccl", "every device is a GPU")
     if len(kinds) > 1:
-        return "reduce_to_one_device", "CPUs and GPUs mixed; only it spans both kinds"
-    return (
+        return Choice("reduce_to_one_device", "CPUs and GPUs mixed; only it spans both kinds")
+    if len(devices) >= 4 and len(devices) % 2 == 0:
+        return Choice(
+            "reduce_to_one_device",
+            "CPU devices: hierarchical copy measured fastest below 256 KiB on 4 devices, "
+            "reduce to one device from there up (docs/collectives.md)",
+            small="hierarchical_copy", small_below=CPU_SMALL_TENSOR_BYTES,
+        )
+    return Choice(
         "reduce_to_one_device",
-        "CPU devices: measured fastest or within noise of it from 1 MiB up, on model "
-        "gradient lists, and at any device count (docs/collectives.md)",
+        "CPU devices: measured fastest or tied at every size, and valid at any device count "
+        "(docs/collectives.md)",
     )
 
 
 @registry.register("auto")
 class Auto(Collective):
-    """Delegates to the collective `choose` picks for the devices."""
+    """Delegates each gradient to the collective `choose` picks for the
+    devices (and, on CPUs, for its size)."""
 
     native_options = frozenset({"num_packs", "pack_bytes", "gradient_dtype"})
 
@@ -62,27 +91,59 @@ class Auto(Collective):
         self._options = dict(
             num_packs=num_packs, pack_bytes=pack_bytes, gradient_dtype=gradient_dtype
         )
-        #: The collective in use, once the devices are known.
+        #: The collective for every tensor not routed to `small`, once the devices are known.
         self.chosen: Optional[Collective] = None
+        #: The collective for dense tensors below `small_below` bytes, if any.
+        self.small: Optional[Collective] = None
+        self.small_below = 0
 
     def check_devices(self, devices: Sequence[str]) -> None:
-        name, why = choose(devices)
-        self.chosen = registry.create(name, devices=list(devices), **self._options)
+        choice = choose(devices)
+        self.chosen = registry.create(choice.large, devices=list(devices), **self._options)
+        if choice.small:
+            self.small = registry.create(choice.small, devices=list(devices), **self._options)
+            self.small_below = choice.small_below
         logger.info(
             "collective auto picked %s for %s: %s",
-            self.chosen.describe(), short_devices(devices), why,
+            self.describe().removeprefix("auto->"), short_devices(devices), choice.why,
         )
+
+    def collective_for(self, value: Any) -> Collective:
+        """The collective that reduces `value` (a gradient)."""
+        if (self.small is not None and _values.is_packable(value)
+                and _values.nbytes(value) < self.small_below):
+            return self.small
+        return self.chosen
 
     @tf.autograph.experimental.do_not_convert
     def batch_all_reduce(
         self, values: PerReplicaGradients, destinations: Destinations
     ) -> list[Any]:
+        values, destinations = _values.prepare_batch(values, destinations)
+        if not values or not _values.is_distributed(values[0]):
+            return values
         if self.chosen is None:
-            values = list(values)
-            if not values or not _values.is_distributed(values[0]):
-                return values
             self.check_devices(list(_values.replica_devices(values[0])))
-        return self.chosen.batch_all_reduce(values, destinations)
+        groups: dict[int, list[int]] = {}
+        targets: dict[int, Collective] = {}
+        for i, value in enumerate(values):
+            target = self.collective_for(value)
+            groups.setdefault(id(target), []).append(i)
+            targets[id(target)] = target
+        if len(groups) == 1:
+            return next(iter(targets.values())).batch_all_reduce(values, destinations)
+        results: list[Any] = [None] * len(values)
+        for key, indices in groups.items():
+            reduced = targets[key].batch_all_reduce(
+                [values[i] for i in indices], [destinations[i] for i in indices])
+            for i, summed in zip(indices, reduced):
+                results[i] = summed
+        return results
 
     def describe(self) -> str:
-        return f"auto->{self.chosen.describe()}" if self.chosen else "auto"
+        if self.chosen is None:
+            return "auto"
+        if self.small is None:
+            return f"auto->{self.chosen.describe()}"
+        below = f"{self.small_below >> 10}K"
+        return f"auto->{self.small.describe()}[<{below}]+{self.chosen.describe()}"

@@ -19,9 +19,14 @@ all-reduce::
 
     loop(n):  x = inputs
               repeat n times:  x = all_reduce(x)   # each waits for the last
-    warm-up: loop(warmup); then per repeat: time loop(iters) / iters
+    warm-up: loop(warmup); then per repeat: time loop(n) / n
 
-The reported time is the median over `repeats`.
+n is `iters`, raised so that one timed call of the fastest loop lasts at
+least `min_sample_ms`: a 100 us all-reduce timed 20 at a time was a 2 ms
+sample, and the scheduler's jitter on this 2-core machine moved such
+samples by 20-60%. The loops are traced afresh `rounds` times, each round timing `repeats`
+interleaved repeats; the reported time is the best of all of them (the
+median is kept in the JSON and CSV; see `time_interleaved`).
 """
 
 from __future__ import annotations
@@ -52,8 +57,13 @@ DTYPES = ("float32", "float64", "bfloat16", "float16")
 _UNIT_ROUNDOFF = {
     "float64": 2.0**-53, "float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11,
 }
-#: Packing used by model mode's "packed" variant when neither option is given.
-DEFAULT_MODEL_NUM_PACKS = 1
+#: Packing used by model mode's "packed" variant when neither option is given:
+#: gradients of 256 KiB or more travel alone, smaller ones share buckets. On
+#: 4 logical CPUs it beat unpacked for every collective on the mlp and cnn
+#: lists, where pack_bytes=1M (copying the mlp's 800 KB kernel into a
+#: bucket) and num_packs=1 (copying the cnn's 11 MB one) made the copy-based
+#: collectives slower (docs/collectives.md).
+DEFAULT_MODEL_PACK_BYTES = 256 << 10
 
 
 def parse_size(text: str) -> int:
@@ -110,13 +120,17 @@ class BenchConfig:
       collectives: registry names (or `module:Class`) to compare.
       sizes: per-replica tensor sizes in bytes for the sweep (empty: no sweep).
       dtype: element type of the sweep's tensors.
-      iters: timed all-reduces per repeat.
+      iters: timed all-reduces per repeat, at least.
+      min_sample_ms: raise the all-reduces per repeat until the fastest
+        loop's timed call lasts this long.
+      rounds: times the loops are traced afresh, each followed by `repeats`
+        interleaved repeats (see `time_interleaved`).
       warmup: untimed all-reduces before timing (tracing is separate).
-      repeats: timed repeats; the median is reported.
+      repeats: timed repeats per round; the best is reported.
       model: a `models.registry` name whose gradient list model mode reduces
         ("" = no model mode).
       num_packs, pack_bytes, gradient_dtype: passed to `collectives.create`
-        (model mode's packed variant; num_packs=1 when neither is set).
+        (model mode's packed variant; pack_bytes=256K when neither is set).
       overhead: also time TF's cross-device ops directly (plug-in overhead).
       output_dir: where the CSV, JSON and PNG go ("" = write nothing).
       seed: the inputs' random seed.
@@ -127,8 +141,10 @@ class BenchConfig:
     sizes: tuple[int, ...] = ()
     dtype: str = "float32"
     iters: int = 20
+    min_sample_ms: float = 25.0
+    rounds: int = 3
     warmup: int = 5
-    repeats: int = 3
+    repeats: int = 5
     model: str = ""
     num_packs: int = 0
     pack_bytes: int = 0
@@ -148,10 +164,13 @@ class BenchConfig:
             raise CollectiveError(
                 f"--dtype={self.dtype!r} is not supported; choose one of {'|'.join(DTYPES)}"
             )
-        for arg, low in (("iters", 1), ("warmup", 0), ("repeats", 1)):
+        for arg, low in (("iters", 1), ("warmup", 0), ("repeats", 1), ("rounds", 1)):
             value = getattr(self, arg)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise CollectiveError(f"--{arg}={value!r} must be an integer >= {low}")
+        if isinstance(self.min_sample_ms, bool) or not (
+                isinstance(self.min_sample_ms, (int, float)) and self.min_sample_ms >= 0):
+            raise CollectiveError(f"--min_sample_ms={self.min_sample_ms!r} must be a number >= 0")
         if not self.sizes and not self.model:
             raise CollectiveError("--sizes is empty and no --model given; nothing to measure")
         for size in self.sizes:
@@ -189,6 +208,7 @@ class SweepRow:
     correct: bool
     max_rel_err: float
     tolerance: float
+    median_us: float = math.nan  # time_us is the best sample
 
 
 @dataclasses.dataclass
@@ -200,6 +220,7 @@ class OverheadRow:
     ratio: float
     direct_graph_ops: int
     layer_graph_ops: int
+    median_ratio: float = math.nan  # of the median samples; ratio is of the best
 
 
 @dataclasses.dataclass
@@ -214,6 +235,12 @@ class ModelRow:
     packed_us: float
     ratio: float
     correct: bool
+    #: The largest gradient all-reduced alone: the floor no packing can go below.
+    largest_alone_us: float = math.nan
+    #: (unpacked - packed) / (unpacked - largest alone): the share of the
+    #: many-tensor cost that packing removed (1.0 = all of it).
+    removed: float = math.nan
+    median_ratio: float = math.nan  # packed/unpacked of the median samples
 
 
 @dataclasses.dataclass
@@ -251,7 +278,7 @@ def _busbw_factor(n: int) -> float:
 def _model_packed_options(config: BenchConfig) -> dict[str, int]:
     if config.num_packs or config.pack_bytes:
         return dict(num_packs=config.num_packs, pack_bytes=config.pack_bytes)
-    return dict(num_packs=DEFAULT_MODEL_NUM_PACKS, pack_bytes=0)
+    return dict(num_packs=0, pack_bytes=DEFAULT_MODEL_PACK_BYTES)
 
 
 def make_inputs(
@@ -330,18 +357,50 @@ def graph_ops(loop) -> int:
     return len(graph_def.node) + sum(len(f.node_def) for f in graph_def.library.function)
 
 
-def time_interleaved(loops: Sequence[Any], config: BenchConfig) -> list[float]:
-    """Median seconds per all-reduce of each loop, repeats interleaved."""
-    for loop in loops:
-        loop(tf.constant(max(config.warmup, 1)))  # Traces, and warms up.
-    samples: list[list[float]] = [[] for _ in loops]
-    n = tf.constant(config.iters)
-    for _ in range(config.repeats):
-        for k, loop in enumerate(loops):
+def time_interleaved(make_loops: Callable[[], list], config: BenchConfig) -> tuple[list, list]:
+    """Per loop a `Timing` (seconds per all-reduce), and the last loops built.
+
+    The best, not the median: on this 2-core VM identical graphs' medians
+    differed by up to 1.5x at ~100 us; interference only ever adds time, so
+    the fastest of many interleaved samples is what each graph can do (as
+    `timeit` advises). Tables report the best; the JSON and CSV keep both.
+
+    `make_loops()` builds (traces) fresh loops; that happens `rounds` times,
+    each round timing `repeats` interleaved repeats with the order rotated.
+    Fresh traces because one traced loop could stay 1.5-1.8x slower than an
+    identical one for a whole run (seen at 4 MiB: the same graph at 530 and
+    320 us, 21 repeats each); a new trace each round makes that one round's
+    samples, not the result.
+    """
+    samples: list[list[float]] = []
+    loops: list = []
+    for _ in range(config.rounds):
+        loops = make_loops()
+        samples = samples or [[] for _ in loops]
+        warmup = tf.constant(max(config.warmup, 1))
+        fastest = math.inf
+        for loop in loops:
+            loop(warmup)  # Traces, and warms up.
             start = time.perf_counter()
-            loop(n)
-            samples[k].append((time.perf_counter() - start) / config.iters)
-    return [statistics.median(s) for s in samples]
+            loop(warmup)
+            fastest = min(fastest, (time.perf_counter() - start) / int(warmup))
+        iters = max(config.iters, math.ceil(config.min_sample_ms / 1e3 / max(fastest, 1e-9)))
+        n = tf.constant(iters)
+        for r in range(config.repeats):
+            for j in range(len(loops)):
+                k = (j + r) % len(loops)
+                start = time.perf_counter()
+                loops[k](n)
+                samples[k].append((time.perf_counter() - start) / iters)
+    return [Timing(min(s), statistics.median(s)) for s in samples], loops
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """Seconds per all-reduce of one loop: the best and the median sample."""
+
+    best: float
+    median: float
 
 
 def _tolerance(config: BenchConfig, dtype: str, compressed: bool) -> float:
@@ -372,57 +431,71 @@ def _reduce_direct(ops: tf.distribute.CrossDeviceOps, options):
         tf.distribute.ReduceOp.SUM, list(zip(values, destinations)), options=options)
 
 
-def _tf_ops_of(collective: Collective, devices: tuple[str, ...]):
-    """TF's cross-device ops object (and its call options) behind `collective`,
-    if it is exactly one; else None."""
-    target = getattr(collective, "chosen", None) or collective  # auto
+def _tf_ops_of(collective: Collective, value: Any):
+    """TF's cross-device ops object (and its call options) that reduces
+    `value` through `collective`, if that is exactly one; else None."""
+    target = collective.collective_for(value) if hasattr(collective, "collective_for") else collective
     if isinstance(target, CrossDeviceOpsCollective):
-        return target.cross_device_ops(devices), target.communication_options
+        return target.cross_device_ops(_values.devices_of(value)), target.communication_options
     return None
 
 
 def run_sweep(config: BenchConfig, results: BenchResults, progress: Callable[[str], None]) -> None:
+    """Per size, every collective (and TF's ops called directly) timed in one
+    interleaved run: a burst of load from elsewhere slows all of them alike
+    instead of whichever ran at that moment, so the per-size comparisons
+    (auto against the fastest, the layer against TF) hold to a few percent
+    where sequential runs differed by 20%."""
     n = len(config.devices)
-    total = len(config.sizes) * len(config.collectives)
-    step = 0
     collectives = {name: config.create(name) for name in config.collectives}
-    for size in config.sizes:
+    compressed = config.gradient_dtype != "float32" and (
+        _itemsize(config.dtype) > _itemsize(config.gradient_dtype))
+    tol = _tolerance(config, config.dtype, compressed)
+    for k, size in enumerate(config.sizes, 1):
         count = size // _itemsize(config.dtype)
         values, sums = make_inputs(config.devices, [((count,), config.dtype)], config.seed)
-        replica_devices = _values.devices_of(values[0])
-        for name in config.collectives:
-            step += 1
-            collective = collectives[name]
-            loops = [_loop(_reduce_via_layer(collective), values, None)]
-            direct = _tf_ops_of(collective, replica_devices) if config.overhead and n > 1 else None
+        direct_index = {}  # collective name -> index of its direct-TF loop
+        directs = []
+        for name, collective in collectives.items():
+            direct = _tf_ops_of(collective, values[0]) if config.overhead and n > 1 else None
             if direct is not None:
-                loops.append(_loop(_reduce_direct(*direct), values, None))
-            times = time_interleaved(loops, config)
-            outputs = _once(_reduce_via_layer(collective), values, None)()
-            err = check_sums(outputs, sums)
-            compressed = config.gradient_dtype != "float32" and (
-                _itemsize(config.dtype) > _itemsize(config.gradient_dtype))
-            tol = _tolerance(config, config.dtype, compressed)
-            algbw = size / times[0] / 1e9
+                direct_index[name] = len(collectives) + len(directs)
+                directs.append(direct)
+
+        def make_loops():
+            return ([_loop(_reduce_via_layer(c), values, None) for c in collectives.values()]
+                    + [_loop(_reduce_direct(*d), values, None) for d in directs])
+
+        progress(f"[{k}/{len(config.sizes)}] {format_size(size)}: timing "
+                 f"{', '.join(collectives)}{' and TF directly' if directs else ''}, interleaved, "
+                 f"{config.rounds} x {config.repeats} repeats")
+        times, loops = time_interleaved(make_loops, config)
+        for i, (name, collective) in enumerate(collectives.items()):
+            err = check_sums(_once(_reduce_via_layer(collective), values, None)(), sums)
+            algbw = size / times[i].best / 1e9
             row = SweepRow(size=size, count=count, dtype=config.dtype, collective=name,
                            description=collective.describe(), devices=n,
-                           time_us=times[0] * 1e6, algbw_gbs=algbw,
+                           time_us=times[i].best * 1e6, algbw_gbs=algbw,
                            busbw_gbs=algbw * _busbw_factor(n), correct=err <= tol,
-                           max_rel_err=err, tolerance=tol)
+                           max_rel_err=err, tolerance=tol, median_us=times[i].median * 1e6)
             results.sweep.append(row)
-            line = (f"[{step}/{total}] {format_size(size):>5} {row.description:<40} "
+            line = (f"      {format_size(size):>5} {row.description:<40} "
                     f"{row.time_us:10.1f} us  busbw {row.busbw_gbs:7.3f} GB/s  "
                     f"{'ok' if row.correct else 'WRONG'}")
-            if direct is not None:
-                overhead = OverheadRow(size=size, collective=name, direct_us=times[1] * 1e6,
-                                       layer_us=times[0] * 1e6, ratio=times[0] / times[1],
-                                       direct_graph_ops=graph_ops(loops[1]),
-                                       layer_graph_ops=graph_ops(loops[0]))
+            if name in direct_index:
+                j = direct_index[name]
+                overhead = OverheadRow(size=size, collective=name,
+                                       direct_us=times[j].best * 1e6,
+                                       layer_us=times[i].best * 1e6,
+                                       ratio=times[i].best / times[j].best,
+                                       direct_graph_ops=graph_ops(loops[j]),
+                                       layer_graph_ops=graph_ops(loops[i]),
+                                       median_ratio=times[i].median / times[j].median)
                 results.overhead.append(overhead)
                 line += (f"  (direct TF {overhead.direct_us:.1f} us, "
                          f"layer/direct {overhead.ratio:.3f})")
             progress(line)
-        del values, sums
+        del values, sums, loops
 
 
 def run_model(
@@ -443,11 +516,18 @@ def run_model(
     values, sums = make_inputs(devices, specs, config.seed)
     total_bytes = sum(_values.nbytes(v) for v in values)
     packed_options = _model_packed_options(config)
+    largest = max(range(len(values)), key=lambda i: _values.nbytes(values[i]))
     for name in config.collectives:
         unpacked = config.create(name, num_packs=0, pack_bytes=0)
         packed = config.create(name, **packed_options)
-        loops = [_loop(_reduce_via_layer(c), values, destinations) for c in (unpacked, packed)]
-        unpacked_s, packed_s = time_interleaved(loops, config)
+
+        def make_loops():
+            loops = [_loop(_reduce_via_layer(c), values, destinations) for c in (unpacked, packed)]
+            return loops + [_loop(_reduce_via_layer(unpacked), [values[largest]],
+                                  [destinations[largest]])]
+
+        timings, _ = time_interleaved(make_loops, config)
+        unpacked_s, packed_s, largest_s = (t.best for t in timings)
         tol = _tolerance(config, "float32", config.gradient_dtype != "float32")
         correct = all(
             check_sums(_once(_reduce_via_layer(c), values, destinations)(), sums) <= tol
@@ -456,11 +536,15 @@ def run_model(
         row = ModelRow(model=config.model, collective=name, tensors=len(values),
                        total_bytes=total_bytes, unpacked=unpacked.describe(),
                        packed=packed.describe(), unpacked_us=unpacked_s * 1e6,
-                       packed_us=packed_s * 1e6, ratio=packed_s / unpacked_s, correct=correct)
+                       packed_us=packed_s * 1e6, ratio=packed_s / unpacked_s, correct=correct,
+                       largest_alone_us=largest_s * 1e6,
+                       removed=(unpacked_s - packed_s) / max(unpacked_s - largest_s, 1e-9),
+                       median_ratio=timings[1].median / timings[0].median)
         results.model.append(row)
         progress(f"[model {config.model}] {name:<22} unpacked {row.unpacked_us:9.1f} us   "
                  f"packed ({row.packed}) {row.packed_us:9.1f} us   packed/unpacked "
-                 f"{row.ratio:.3f}  {'ok' if correct else 'WRONG'}")
+                 f"{row.ratio:.3f}   largest alone {row.largest_alone_us:9.1f} us  "
+                 f"{'ok' if correct else 'WRONG'}")
 
 
 def format_report(results: BenchResults) -> str:
@@ -505,12 +589,15 @@ def format_report(results: BenchResults) -> str:
         lines.append("")
         r0 = results.model[0]
         lines.append(f"# model {r0.model}: {r0.tensors} gradients, {r0.total_bytes} bytes "
-                     "per replica")
+                     "per replica; 'largest alone' = its largest gradient by itself, the floor "
+                     "for packing; 'removed' = the share of the rest that packing took away")
         lines.append(f"# {'collective':>22} {'unpacked(us)':>13} {'packed(us)':>12} "
-                     f"{'packed/unpacked':>16} {'correct':>8}  packed as")
+                     f"{'packed/unpacked':>16} {'largest alone(us)':>18} {'removed':>8} "
+                     f"{'correct':>8}  packed as")
         for r in results.model:
             lines.append(f"  {r.collective:>22} {r.unpacked_us:>13.1f} {r.packed_us:>12.1f} "
-                         f"{r.ratio:>16.3f} {'ok' if r.correct else 'WRONG':>8}  {r.packed}")
+                         f"{r.ratio:>16.3f} {r.largest_alone_us:>18.1f} {r.removed:>8.2f} "
+                         f"{'ok' if r.correct else 'WRONG':>8}  {r.packed}")
     return "\n".join(lines)
 
 
@@ -535,7 +622,9 @@ def write_outputs(results: BenchResults) -> list[str]:
         json.dump(dict(
             config=dataclasses.asdict(results.config),
             environment=dict(tensorflow=tf.__version__, python=platform.python_version(),
-                             machine=platform.machine(), cpu_count=os.cpu_count()),
+                             machine=platform.machine(), cpu_count=os.cpu_count(),
+                             intra_op_threads=(
+                                 tf.config.threading.get_intra_op_parallelism_threads())),
             sweep=[dataclasses.asdict(r) for r in results.sweep],
             overhead=[dataclasses.asdict(r) for r in results.overhead],
             auto_vs_fastest=results.auto_vs_fastest(),

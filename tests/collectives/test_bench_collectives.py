@@ -21,11 +21,11 @@ def test_sweep_writes_table_csv_json_png(tmp_path):
     out = tmp_path / "bench"
     result = run_bin(
         "bench_collectives", "--devices=cpu:0,cpu:1", "--sizes=4K,64K", "--iters=2",
-        "--warmup=1", "--repeats=1", f"--output_dir={out}",
+        "--warmup=1", "--repeats=1", "--rounds=2", "--min_sample_ms=0", f"--output_dir={out}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
-    assert "[8/8]" in result.stdout  # progress while it runs
+    assert "[2/2] 64K: timing" in result.stdout  # progress while it runs
     assert "busbw(GB/s)" in result.stdout and "plug-in overhead" in result.stdout
     assert "auto vs the fastest" in result.stdout
 
@@ -53,13 +53,16 @@ def test_model_mode_compares_packed_and_unpacked(tmp_path):
     result = run_bin(
         "bench_collectives", "--devices=cpu:0,cpu:1", "--sizes=", "--model=mlp",
         "--collectives=ring,hierarchical_copy", "--iters=1", "--warmup=1", "--repeats=1",
-        f"--output_dir={out}",
+        "--rounds=1", "--min_sample_ms=0", f"--output_dir={out}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "packed/unpacked" in result.stdout
     rows = json.loads((out / "bench_collectives.json").read_text())["model"]
     assert [r["collective"] for r in rows] == ["ring", "hierarchical_copy"]
     assert all(r["correct"] and r["tensors"] == 6 for r in rows), rows
+    # Default packing: pack_bytes=256K (the mlp's kernels of 256K and more travel alone).
+    assert rows[0]["packed"] == "ring+packing(pack_bytes=262144)"
+    assert all(r["largest_alone_us"] > 0 and r["median_ratio"] > 0 for r in rows), rows
 
 
 # One subprocess proves the binary's one-line error path; the checks behind
@@ -91,7 +94,8 @@ def tiny_model(name):
 def test_library_model_mode_with_a_local_model(cpu_devices):
     config = benchmark.BenchConfig(
         devices=tuple(cpu_devices), collectives=("reduce_to_one_device", "ring"),
-        model="tiny", iters=1, warmup=1, repeats=1, pack_bytes=64, overhead=False,
+        model="tiny", iters=1, warmup=1, repeats=1, rounds=1, min_sample_ms=0, pack_bytes=64,
+        overhead=False,
     )
     lines = []
     results = benchmark.run(config, build_model=tiny_model, progress=lines.append)
@@ -120,6 +124,8 @@ def test_parse_sizes():
     [
         (dict(iters=0), "--iters=0 must be an integer >= 1"),
         (dict(warmup=-1), "--warmup=-1 must be an integer >= 0"),
+        (dict(rounds=0), "--rounds=0 must be an integer >= 1"),
+        (dict(min_sample_ms=-1), "--min_sample_ms=-1 must be a number >= 0"),
         (dict(dtype="int8"), "--dtype='int8' is not supported"),
         (dict(sizes=()), "--sizes is empty and no --model given"),
         (dict(sizes=(1,), dtype="float32"), "--sizes: 1 bytes holds no float32 element"),

@@ -59,6 +59,9 @@ def test_auto_forwards_options_to_its_choice():
     assert isinstance(auto.chosen, collectives.Compression)
     assert isinstance(auto.chosen.inner, (collectives.Packing, collectives.TFPackedAllReduce))
     assert auto.describe().startswith("auto->")
+    four = collectives.create("auto", devices=[f"/cpu:{i}" for i in range(4)], num_packs=2)
+    for chosen in (four.small, four.chosen):  # small tensors' collective and the rest's
+        assert "num_packs=2" in chosen.describe()
 
 
 @pytest.mark.parametrize(

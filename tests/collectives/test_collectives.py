@@ -156,13 +156,14 @@ def test_packing_plan_buckets_whole_tensors_by_dtype(strategy, cpu_devices):
     )
     by_bytes = collectives.Packing(inner, pack_bytes=32)
     buckets, passthrough = by_bytes.plan(values, values)
-    # float32: 16+16 -> full; 256 alone; 16+16 -> last; float64 alone.
-    assert buckets == [[0, 1], [3], [4, 5], [2]]
+    # float32: 16+16 -> full; 256 alone; 16+16 -> full; float64 alone; in gradient order.
+    assert buckets == [[0, 1], [2], [3], [4, 5]]
     assert passthrough == []
     by_count = collectives.Packing(inner, num_packs=2)
     buckets, _ = by_count.plan(values, values)
-    # float32 total 320 bytes, target 160: close a bucket once it reaches 160.
-    assert buckets == [[0, 1, 3], [4, 5], [2]]
+    # float32 total 320 bytes, target 160: the 256-byte tensor travels alone
+    # (never copied into a bucket); the small ones around it share one.
+    assert buckets == [[0, 1, 4, 5], [2], [3]]
 
 
 def test_single_replica_values_come_back_unchanged(cpu_devices):
@@ -238,9 +239,33 @@ def test_auto_picks_and_logs(cpu_devices, caplog):
         auto = collectives.create("auto", devices=cpu_devices)
     assert auto.chosen is not None and auto.chosen.name != "nccl"
     assert any("auto picked" in r.getMessage() for r in caplog.records)
-    assert collectives.auto.choose(["/gpu:0", "/gpu:1"])[0] == "nccl"
-    assert collectives.auto.choose(["/cpu:0"])[0] == "reduce_to_one_device"
-    assert collectives.auto.choose(["/cpu:0", "/gpu:0"])[0] == "reduce_to_one_device"
+    choose = collectives.auto.choose
+    assert choose(["/gpu:0", "/gpu:1"]).large == "nccl"
+    assert choose(["/gpu:0", "/gpu:1"]).small is None
+    assert choose(["/cpu:0"]).large == "reduce_to_one_device"
+    assert choose(["/cpu:0", "/gpu:0"]).large == "reduce_to_one_device"
+    assert choose(["/cpu:0", "/cpu:1"]).small is None  # measured a tie on 2 devices
+    assert choose(["/cpu:0", "/cpu:1", "/cpu:2"]).small is None  # hierarchical copy: even only
+    four = choose(["/cpu:0", "/cpu:1", "/cpu:2", "/cpu:3"])
+    assert (four.small, four.small_below, four.large) == (
+        "hierarchical_copy", 256 << 10, "reduce_to_one_device")
+
+
+def test_auto_sends_small_tensors_to_one_collective_and_the_rest_to_another(
+        strategy, cpu_devices):
+    """On 4 CPUs a batch is split by size, reduced by both, and put back in
+    order, each sum on every device."""
+    auto = collectives.create("auto", devices=cpu_devices)
+    assert auto.describe() == (
+        "auto->hierarchical_copy(num_packs=0)[<256K]+reduce_to_one_device")
+    shapes = [(4,), (256 << 8,), (8, 8), (300, 300)]  # 16 B, 256 KiB, 256 B, 352 KiB
+    values, expected = make_values(strategy, shapes, ["float32"] * 4)
+    picked = [auto.collective_for(v).name for v in values]
+    assert picked == ["hierarchical_copy", "reduce_to_one_device", "hierarchical_copy",
+                      "reduce_to_one_device"]
+    with strategy.scope():
+        results = auto.batch_all_reduce(values, values)
+    assert_sums(results, expected, rtol=1e-6, devices=cpu_devices)
 
 
 def test_reduce_to_one_device_sums_where_asked(strategy, cpu_devices):
