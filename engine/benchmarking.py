@@ -64,6 +64,7 @@ class BenchConfig:
     learning_rate: float = 1e-3
     steps: int = 100
     repetitions: int = 5
+    rounds: int = 1
     steps_per_execution: int = 100
     jit_compile: bool = False
     mixed_precision: str = "float32"
@@ -73,7 +74,7 @@ class BenchConfig:
     seed: int = 0
 
     def __post_init__(self):
-        for name in ("global_batch_size", "steps", "repetitions", "steps_per_execution"):
+        for name in ("global_batch_size", "steps", "repetitions", "rounds", "steps_per_execution"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name}={getattr(self, name)} must be a positive integer")
 
@@ -106,30 +107,40 @@ class Row:
 # --- machine and model arithmetic ---------------------------------------------------------
 
 
-def matmul_gflops(size: int = 1024, iters: int = 20, repeats: int = 3) -> float:
-    """The machine's float32 matmul rate (GFLOP/s), best of `repeats`, on the first CPU.
+def matmul_gflops(devices: Sequence[str] = ("/cpu:0",), size: int = 1024, iters: int = 20,
+                  repeats: int = 3) -> float:
+    """The machine's float32 matmul rate (GFLOP/s), best of `repeats`: one
+    chain of matmuls per device, all running at once.
 
-    One op uses every core TensorFlow's intra-op pool has, so this is the
-    whole machine's ceiling for the dense arithmetic training does.
+    One chain per device because that is how training loads the machine:
+    with one intra-op thread per CPU replica (engine/devices.py) one matmul
+    uses one core, and the replicas side by side use them all; with TF's
+    default pool one matmul already uses every core.
     """
-    with tf.device("/cpu:0"):
-        a = tf.random.normal([size, size], seed=1)
-        b = tf.random.normal([size, size], seed=2)
+    operands = []
+    for i, device in enumerate(devices):
+        with tf.device(device):
+            operands.append((tf.random.normal([size, size], seed=2 * i + 1),
+                             tf.random.normal([size, size], seed=2 * i + 2)))
 
-        @tf.function
-        def loop():
-            acc = tf.zeros([size, size])
-            for _ in tf.range(iters):
-                acc += tf.matmul(a, b)
-            return acc
+    @tf.function
+    def loop():
+        out = []
+        for device, (a, b) in zip(devices, operands):
+            with tf.device(device):
+                acc = tf.zeros([size, size])
+                for _ in tf.range(iters):
+                    acc += tf.matmul(a, b)
+                out.append(acc)
+        return out
 
-        loop()  # trace, warm up
-        best = float("inf")
-        for _ in range(repeats):
-            began = time.perf_counter()
-            loop().numpy()
-            best = min(best, time.perf_counter() - began)
-    return 2.0 * size ** 3 * iters / best / 1e9
+    loop()  # trace, warm up
+    best = float("inf")
+    for _ in range(repeats):
+        began = time.perf_counter()
+        [acc.numpy() for acc in loop()]
+        best = min(best, time.perf_counter() - began)
+    return 2.0 * size ** 3 * iters * len(devices) / best / 1e9
 
 
 def train_flops_per_example(model: keras.Model, input_shape: Sequence[int]) -> float:
@@ -334,7 +345,7 @@ def run(config: BenchConfig, *, progress: Progress = print) -> BenchResult:
         models.build(config.model, input_shape=splits.input_shape, num_classes=splits.num_classes),
         splits.input_shape)
     progress("measuring the float32 matmul rate ...")
-    peak = matmul_gflops()
+    peak = matmul_gflops(config.devices)
     progress(f"  {peak:.1f} GFLOP/s; {config.model} trains at {flops / 1e6:.2f} MFLOP/example")
 
     examples = config.steps * config.global_batch_size
@@ -352,19 +363,27 @@ def run(config: BenchConfig, *, progress: Progress = print) -> BenchResult:
         "hand_loop": (f"hand-written loop ({config.steps} steps/tf.function)",
                       lambda: time_hand_loop(config)),
     }
-    rows = []
-    for variant in config.variants:
-        description, measure = plans[variant]
-        progress(f"{description}: 1 warm-up + {config.repetitions} x {config.steps} steps "
-                 f"on {len(config.devices)} device(s) ...")
-        began = time.perf_counter()
-        row = Row(variant, description, measure(), examples)
-        rows.append(row)
-        progress(f"  {row.median:,.0f} examples/s (min {row.low:,.0f}, max {row.high:,.0f}) "
-                 f"[{time.perf_counter() - began:.0f}s]")
+    # Each round times every variant once, the order rotated from round to
+    # round, so a busy stretch of a shared machine lands on different variants
+    # instead of always on the one that happened to run then.
+    seconds: dict[str, list[float]] = {variant: [] for variant in config.variants}
+    for round_index in range(config.rounds):
+        shift = round_index % len(config.variants)
+        for variant in config.variants[shift:] + config.variants[:shift]:
+            description, measure = plans[variant]
+            progress(f"[round {round_index + 1}/{config.rounds}] {description}: 1 warm-up + "
+                     f"{config.repetitions} x {config.steps} steps on {len(config.devices)} "
+                     "device(s) ...")
+            began = time.perf_counter()
+            seconds[variant].extend(measure())
+            row = Row(variant, description, seconds[variant], examples)
+            progress(f"  {row.median:,.0f} examples/s so far (min {row.low:,.0f}, max "
+                     f"{row.high:,.0f}) [{time.perf_counter() - began:.0f}s]")
+    rows = [Row(variant, plans[variant][0], seconds[variant], examples)
+            for variant in config.variants]
     # Measured again at the end, best kept: on a shared machine one measurement
     # can land in someone else's busy second.
-    peak = max(peak, matmul_gflops())
+    peak = max(peak, matmul_gflops(config.devices))
     result = BenchResult(config, rows, peak, flops, machine_description())
     progress(format_table([result]))
     if config.output_dir:

@@ -11,7 +11,7 @@ from helpers import run_bin
 def test_bench_train_prints_a_table_and_writes_json(tmp_path):
     result = run_bin(
         "bench_train", "--devices=cpu:0,cpu:1", "--global_batch_size=32", "--steps=3",
-        "--repetitions=2", "--steps_per_execution=3",
+        "--repetitions=2", "--rounds=2", "--steps_per_execution=3",
         "--variants=engine,fit_tuned,hand_loop", f"--output_dir={tmp_path}",
         timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -22,8 +22,9 @@ def test_bench_train_prints_a_table_and_writes_json(tmp_path):
         written = json.load(f)
     assert written["num_devices"] == 2 and written["matmul_gflops"] > 0
     assert [row["variant"] for row in written["rows"]] == ["engine", "fit_tuned", "hand_loop"]
+    assert "[round 2/2] hand-written loop" in result.stdout  # rotated: engine is not first
     for row in written["rows"]:
-        assert len(row["seconds"]) == 2 and row["low"] <= row["median"] <= row["high"]
+        assert len(row["seconds"]) == 4 and row["low"] <= row["median"] <= row["high"]
         assert 0 < row["peak_fraction"]
     engine = written["rows"][0]
     assert written["ratios"]["engine"]["hand_loop"] == engine["median"] / written["rows"][2]["median"]

@@ -6,6 +6,8 @@ import signal
 import pytest
 import tensorflow as tf
 
+from engine import devices
+
 from helpers import assert_one_line_error, run_bin, start_bin, wait_for_output, write_digits_npz
 
 SMALL = ["--train_steps=20", "--steps_per_loop=10", "--global_batch_size=32"]
@@ -49,6 +51,9 @@ def test_cnn_reaches_95_percent_on_real_handwritten_digits(tmp_path):
     assert metrics["eval/examples"] == 360  # every test digit, the partial batch included
     assert metrics["eval/accuracy"] >= 0.95, metrics
     assert "eval  step 300" in result.stdout
+    # Two CPU replicas share the cores: each op gets cores // 2 threads (engine/devices.py).
+    threads = max(1, devices.usable_cores() // 2)
+    assert f"{threads} intra-op thread(s) per op" in result.stdout
 
 
 @pytest.mark.parametrize("signum, status, message", [

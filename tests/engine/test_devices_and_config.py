@@ -37,6 +37,33 @@ def test_more_cpus_than_the_process_started_with_is_refused():
     assert "already started with 4" in str(error.value)
 
 
+def test_intra_op_threads_give_each_cpu_replica_its_share_of_the_cores(monkeypatch):
+    monkeypatch.setattr(devices, "usable_cores", lambda: 8)
+    cpus = [f"/cpu:{i}" for i in range(4)]
+    assert devices.intra_op_threads_for(cpus) == 2          # 8 cores / 4 replicas
+    assert devices.intra_op_threads_for(cpus * 4) == 1      # never below one
+    assert devices.intra_op_threads_for(["/cpu:0"]) is None  # one replica: TF's default
+    assert devices.intra_op_threads_for(["/gpu:0", "/gpu:1"]) is None
+    assert devices.intra_op_threads_for(cpus, devices.TF_DEFAULT_THREADS) is None
+    assert devices.intra_op_threads_for(["/cpu:0"], 3) == 3  # explicit wins
+
+
+def test_intra_op_threads_set_too_late():
+    """This process started TensorFlow long ago (conftest): an explicit size
+    is refused in one line, the automatic one leaves TF's pool alone."""
+    import tensorflow as tf
+
+    tf.constant(1.0)  # the runtime is up
+    current = tf.config.threading.get_intra_op_parallelism_threads()
+    with pytest.raises(ConfigError) as error:
+        devices.configure_threads(["/cpu:0"], current + 3)
+    assert "--intra_op_threads=" in str(error.value) and "comes too late" in str(error.value)
+    devices.configure_threads(["/cpu:0", "/cpu:1"])  # auto: no error
+    assert tf.config.threading.get_intra_op_parallelism_threads() == current
+    with pytest.raises(ConfigError, match="must be -1"):
+        RunConfig(intra_op_threads=-2)
+
+
 @pytest.mark.parametrize("name, devs, message", [
     ("mirored", ["/cpu:0"], "is not a strategy"),
     ("parameter_server", ["/cpu:0", "/cpu:1"], "one CPU or the local GPUs"),
