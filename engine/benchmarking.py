@@ -30,6 +30,7 @@ runs one subprocess per count (`sweep`) and plots examples/sec against them.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import math
 import os
@@ -371,6 +372,7 @@ def run(config: BenchConfig, *, progress: Progress = print) -> BenchResult:
         shift = round_index % len(config.variants)
         for variant in config.variants[shift:] + config.variants[:shift]:
             description, measure = plans[variant]
+            _collect_garbage(progress)
             progress(f"[round {round_index + 1}/{config.rounds}] {description}: 1 warm-up + "
                      f"{config.repetitions} x {config.steps} steps on {len(config.devices)} "
                      "device(s) ...")
@@ -390,6 +392,24 @@ def run(config: BenchConfig, *, progress: Progress = print) -> BenchResult:
         path = write_json(result, config.output_dir)
         progress(f"wrote {path}")
     return result
+
+
+def _collect_garbage(progress: Progress) -> None:
+    """Frees the previous variant's objects now, outside any timed section.
+
+    Keras models and distributed iterators sit in reference cycles, so they
+    die whenever Python's collector next runs, which could be in the middle
+    of another variant's timed steps. Destroying a distributed dataset's
+    iterator can block for seconds to minutes with the CPU idle (TF 2.21:
+    the main thread waits in `UnboundedThreadPool::LogicalThreadWrapper`'s
+    destructor, seen with gdb; the test suite meets the same stall), and that
+    wait would be counted as that variant's training time.
+    """
+    began = time.perf_counter()
+    gc.collect()
+    waited = time.perf_counter() - began
+    if waited > 1.0:
+        progress(f"  (freeing the previous variant's objects took {waited:.0f}s; not timed)")
 
 
 def write_json(result: BenchResult, output_dir: str) -> str:
@@ -425,7 +445,11 @@ def format_table(results: Sequence[BenchResult | dict]) -> str:
     lines.append(f"model {first['config']['model']}, global batch "
                  f"{first['config']['global_batch_size']}, optimizer "
                  f"{first['config']['optimizer']}, collective {first['config']['collective']}; "
-                 f"float32 matmul rate {first['matmul_gflops']:.1f} GFLOP/s; {first['machine']}")
+                 f"{first['machine']}")
+    for result in results:  # each device count ran in its own process
+        lines.append(f"{result['num_devices']} device(s): float32 matmul rate "
+                     f"{result['matmul_gflops']:.1f} GFLOP/s, "
+                     f"{result['machine'].rsplit(', ', 1)[-1]}")
     return "\n".join(lines)
 
 
