@@ -1,14 +1,17 @@
 """bin/train as users run it: in a subprocess, reading back what it wrote."""
 
 import json
+import os
 import signal
+import subprocess
+import sys
 
 import pytest
 import tensorflow as tf
 
 from engine import devices
 
-from helpers import assert_one_line_error, run_bin, start_bin, wait_for_output, write_digits_npz
+from helpers import REPO, assert_one_line_error, run_bin, start_bin, wait_for_output, write_digits_npz
 
 SMALL = ["--train_steps=20", "--steps_per_loop=10", "--global_batch_size=32"]
 
@@ -18,6 +21,20 @@ def test_help_lists_the_main_flags():
     assert result.returncode == 0
     for flag in ("--strategy", "--devices", "--collective", "--model_dir", "--global_batch_size"):
         assert flag in result.stdout
+
+
+@pytest.mark.parametrize("name", ["train", "bench_collectives", "bench_train", "launch",
+                                  "convert_to_tfrecord"])
+def test_every_binary_runs_from_the_python_outside_the_venv(name):
+    """`bin/<name>` started by the interpreter the venv was made from hands over
+    to the project's .venv before importing anything from it (bench_collectives
+    once imported absl first and failed there)."""
+    base_python = os.path.join(sys.base_prefix, "bin", "python3")
+    result = subprocess.run([base_python, os.path.join("bin", name), "--helpshort"],
+                            capture_output=True, text=True, timeout=120,
+                            cwd=REPO)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize("args, message", [
