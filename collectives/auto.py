@@ -19,7 +19,7 @@ bin/bench_collectives) the ring was 4-10x slower than the fastest at every
 size from 4 KiB to 64 MiB: logical devices share host memory, so the copies
 that hierarchical copy and reduce-to-one-device "send" are free while the
 ring still moves every chunk through the collective executor.
-Reduce-to-one-device led from 1 MiB up (1.4-1.9x over hierarchical copy up
+Reduce-to-one-device led from 1 MiB up (1.2-2x over hierarchical copy up
 to 16 MiB); hierarchical copy led below 256 KiB, by 2-10% (48.6 against
 54.3 us at 4 KiB: its two half-sums run side by side). On 2 devices the two
 tie (same graph, in effect), so one collective is used there. The GPU
