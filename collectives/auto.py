@@ -124,17 +124,13 @@ class Auto(Collective):
             return values
         if self.chosen is None:
             self.check_devices(list(_values.replica_devices(values[0])))
-        groups: dict[int, list[int]] = {}
-        targets: dict[int, Collective] = {}
-        for i, value in enumerate(values):
-            target = self.collective_for(value)
-            groups.setdefault(id(target), []).append(i)
-            targets[id(target)] = target
-        if len(groups) == 1:
-            return next(iter(targets.values())).batch_all_reduce(values, destinations)
+        small = [i for i, v in enumerate(values) if self.collective_for(v) is self.small]
+        if not small or len(small) == len(values):
+            return self.collective_for(values[0]).batch_all_reduce(values, destinations)
+        large = sorted(set(range(len(values))) - set(small))
         results: list[Any] = [None] * len(values)
-        for key, indices in groups.items():
-            reduced = targets[key].batch_all_reduce(
+        for collective, indices in ((self.small, small), (self.chosen, large)):
+            reduced = collective.batch_all_reduce(
                 [values[i] for i in indices], [destinations[i] for i in indices])
             for i, summed in zip(indices, reduced):
                 results[i] = summed
