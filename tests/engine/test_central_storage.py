@@ -4,18 +4,20 @@ Reuses the N-replicas-equal-one-device harness of test_distributed_equivalence
 with `CentralStorageStrategy` in place of `MirroredStrategy`.
 """
 
+import json
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import models
-from engine import strategies
+from engine import cluster, strategies
 from engine.errors import ConfigError
 from test_distributed_equivalence import max_relative_difference, train_weights
 
 
 def _central_storage(devices):
-    return strategies.build("central_storage", devices)
+    return strategies.get("central_storage").build(devices)
 
 
 def test_variables_live_once_on_the_cpu(cpu_devices):
@@ -45,14 +47,18 @@ def test_central_storage_matches_one_device(cpu_devices, one_device, collective)
 
 
 def test_collective_choice_for_strategies_that_reduce_themselves(cpu_devices):
-    name = strategies.collective_name
-    assert name("central_storage", "auto", cpu_devices, num_packs=0) == "strategy"
-    assert name("central_storage", "ring", cpu_devices, num_packs=0) == "ring"
-    assert name("parameter_server", "auto", ["/cpu:0"], num_packs=0) == "strategy"
-    assert name("tpu", "auto", ["/cpu:0"], num_packs=0) == "strategy"
-    assert strategies.num_replicas("central_storage", cpu_devices) == 4
-    assert strategies.num_replicas("parameter_server", ["/cpu:0"], num_workers=3) == 1
-    assert strategies.num_replicas("tpu", ["/cpu:0"], tpu_cores=8) == 8
+    def name(strategy, collective, devices):
+        return strategies.get(strategy).collective_name(collective, devices)
+
+    assert name("central_storage", "auto", cpu_devices) == "strategy"
+    assert name("central_storage", "ring", cpu_devices) == "ring"
+    assert name("parameter_server", "auto", ["/cpu:0"]) == "strategy"
+    assert name("tpu", "auto", ["/cpu:0"]) == "strategy"
+    assert strategies.get("central_storage").num_replicas(cpu_devices) == 4
+    workers = cluster.parse(json.dumps({"cluster": {"chief": ["h:1"], "worker": ["h:2", "h:3"],
+                                                    "ps": ["h:4"]}, "task": {"type": "chief"}}))
+    assert strategies.get("parameter_server").num_replicas(["/cpu:0"], role=workers) == 1
+    assert strategies.get("tpu").num_replicas(["/cpu:0"], connection=(None, 8)) == 8
 
 
 @pytest.mark.parametrize("strategy, kwargs, message", [
@@ -67,5 +73,5 @@ def test_collective_choice_for_strategies_that_reduce_themselves(cpu_devices):
 def test_collective_flags_that_do_not_apply_are_refused(cpu_devices, strategy, kwargs, message):
     collective = kwargs.pop("collective", "auto")
     with pytest.raises(ConfigError) as error:
-        strategies.collective_name(strategy, collective, cpu_devices, **kwargs)
+        strategies.get(strategy).collective_name(collective, cpu_devices, **kwargs)
     assert message in str(error.value) and "\n" not in str(error.value)

@@ -72,7 +72,7 @@ def test_intra_op_threads_set_too_late():
 ])
 def test_strategy_mistakes(name, devs, message):
     with pytest.raises(ConfigError) as error:
-        strategies.num_replicas(name, devs)
+        strategies.get(name).num_replicas(devs)
     assert message in str(error.value)
     assert "\n" not in str(error.value)
 

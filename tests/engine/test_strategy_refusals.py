@@ -5,8 +5,8 @@ import socket
 
 import pytest
 
-from engine import run as engine_run
-from engine import tpu
+from engine.plan import make_plan
+from engine.strategies import tpu
 from engine.config import RunConfig
 from engine.errors import ConfigError
 from helpers import assert_one_line_error, run_bin
@@ -35,7 +35,7 @@ def test_parameter_server_mistakes(monkeypatch, tmp_path, tf_config, flags, mess
     monkeypatch.setenv("TF_CONFIG", tf_config)
     model_dir = tmp_path / "run"
     with pytest.raises(ConfigError) as error:
-        engine_run._check(RunConfig(model_dir=str(model_dir), **flags), None)
+        make_plan(RunConfig(model_dir=str(model_dir), **flags))
     assert message in str(error.value) and "\n" not in str(error.value)
     assert not model_dir.exists()
 

@@ -4,7 +4,7 @@ The real path is TensorFlow's: `TPUClusterResolver` names the TPU workers,
 `experimental_connect_to_cluster` makes them this process's remote devices,
 `initialize_tpu_system` configures the chips (and returns their topology,
 hence the replica count), and `TPUStrategy(resolver)` is built from the same
-resolver by `engine.strategies.build`.
+resolver by `TPU.build` below.
 
 Every step can wait on the network, and with no TPU none of them may answer:
 the resolver asks the Cloud TPU API (or, with no name at all, the GCE
@@ -19,7 +19,7 @@ tries when a TPU is named (`--tpu`, else `$TPU_NAME`), and bounds each step:
     --tpu=local (a TPU VM)           -> initialize_tpu_system on local chips
 
 Each failure is a `ConfigError`: "--strategy=tpu found no TPU: <why>; ...".
-This runs in `engine.run._check`, before anything is written.
+This runs in `engine.plan`, before anything is written.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from urllib.parse import urlparse
 import tensorflow as tf
 
 from engine.errors import ConfigError
+from engine.strategies.registry import register
+from engine.strategies.spec import NO_CLUSTER, ReducesItself
 
 _FALLBACK = "use --strategy=mirrored (or one_device, central_storage) on this machine"
 _PROBE_S = 5.0
@@ -114,3 +116,23 @@ def connect(tpu: str = "", *, environ: Mapping[str, str] = os.environ,
     except Exception as error:  # e.g. NotFoundError: no TPU kernels on this machine
         raise _refuse(f"{address} did not initialize ({_reason(error)})") from None
     return resolver, topology.num_tasks * topology.num_tpus_per_task
+
+
+@register
+class TPU(ReducesItself):
+    name = "tpu"
+    summary = "a Cloud TPU or TPU VM named by --tpu (or $TPU_NAME)"
+    reduction = "which all-reduces over the TPU interconnect"
+
+    def connect(self, config):
+        """(resolver, cores) of the initialized TPU; refuses in one line without one."""
+        return connect(config.tpu)
+
+    def num_replicas(self, devices, *, role=NO_CLUSTER, connection=None) -> int:
+        cores = connection[1] if connection else 0
+        if cores < 1:
+            raise ConfigError("--strategy=tpu found no TPU cores; use --strategy=mirrored")
+        return cores
+
+    def build(self, devices, *, connection=None, **unused) -> tf.distribute.Strategy:
+        return tf.distribute.TPUStrategy(connection[0])

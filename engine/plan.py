@@ -1,0 +1,175 @@
+"""Every check a run makes before anything is built or written.
+
+A mistake in the request (a name, a device, a batch that does not divide, a
+data file, an unwritable `model_dir`, a TF_CONFIG role the strategy does not
+run as) costs one line and leaves no directory behind, because `make_plan`
+only reads::
+
+    role    = TF_CONFIG                          # who this process is
+    spec    = strategies.get(config.strategy)    # the one place that knows it
+    spec.check(config, role); connect (tpu)
+    devices, replicas, batch divisibility
+    logical CPUs and thread pools                # before anything else touches TF
+    collective, model name, optimizer name, the data's splits, mode
+    model_dir writable; the latest checkpoint in it
+
+The result, a `Plan`, is all that `engine.run` needs to build the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Any, Optional
+
+import tensorflow as tf
+
+import collectives
+import inputs
+import models
+from engine import cluster, devices, optimizers, strategies
+from engine.config import RunConfig
+from engine.errors import ConfigError
+
+logger = logging.getLogger("engine")
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What the checks found; nothing in it has touched TensorFlow's runtime
+    beyond device set-up.
+
+    Attributes:
+      config: the request.
+      role: this process in the TF_CONFIG cluster (or outside one).
+      spec: how to build and run the strategy (the evaluator's: one device).
+      devices: canonical device names this process uses.
+      replicas: replicas in sync.
+      collective: the trainer's all-reduce; None for the evaluator task.
+      splits: the dataset's train and eval splits.
+      mode: `train`, `evaluate`, `train_and_evaluate` or `continuous_evaluate`.
+      input_workers: processes the input is sharded over.
+      latest_checkpoint: the newest checkpoint in `model_dir`, if any.
+      connection: what `spec.connect` found (tpu: resolver and cores).
+      intra_op_threads: the intra-op pool size, None for TensorFlow's default.
+    """
+
+    config: RunConfig
+    role: cluster.Role
+    spec: strategies.StrategySpec
+    devices: list
+    replicas: int
+    collective: Optional[collectives.Collective]
+    splits: inputs.Splits
+    mode: str
+    input_workers: int
+    latest_checkpoint: Optional[str]
+    connection: Any = None
+    intra_op_threads: Optional[int] = None
+
+    @property
+    def strategy_name(self) -> str:
+        return "evaluator" if self.role.is_evaluator else self.spec.name
+
+
+def make_plan(config: RunConfig, *, custom_model: bool = False) -> Plan:
+    """Runs every check that can fail; see the module docstring.
+
+    `custom_model`: the caller builds its own model, so `--model` is not checked.
+    """
+    role = cluster.current_role()
+    spec, connection = _strategy_for(config, role)
+    device_names = devices.parse_devices(config.devices)
+    if role.is_evaluator:
+        device_names = device_names[:1]  # the sidecar evaluates on one device
+    replicas = spec.num_replicas(device_names, role=role, connection=connection)
+    _check_divisible(config.global_batch_size, replicas)
+    # Logical CPU devices (and the thread pools) must be set up before anything
+    # else touches TensorFlow.
+    devices.prepare_devices(device_names)
+    intra_op_threads = devices.configure_threads(device_names, config.intra_op_threads)
+    collective = None if role.is_evaluator else spec.create_collective(config, device_names)
+    splits = _load_data(config, custom_model)
+    input_workers = 1 if role.is_evaluator else spec.input_workers(role)
+    shard_policy = inputs.resolve_shard_policy(splits.train, config.auto_shard_policy,
+                                               input_workers)
+    if input_workers > 1:
+        logger.info("%s: input sharded by %s over %d workers (%s)", role.name, shard_policy,
+                    input_workers, _describe_split(splits.train))
+    mode = _resolve_mode(config, splits.eval is not None, role)
+    check_model_dir(config.model_dir)
+    if role.in_cluster and not role.is_evaluator:
+        cluster.check_port_free(role)
+    latest = tf.train.latest_checkpoint(config.model_dir) if os.path.isdir(config.model_dir) else None
+    if mode == "evaluate" and not latest:
+        raise ConfigError(
+            f"--mode=evaluate found no checkpoint in --model_dir={config.model_dir}; "
+            "train first or point --model_dir at a trained run")
+    return Plan(config=config, role=role, spec=spec, devices=device_names, replicas=replicas,
+                collective=collective, splits=splits, mode=mode, input_workers=input_workers,
+                latest_checkpoint=latest, connection=connection,
+                intra_op_threads=intra_op_threads)
+
+
+def _strategy_for(config: RunConfig, role: cluster.Role):
+    """The spec this process runs (the evaluator task: one device) and its connection."""
+    spec = strategies.get(config.strategy)
+    if role.is_evaluator:
+        return strategies.get("one_device"), None
+    spec.check(config, role)
+    return spec, spec.connect(config)
+
+
+def _check_divisible(global_batch_size: int, replicas: int) -> None:
+    if global_batch_size % replicas:
+        raise ConfigError(
+            f"--global_batch_size={global_batch_size} does not divide by the "
+            f"{replicas} replicas; use a multiple of {replicas}, e.g. "
+            f"{max(replicas, global_batch_size // replicas * replicas)}")
+
+
+def _load_data(config: RunConfig, custom_model: bool) -> inputs.Splits:
+    if not custom_model:
+        models.check(config.model)
+    optimizers.check(config.optimizer)
+    splits = inputs.load(config.dataset, data_dir=config.data_dir, seed=config.seed,
+                         image_size=config.image_size, eval_fraction=config.eval_fraction)
+    if not custom_model:
+        models.check(config.model, splits.input_shape)  # e.g. mobilenet_v2 needs >= 32x32
+    return splits
+
+
+def _resolve_mode(config: RunConfig, has_eval: bool, role: cluster.Role) -> str:
+    if role.is_evaluator:
+        if not has_eval:
+            raise ConfigError(f"the evaluator task needs an eval split, and "
+                              f"--dataset={config.dataset} has none")
+        return "continuous_evaluate"
+    # In a cluster the sidecar evaluator evaluates; the workers train.
+    default = "train_and_evaluate" if has_eval and not role.in_cluster else "train"
+    mode = config.mode or default
+    if mode != "train" and not has_eval:
+        raise ConfigError(
+            f"--mode={mode} needs an eval split, and --dataset={config.dataset} has none; "
+            "use --mode=train")
+    return mode
+
+
+def check_model_dir(path: str) -> None:
+    """Refuses a `model_dir` that cannot be written, before anything is created."""
+    path = os.path.abspath(path)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(f"--model_dir={path} is a file; name a directory")
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"--model_dir={path} cannot be written ({existing} is not a writable directory); "
+            "choose a directory you can write to")
+
+
+def _describe_split(split) -> str:
+    files = getattr(split, "files", None)
+    return f"{len(files)} files" if files is not None else f"{len(split)} examples"

@@ -1,0 +1,77 @@
+"""Strategies of one process: default, one_device, mirrored, central_storage."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import tensorflow as tf
+
+from engine.errors import ConfigError
+from engine.strategies.registry import register
+from engine.strategies.spec import StrategySpec, short_device_list, wrapper_flags
+
+
+@register
+class Default(StrategySpec):
+    name = "default"
+    summary = "no distribution: TensorFlow's default strategy (ignores --devices)"
+
+    def num_replicas(self, devices, *, role=None, connection=None) -> int:
+        return 1
+
+    def build(self, devices, **unused) -> tf.distribute.Strategy:
+        return tf.distribute.get_strategy()
+
+
+@register
+class OneDevice(StrategySpec):
+    name = "one_device"
+    summary = "one device (--devices names exactly one)"
+
+    def num_replicas(self, devices, *, role=None, connection=None) -> int:
+        if len(devices) != 1:
+            raise ConfigError(
+                f"--strategy=one_device needs exactly one device, got --devices="
+                f"{short_device_list(devices)}; name one, or use --strategy=mirrored")
+        return 1
+
+    def build(self, devices, **unused) -> tf.distribute.Strategy:
+        return tf.distribute.OneDeviceStrategy(devices[0])
+
+
+@register
+class Mirrored(StrategySpec):
+    name = "mirrored"
+    summary = "one replica per device of --devices, gradients all-reduced by --collective"
+
+    def build(self, devices, **unused) -> tf.distribute.Strategy:
+        return tf.distribute.MirroredStrategy(list(devices))
+
+
+@register
+class CentralStorage(StrategySpec):
+    """Variables on the CPU (on the device itself when there is only one),
+    compute replicated on `devices`.
+
+    `--collective=auto` is the strategy's own reduction onto the variables'
+    device; the explicit collectives work too (they match one device in
+    tests), but not the packing and compression wrappers, whose results
+    assume one copy per replica where central storage keeps one.
+    """
+
+    name = "central_storage"
+    summary = "variables on the CPU, compute on --devices"
+
+    def collective_name(self, collective: str, devices: Sequence[str], *, num_packs: int = 0,
+                        pack_bytes: int = 0, gradient_dtype: str = "float32") -> str:
+        wrappers = wrapper_flags(num_packs=num_packs, pack_bytes=pack_bytes,
+                                 gradient_dtype=gradient_dtype)
+        if wrappers:
+            raise ConfigError(
+                f"{wrappers[0]} does not apply to --strategy=central_storage, whose gradients "
+                "are reduced onto the one device that holds the variables; drop it, or use "
+                "--strategy=mirrored")
+        return "strategy" if collective == "auto" else collective
+
+    def build(self, devices, **unused) -> tf.distribute.Strategy:
+        return tf.distribute.experimental.CentralStorageStrategy(list(devices))

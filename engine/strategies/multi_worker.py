@@ -1,0 +1,103 @@
+"""`--strategy=multi_worker`: synchronous data parallelism over a TF_CONFIG cluster.
+
+The all-reduce across machines is TensorFlow's collective ops inside
+`MultiWorkerMirroredStrategy`, so here `--collective` picks the collective
+*implementation* (and `--pack_bytes` its `bytes_per_pack`) of the strategy's
+`CommunicationOptions`; the trainer's all-reduce goes through the strategy.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Sequence
+
+import tensorflow as tf
+
+from engine import watchdog
+from engine.errors import ConfigError
+from engine.strategies.registry import register
+from engine.strategies.spec import NO_CLUSTER, StrategySpec, local_replicas_of_a_cluster_task
+
+_IMPLEMENTATIONS = {
+    "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
+    "ring": tf.distribute.experimental.CommunicationImplementation.RING,
+    "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
+}
+
+#: How a collective reports a peer that died or stopped answering mid-step.
+PEER_LOST = (tf.errors.UnavailableError, tf.errors.CancelledError,
+             tf.errors.DeadlineExceededError, tf.errors.AbortedError, tf.errors.InternalError)
+
+#: How the strategy's constructor reports a cluster that cannot form.
+_NOT_FORMED = (tf.errors.DeadlineExceededError, tf.errors.UnavailableError,
+               tf.errors.InternalError, tf.errors.AbortedError, tf.errors.UnknownError)
+
+
+def communication_options(config) -> tf.distribute.experimental.CommunicationOptions:
+    """The strategy's collective settings: implementation, packing, timeout."""
+    return tf.distribute.experimental.CommunicationOptions(
+        bytes_per_pack=config.pack_bytes,
+        timeout_seconds=config.collective_timeout or None,
+        implementation=_IMPLEMENTATIONS.get(
+            config.collective, tf.distribute.experimental.CommunicationImplementation.AUTO),
+    )
+
+
+@register
+class MultiWorker(StrategySpec):
+    name = "multi_worker"
+    summary = "synchronous training over a TF_CONFIG cluster of workers (each: one CPU or its GPUs)"
+    cluster_jobs = frozenset({"chief", "worker"})
+    agrees_to_stop = True
+    lost_peer_errors = PEER_LOST
+
+    def check(self, config, role) -> None:
+        super().check(config, role)
+        if "ps" in role.cluster:
+            raise ConfigError(
+                "TF_CONFIG has ps tasks, which --strategy=multi_worker does not use; "
+                "use --strategy=parameter_server, or drop the ps job (bin/launch --num_ps=0)")
+
+    def num_replicas(self, devices, *, role=NO_CLUSTER, connection=None) -> int:
+        return max(role.num_workers, 1) * local_replicas_of_a_cluster_task(self.name, devices)
+
+    def collective_name(self, collective: str, devices: Sequence[str], *, num_packs: int = 0,
+                        pack_bytes: int = 0, gradient_dtype: str = "float32") -> str:
+        if collective not in _IMPLEMENTATIONS:
+            raise ConfigError(
+                f"--collective={collective} does not apply to --strategy=multi_worker, which "
+                "all-reduces across machines with TF collective ops; use one of: "
+                f"{', '.join(_IMPLEMENTATIONS)}")
+        if collective == "nccl" and not all(d.startswith("/gpu") for d in devices):
+            raise ConfigError(
+                "--collective=nccl needs GPUs, but --devices are CPUs; use --collective=ring")
+        if num_packs:
+            raise ConfigError(
+                f"--num_packs={num_packs} does not apply to --strategy=multi_worker; "
+                "use --pack_bytes (TF's bytes_per_pack)")
+        return "strategy"
+
+    def input_workers(self, role) -> int:
+        return role.num_workers if role.in_cluster else 1
+
+    def build(self, devices, *, config=None, role=NO_CLUSTER, connection=None):
+        gpu_ids = [int(d.split(":")[1]) for d in devices if d.startswith("/gpu")]
+        if gpu_ids:  # each worker replicates over the listed local GPUs only
+            gpus = tf.config.list_physical_devices("GPU")
+            tf.config.set_visible_devices([gpus[i] for i in gpu_ids], "GPU")
+        program = os.path.basename(sys.argv[0]) or "train"
+        never_formed = (
+            f"{program}: error: {role.name} waited {config.startup_timeout:g} s for the cluster "
+            f"({role.describe_cluster()}) and not every task came up; start every task of "
+            "TF_CONFIG (bin/launch does), check their addresses, or raise --startup_timeout")
+        try:
+            # The constructor blocks until every task has joined (see engine.watchdog).
+            with watchdog.deadline(config.startup_timeout, never_formed):
+                return tf.distribute.MultiWorkerMirroredStrategy(
+                    communication_options=communication_options(config))
+        except _NOT_FORMED as error:
+            reason = str(error).strip().splitlines()[0][:160]
+            raise ConfigError(
+                f"{role.name} could not form the cluster ({role.describe_cluster()}): {reason}; "
+                "check that no other process holds their ports") from None

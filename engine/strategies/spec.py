@@ -1,0 +1,162 @@
+"""The one contract every `--strategy` name fulfils: a `StrategySpec`.
+
+A spec says, in one place, everything the engine must know about a strategy
+before and while it trains, so that assembling a run (`engine.run`) never asks
+which strategy it has. The engine calls a spec in this order::
+
+    spec.check(config, role)                    # refuse what cannot work: one line
+    connection = spec.connect(config)           # tpu: find the hardware (bounded)
+    replicas = spec.num_replicas(devices, role=role, connection=connection)
+    collective = spec.create_collective(config, devices)   # --collective is read here
+    ... devices are set up, nothing has been written ...
+    strategy = spec.build(devices, config=config, role=role, connection=connection)
+    trainer = spec.build_trainer(plan, strategy=..., model=..., ...)
+    StopRequest(strategy if spec.agrees_to_stop else None)
+    except spec.lost_peer_errors: a peer died mid-run (one line, exit 1)
+
+Adding a strategy is one module in this package: a subclass that overrides
+what differs from a single-process, all-reducing strategy, and `register`.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, ClassVar, Optional, Sequence
+
+import tensorflow as tf
+
+import collectives
+import inputs
+from engine import cluster
+from engine.errors import ConfigError
+from engine.trainer import Trainer
+
+#: The role of a process outside any TF_CONFIG cluster.
+NO_CLUSTER = cluster.Role()
+
+#: Options that wrap the collective (packing, compression), with their "off" values.
+_WRAPPER_OFF = (("num_packs", 0), ("pack_bytes", 0), ("gradient_dtype", "float32"))
+
+
+def wrapper_flags(*, num_packs: int = 0, pack_bytes: int = 0,
+                  gradient_dtype: str = "float32") -> list[str]:
+    """The packing/compression flags that are on, as `--name=value`."""
+    given = {"num_packs": num_packs, "pack_bytes": pack_bytes, "gradient_dtype": gradient_dtype}
+    return [f"--{name}={given[name]}" for name, off in _WRAPPER_OFF if given[name] != off]
+
+
+def short_device_list(devices: Sequence[str]) -> str:
+    return ",".join(d.lstrip("/") for d in devices)
+
+
+class StrategySpec(abc.ABC):
+    """One `--strategy` name; see the module docstring for when each part runs.
+
+    The defaults describe a single-process strategy that all-reduces through
+    the engine's collective (mirrored).
+    """
+
+    #: `--strategy=<name>`.
+    name: ClassVar[str] = ""
+    #: One line for `--help` and BUILD.md.
+    summary: ClassVar[str] = ""
+    #: The TF_CONFIG jobs whose tasks run this strategy; empty: it runs in
+    #: one process and a TF_CONFIG cluster is a mistake.
+    cluster_jobs: ClassVar[frozenset[str]] = frozenset()
+    #: Workers must agree on a stop request (a collective), or one would stop
+    #: while the others wait for it in the next all-reduce.
+    agrees_to_stop: ClassVar[bool] = False
+    #: Errors that mean a peer process died mid-run (reported in one line,
+    #: exit 1, rather than as a bug).
+    lost_peer_errors: ClassVar[tuple[type[Exception], ...]] = ()
+
+    def check(self, config: Any, role: cluster.Role) -> None:
+        """Refuses a TF_CONFIG role this strategy does not run as."""
+        if role.task_type == "ps" and "ps" not in self.cluster_jobs:
+            raise ConfigError(
+                "TF_CONFIG makes this process a ps task, which only --strategy=parameter_server "
+                f"uses, but --strategy={self.name}; use --strategy=parameter_server")
+        if role.in_cluster and not self.cluster_jobs:
+            raise ConfigError(
+                f"TF_CONFIG describes a cluster but --strategy={self.name}; "
+                "use --strategy=multi_worker (or parameter_server), or unset TF_CONFIG")
+
+    def connect(self, config: Any) -> Any:
+        """Finds remote hardware before anything is built (tpu); None here."""
+        return None
+
+    def num_replicas(self, devices: Sequence[str], *, role: cluster.Role = NO_CLUSTER,
+                     connection: Any = None) -> int:
+        """Replicas in sync; refuses a device layout the strategy cannot use."""
+        return len(devices)
+
+    def collective_name(self, collective: str, devices: Sequence[str], *, num_packs: int = 0,
+                        pack_bytes: int = 0, gradient_dtype: str = "float32") -> str:
+        """The `collectives` registry name `--collective` means for this strategy."""
+        return collective
+
+    def create_collective(self, config: Any, devices: Sequence[str]) -> collectives.Collective:
+        """The trainer's all-reduce; the one place `--collective` and its options are read."""
+        wrappers = dict(num_packs=config.num_packs, pack_bytes=config.pack_bytes,
+                        gradient_dtype=config.gradient_dtype)
+        return collectives.create(
+            self.collective_name(config.collective, devices, **wrappers),
+            devices=devices, reduce_device=config.reduce_device or None, **wrappers)
+
+    @abc.abstractmethod
+    def build(self, devices: Sequence[str], *, config: Any = None,
+              role: cluster.Role = NO_CLUSTER, connection: Any = None) -> tf.distribute.Strategy:
+        """The strategy itself; runs after `check` and device set-up."""
+
+    def input_workers(self, role: cluster.Role) -> int:
+        """Processes `experimental_distribute_dataset` shards the input over."""
+        return 1
+
+    def serves_only(self, role: cluster.Role) -> bool:
+        """True for processes that only serve others (parameter_server's workers and ps)."""
+        return False
+
+    def serve(self, role: cluster.Role) -> dict:
+        raise NotImplementedError(f"--strategy={self.name} has no serving tasks")
+
+    def build_trainer(self, plan: Any, *, strategy: tf.distribute.Strategy, model: Any,
+                      optimizer: Any, global_step: tf.Variable, start_step: int,
+                      loss_fn: Optional[Any]) -> Any:
+        """The train loop: the engine's replicated step over the distributed input."""
+        config = plan.config
+        return Trainer(
+            strategy=strategy, model=model, optimizer=optimizer, collective=plan.collective,
+            train_dataset=inputs.train_batches(
+                plan.splits.train, global_batch_size=config.global_batch_size,
+                seed=config.seed, start_step=start_step, shard_policy=config.auto_shard_policy,
+                num_workers=plan.input_workers, deterministic=config.deterministic),
+            global_batch_size=config.global_batch_size, global_step=global_step,
+            loss_fn=loss_fn, jit_compile=config.jit_compile)
+
+
+class ReducesItself(StrategySpec):
+    """A strategy that reduces gradients itself (parameter servers, TPUs):
+    the trainer's all-reduce goes through the strategy, and `--collective`
+    and the packing/compression flags do not apply."""
+
+    #: Why `--collective` does not apply, for the refusal.
+    reduction: ClassVar[str] = ""
+
+    def collective_name(self, collective: str, devices: Sequence[str], *, num_packs: int = 0,
+                        pack_bytes: int = 0, gradient_dtype: str = "float32") -> str:
+        wrappers = wrapper_flags(num_packs=num_packs, pack_bytes=pack_bytes,
+                                 gradient_dtype=gradient_dtype)
+        if collective != "auto" or wrappers:
+            given = f"--collective={collective}" if collective != "auto" else wrappers[0]
+            raise ConfigError(
+                f"{given} does not apply to --strategy={self.name}, {self.reduction}; drop it")
+        return "strategy"
+
+
+def local_replicas_of_a_cluster_task(name: str, devices: Sequence[str]) -> int:
+    """Replicas of one task of a TF_CONFIG cluster: the local GPUs, or one CPU."""
+    if len(devices) > 1 and any(not d.startswith("/gpu") for d in devices):
+        raise ConfigError(
+            f"--strategy={name} replicates over one CPU or the local GPUs, got "
+            f"--devices={short_device_list(devices)}; use cpu:0 or a list of gpu:N")
+    return len(devices) if devices[0].startswith("/gpu") else 1
