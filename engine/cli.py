@@ -62,6 +62,17 @@ def _configure_logging() -> None:
         log.propagate = False
 
 
+def user_error_types() -> tuple[type[Exception], ...]:
+    """Each package's own user-error type: what the binaries print as one line.
+
+    Imports TensorFlow (through `collectives`), hence only after flag parsing.
+    """
+    from collectives import CollectiveError
+    from engine.errors import ConfigError
+
+    return (ConfigError, CollectiveError)
+
+
 def fail(program: str, message: str) -> None:
     """Prints `program: error: message` on stderr and exits with status 2."""
     print(f"{program}: error: {message}", file=sys.stderr, flush=True)
@@ -81,7 +92,7 @@ def run(
         the command that followed `--`); its return value is the exit status.
       command_after_dashdash: the binary wraps another command given after
         `--` (`bin/launch`): only arguments before `--` are this binary's flags.
-      user_errors: exceptions reported as one line; default `USER_ERRORS`
+      user_errors: exceptions reported as one line; default `user_error_types()`
         (importing it imports TensorFlow, which `bin/launch` avoids).
     """
     program = os.path.basename(sys.argv[0])
@@ -112,7 +123,7 @@ def run(
         _configure_logging()
         errors, preempted, failures = user_errors, (), ()
         if errors is None:  # these import TensorFlow: only after flag parsing
-            from engine.errors import USER_ERRORS as errors
+            errors = user_error_types()
             from engine.errors import ClusterFailure
             from engine.preemption import Preempted
 

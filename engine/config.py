@@ -40,107 +40,100 @@ def parse_profile_steps(text: str):
     return first, last
 
 
+def option(default, help: str):
+    """A `RunConfig` field and its flag's help, written once: `bin/train`
+    defines `--<field name>` from the default, type and this help."""
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     """Everything one training or evaluation run needs.
 
-    Attributes:
-      strategy: `default`, `one_device`, `mirrored`, `central_storage`,
-        `multi_worker`, `parameter_server` (both from `TF_CONFIG`) or `tpu`.
-      tpu: `--strategy=tpu`'s TPU: a Cloud TPU name, `grpc://host:port` or
-        `local`; empty means `$TPU_NAME` (with neither, tpu is refused).
-      devices: comma-separated `gpu:N`/`cpu:N`; empty means every GPU, or
-        cpu:0 without one. More CPU ids than CPUs create logical CPU devices.
-      collective: how gradients are all-reduced (a `collectives` name, or
-        `module:Class` for a user's own).
-      num_packs: gradient buckets per all-reduce (0 = no packing).
-      pack_bytes: target bucket size in bytes instead of a count (0 = off).
-      gradient_dtype: dtype gradients travel in (`float32`, `bfloat16`,
-        `float16`): compression, cast back after the all-reduce.
-      reduce_device: where `reduce_to_one_device` sums (e.g. `cpu:0`).
-      collective_timeout: seconds a multi-worker collective may wait for its
-        peers before failing (0 = TensorFlow's default, no timeout).
-      model, dataset: registry names; `data_dir` holds the dataset's files.
-      image_size: `image_folder` images are resized to this square size
-        (other datasets have a fixed shape and ignore it).
-      eval_fraction: `image_folder` without a `validation/` folder keeps this
-        fraction of the images for evaluation.
-      model_dir: checkpoints, `summaries/`, `metrics.json`; re-running with
-        the same directory resumes from its latest checkpoint.
-      global_batch_size: examples per step over all replicas; must divide by
-        the replica count.
-      train_steps: the global step training stops at.
-      steps_per_loop: steps per compiled loop (Python runs once per loop).
-      checkpoint_interval: steps between checkpoints (0 = only at the end).
-      summary_interval: steps between train summaries (0 = none).
-      mode: `train`, `evaluate` or `train_and_evaluate`; empty picks
-        `train_and_evaluate` when the dataset has an eval split.
-      eval_interval: steps between evaluations in `train_and_evaluate`
-        (0 = only at the end).
-      eval_steps: eval batches per evaluation; -1 = the whole eval split.
-      optimizer, learning_rate: `sgd`, `momentum` (0.9) or `adam`.
-      seed: initial weights and data order; the same seed gives the same
-        initial weights whatever the strategy and device count.
-      max_checkpoints: how many `ckpt-<step>` files to keep.
-      eval_timeout: seconds the sidecar evaluator waits for a new checkpoint.
-      startup_timeout: seconds a multi-worker task waits for every task of
-        its cluster to come up before it gives up with a one-line error
-        (0 = wait forever).
-      auto_shard_policy: how multi-worker input is split between workers
-        (`auto`, `file`, `data`, `off`; see `tf.data.experimental.AutoShardPolicy`).
-      deterministic: make TensorFlow ops deterministic, so a rerun (or a
-        resumed run) reproduces the same weights; also keeps every `tf.data`
-        stage in order (without it, stages whose order does not decide which
-        batch a step sees may run out of order, which is faster).
-      jit_compile: compile each replica's forward and backward pass with XLA.
-      mixed_precision: Keras dtype policy of the model: `float32`,
-        `mixed_float16` (with a dynamic loss scale) or `mixed_bfloat16`;
-        weights and optimizer state stay float32.
-      fused_optimizer: update with TensorFlow's fused training kernels (one
-        op per variable: `ResourceApplyAdam`, ...), same formulas as Keras.
-      profile_steps: `A,B` writes a TensorBoard profiler trace of the steps
-        from global step A to B into `summaries/train` (empty: none).
-      intra_op_threads: threads each TensorFlow op may split its work over:
-        -1 = one core's share per CPU replica when there are several (TF's
-        default otherwise), 0 = TF's default (every core), N = N.
+    Each field's help (`dataclasses.fields(RunConfig)[i].metadata["help"]`)
+    is also the help of its `bin/train` flag; `flag_help(name)` returns it.
     """
 
-    strategy: str = "mirrored"
-    tpu: str = ""
-    devices: str = ""
-    collective: str = "auto"
-    num_packs: int = 0
-    pack_bytes: int = 0
-    gradient_dtype: str = "float32"
-    reduce_device: str = ""
-    collective_timeout: float = 0.0
-    model: str = "mlp"
-    dataset: str = "synthetic"
-    data_dir: str = ""
-    image_size: int = 224
-    eval_fraction: float = 0.2
-    model_dir: str = "runs/default"
-    global_batch_size: int = 256
-    train_steps: int = 1000
-    steps_per_loop: int = 100
-    checkpoint_interval: int = 500
-    summary_interval: int = 100
-    mode: str = ""
-    eval_interval: int = 0
-    eval_steps: int = -1
-    optimizer: str = "adam"
-    learning_rate: float = 0.001
-    seed: int = 0
-    max_checkpoints: int = 5
-    eval_timeout: float = 600.0
-    startup_timeout: float = 300.0
-    auto_shard_policy: str = "auto"
-    deterministic: bool = False
-    jit_compile: bool = False
-    mixed_precision: str = "float32"
-    fused_optimizer: bool = False
-    profile_steps: str = ""
-    intra_op_threads: int = -1
+    # Distribution.
+    strategy: str = option(
+        "mirrored", "default | one_device | mirrored | central_storage | multi_worker | "
+        "parameter_server (both read TF_CONFIG) | tpu.")
+    tpu: str = option(
+        "", "--strategy=tpu: a Cloud TPU name, grpc://host:port, or local on a TPU VM "
+        "(empty: $TPU_NAME).")
+    devices: str = option(
+        "", "Comma-separated gpu:N / cpu:N. Empty: every GPU, or cpu:0 without one. "
+        "CPU ids beyond the physical CPUs create logical CPU devices.")
+    collective: str = option(
+        "auto", "Gradient all-reduce: auto | nccl | ring | hierarchical_copy | "
+        "reduce_to_one_device, or module:Class for your own.")
+    num_packs: int = option(0, "Pack gradients into this many buckets per all-reduce (0: off).")
+    pack_bytes: int = option(0, "Pack gradients into buckets of about this many bytes (0: off).")
+    gradient_dtype: str = option(
+        "float32", "Dtype gradients travel in: float32 | bfloat16 | float16 (compression).")
+    reduce_device: str = option(
+        "", "Where --collective=reduce_to_one_device sums, e.g. cpu:0 (default: first device).")
+    collective_timeout: float = option(
+        0.0, "multi_worker: seconds a collective waits for its peers before failing (0: none).")
+    # Model and data.
+    model: str = option("mlp", "Model name: mlp | cnn | resnet_small | mobilenet_v2 | resnet50.")
+    dataset: str = option("synthetic", "Dataset name: synthetic | mnist | tfrecord | image_folder.")
+    data_dir: str = option(
+        "", "Folder with the dataset's files (mnist: mnist.npz; tfrecord: "
+        "bin/convert_to_tfrecord's output; image_folder: one sub-folder of JPEG/PNG images "
+        "per class).")
+    image_size: int = option(
+        224, "image_folder: images are resized to this square size (others ignore it).")
+    eval_fraction: float = option(
+        0.2, "image_folder without a validation/ folder: fraction of images kept for eval.")
+    # The loop.
+    model_dir: str = option(
+        "runs/default", "Checkpoints, summaries/ and metrics.json; reusing it resumes the run.")
+    global_batch_size: int = option(
+        256, "Examples per step over all replicas; must divide by the replica count.")
+    train_steps: int = option(1000, "Global step to train to.")
+    steps_per_loop: int = option(
+        100, "Steps per compiled loop (one tf.function call, one Python round trip, one "
+        "progress line); not an epoch.")
+    checkpoint_interval: int = option(500, "Steps between checkpoints (0: only at the end).")
+    summary_interval: int = option(
+        100, "Steps between TensorBoard train summaries (0: none).")
+    mode: str = option(
+        "", "train | evaluate | train_and_evaluate. "
+        "Default: train_and_evaluate when the dataset has an eval split.")
+    eval_interval: int = option(0, "Steps between evaluations (0: only at the end).")
+    eval_steps: int = option(-1, "Eval batches per evaluation (-1: the whole eval split).")
+    optimizer: str = option("adam", "sgd | momentum (0.9) | adam.")
+    learning_rate: float = option(0.001, "Learning rate.")
+    seed: int = option(
+        0, "Seed for initial weights and data order; the same seed gives the same initial "
+        "weights on any strategy.")
+    max_checkpoints: int = option(5, "How many ckpt-<step> checkpoints to keep.")
+    # Cluster.
+    eval_timeout: float = option(
+        600.0, "Evaluator task: seconds to wait for a new checkpoint before stopping.")
+    startup_timeout: float = option(
+        300.0, "multi_worker: seconds to wait for every task of TF_CONFIG's cluster to come "
+        "up before giving up (0: forever).")
+    auto_shard_policy: str = option(
+        "auto", "multi_worker input sharding: auto | file | data | off.")
+    # Speed and reproducibility.
+    deterministic: bool = option(
+        False, "Deterministic TensorFlow ops and tf.data stages in order: reruns and resumed "
+        "runs give the same weights.")
+    jit_compile: bool = option(
+        False, "Compile each replica's forward and backward pass with XLA.")
+    mixed_precision: str = option(
+        "float32", "float32 | mixed_float16 (with a dynamic loss scale) | mixed_bfloat16; "
+        "weights stay float32.")
+    fused_optimizer: bool = option(
+        False, "Update with TensorFlow's fused kernels (one op per variable), same formulas.")
+    profile_steps: str = option(
+        "", "A,B: TensorBoard profiler trace of global steps A to B into "
+        "<model_dir>/summaries/train (empty: none).")
+    intra_op_threads: int = option(
+        -1, "Threads one TensorFlow op may use: -1 = cores / CPU replicas when there are "
+        "several CPU replicas (else TF's default), 0 = TF's default (all cores), N = N.")
 
     def __post_init__(self):
         positive = ("global_batch_size", "steps_per_loop", "max_checkpoints", "image_size")
@@ -206,3 +199,8 @@ class RunConfig:
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def flag_help(name: str) -> str:
+    """The help of `RunConfig.<name>` (and of its flag)."""
+    return RunConfig.__dataclass_fields__[name].metadata["help"]

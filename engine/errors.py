@@ -2,12 +2,11 @@
 
 Library code raises `ConfigError` for a mistake in what the user asked for
 (unknown name, missing file, impossible device layout). The binaries print its
-message on stderr and exit with status 2; anything else is a bug and keeps its
-traceback.
+message on stderr and exit with status 2, as they do the other packages' own
+user-error types (`collectives.CollectiveError`, ...); anything else is a bug
+and keeps its traceback. Importing this module imports nothing else, so the
+binaries can define their flags from `engine.config` before TensorFlow loads.
 """
-
-from collectives.interface import CollectiveError
-
 
 class ConfigError(ValueError):
     """What the user asked for cannot be done; the message says how to fix it."""
@@ -20,7 +19,3 @@ class ClusterFailure(RuntimeError):
     print one line and exit with status 1; restarting every task resumes from
     the last checkpoint (`bin/launch --max_restarts` does it).
     """
-
-
-#: Exceptions the binaries report as one line instead of a traceback.
-USER_ERRORS = (ConfigError, CollectiveError)
