@@ -1,6 +1,7 @@
 """Device specs and configuration checks: each mistake is one clear line."""
 
 import pytest
+import tensorflow as tf
 
 from engine import devices, strategies
 from engine.config import RunConfig
