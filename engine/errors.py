@@ -7,6 +7,7 @@ traceback.
 """
 
 from collectives.interface import CollectiveError
+from launch import TFConfigError
 
 
 class ConfigError(ValueError):
@@ -23,4 +24,4 @@ class ClusterFailure(RuntimeError):
 
 
 #: Exceptions the binaries report as one line instead of a traceback.
-USER_ERRORS = (ConfigError, CollectiveError)
+USER_ERRORS = (ConfigError, CollectiveError, TFConfigError)

@@ -30,7 +30,7 @@ import tensorflow as tf
 import collectives
 import inputs
 import models
-from engine import checkpointing, cluster, devices, optimizers, precision, preemption, strategies
+from engine import checkpointing, devices, optimizers, precision, preemption, strategies
 from engine import ps_trainer, tpu
 from engine.config import RunConfig
 from engine.controller import Controller
@@ -39,6 +39,7 @@ from engine.evaluator import Evaluator
 from engine.summaries import SummaryWriter
 from engine.task import LossFn
 from engine.trainer import Trainer
+from launch import tf_config
 
 logger = logging.getLogger("engine")
 
@@ -61,7 +62,7 @@ def _check_model_dir(path: str) -> None:
         )
 
 
-def _resolve_mode(config: RunConfig, has_eval: bool, role: cluster.Role) -> str:
+def _resolve_mode(config: RunConfig, has_eval: bool, role: tf_config.Role) -> str:
     if role.is_evaluator:
         if not has_eval:
             raise ConfigError(f"the evaluator task needs an eval split, and "
@@ -78,7 +79,7 @@ def _resolve_mode(config: RunConfig, has_eval: bool, role: cluster.Role) -> str:
     return mode
 
 
-def _input_workers(config: RunConfig, role: cluster.Role) -> int:
+def _input_workers(config: RunConfig, role: tf_config.Role) -> int:
     """Workers the input is sharded over by `experimental_distribute_dataset`."""
     if config.strategy != "multi_worker" or not role.in_cluster or role.is_evaluator:
         return 1
@@ -107,7 +108,7 @@ def _write_metrics(path: str, payload: dict) -> None:
 class _Plan:
     """What the checks found; nothing in it has touched TensorFlow's runtime."""
 
-    role: cluster.Role
+    role: tf_config.Role
     devices: list
     collective: collectives.Collective
     splits: inputs.Splits
@@ -119,7 +120,7 @@ class _Plan:
 
 def _check(config: RunConfig, model_fn: Optional[ModelFn]) -> _Plan:
     """Every check that can fail, before anything is built or written."""
-    role = cluster.current_role()
+    role = tf_config.current_role()
     if role.task_type == "ps" and config.strategy != "parameter_server":
         raise ConfigError(
             "TF_CONFIG makes this process a ps task, which only --strategy=parameter_server "
@@ -184,7 +185,7 @@ def _check(config: RunConfig, model_fn: Optional[ModelFn]) -> _Plan:
     mode = _resolve_mode(config, splits.eval is not None, role)
     _check_model_dir(config.model_dir)
     if role.in_cluster and not role.is_evaluator:
-        cluster.check_port_free(role)
+        tf_config.check_port_free(role)
     latest = tf.train.latest_checkpoint(config.model_dir) if os.path.isdir(config.model_dir) else None
     if mode == "evaluate" and not latest:
         raise ConfigError(
@@ -207,7 +208,7 @@ def run(
     `loss_fn` and `model_fn` replace the default classification loss and the
     `--model` registry lookup, for custom steps (see `examples/`).
     `on_loop_end(step, metrics)` is called after every train loop (e.g. by
-    `engine.benchmarking` to time loops from outside).
+    `bench.training` to time loops from outside).
 
     In a `TF_CONFIG` cluster only the chief writes to `model_dir`; the other
     workers save into temporary directories (saving is collective) that are

@@ -12,14 +12,15 @@ from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
-from engine import cluster, watchdog
+from engine import watchdog
 from engine.errors import ConfigError
+from launch import tf_config
 
 Communication = Optional[tf.distribute.experimental.CommunicationOptions]
 
 
 def _multi_worker(
-    devices: Sequence[str], communication: Communication, role: cluster.Role,
+    devices: Sequence[str], communication: Communication, role: tf_config.Role,
     startup_timeout: float,
 ) -> tf.distribute.Strategy:
     gpu_ids = [int(d.split(":")[1]) for d in devices if d.startswith("/gpu")]
@@ -184,7 +185,7 @@ def build(
     devices: Sequence[str],
     *,
     communication: Communication = None,
-    role: Optional[cluster.Role] = None,
+    role: Optional[tf_config.Role] = None,
     startup_timeout: float = 0,
     tpu_resolver: Optional[tf.distribute.cluster_resolver.TPUClusterResolver] = None,
 ) -> tf.distribute.Strategy:
@@ -199,4 +200,4 @@ def build(
     """
     if name == "tpu":
         return tf.distribute.TPUStrategy(tpu_resolver)
-    return _BUILDERS[name](devices, communication, role or cluster.Role(), startup_timeout)
+    return _BUILDERS[name](devices, communication, role or tf_config.Role(), startup_timeout)
