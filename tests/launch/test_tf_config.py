@@ -2,6 +2,7 @@
 understood, and what the launcher writes is what the engine reads."""
 
 import json
+import os
 
 import pytest
 
@@ -105,3 +106,18 @@ def test_a_port_in_use_is_one_line():
             tf_config.check_port_free(role)
     assert f"gives worker:0 the address {address}, but port" in str(error.value)
     tf_config.check_port_free(Role())  # no cluster, no port to check
+
+
+def test_launch_imports_only_the_standard_library():
+    """bin/launch starts at once, and the engine reads its role before TensorFlow does."""
+    import subprocess
+    import sys
+
+    code = ("import sys, launch, launch.launcher, launch.tf_config; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'tensorflow', 'numpy', 'absl', 'engine', 'collectives', 'models', 'inputs', 'bench'}))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60, cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+                                os.path.abspath(__file__)))))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
