@@ -69,8 +69,9 @@ def user_error_types() -> tuple[type[Exception], ...]:
     """
     from collectives import CollectiveError
     from engine.errors import ConfigError
+    from launch import TFConfigError
 
-    return (ConfigError, CollectiveError)
+    return (ConfigError, CollectiveError, TFConfigError)
 
 
 def fail(program: str, message: str) -> None:

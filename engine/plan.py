@@ -28,9 +28,10 @@ import tensorflow as tf
 import collectives
 import inputs
 import models
-from engine import cluster, devices, optimizers, strategies
+from engine import devices, optimizers, strategies
 from engine.config import RunConfig
 from engine.errors import ConfigError
+from launch import tf_config
 
 logger = logging.getLogger("engine")
 
@@ -56,7 +57,7 @@ class Plan:
     """
 
     config: RunConfig
-    role: cluster.Role
+    role: tf_config.Role
     spec: strategies.StrategySpec
     devices: list
     replicas: int
@@ -78,7 +79,7 @@ def make_plan(config: RunConfig, *, custom_model: bool = False) -> Plan:
 
     `custom_model`: the caller builds its own model, so `--model` is not checked.
     """
-    role = cluster.current_role()
+    role = tf_config.current_role()
     spec, connection = _strategy_for(config, role)
     device_names = devices.parse_devices(config.devices)
     if role.is_evaluator:
@@ -100,7 +101,7 @@ def make_plan(config: RunConfig, *, custom_model: bool = False) -> Plan:
     mode = _resolve_mode(config, splits.eval is not None, role)
     check_model_dir(config.model_dir)
     if role.in_cluster and not role.is_evaluator:
-        cluster.check_port_free(role)
+        tf_config.check_port_free(role)
     latest = tf.train.latest_checkpoint(config.model_dir) if os.path.isdir(config.model_dir) else None
     if mode == "evaluate" and not latest:
         raise ConfigError(
@@ -112,7 +113,7 @@ def make_plan(config: RunConfig, *, custom_model: bool = False) -> Plan:
                 intra_op_threads=intra_op_threads)
 
 
-def _strategy_for(config: RunConfig, role: cluster.Role):
+def _strategy_for(config: RunConfig, role: tf_config.Role):
     """The spec this process runs (the evaluator task: one device) and its connection."""
     spec = strategies.get(config.strategy)
     if role.is_evaluator:
@@ -140,7 +141,7 @@ def _load_data(config: RunConfig, custom_model: bool) -> inputs.Splits:
     return splits
 
 
-def _resolve_mode(config: RunConfig, has_eval: bool, role: cluster.Role) -> str:
+def _resolve_mode(config: RunConfig, has_eval: bool, role: tf_config.Role) -> str:
     if role.is_evaluator:
         if not has_eval:
             raise ConfigError(f"the evaluator task needs an eval split, and "

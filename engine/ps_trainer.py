@@ -34,7 +34,7 @@ closure re-run on another worker (the steps it had applied stay applied and
 may count twice in `global_step`) and is used again if it comes back; a ps
 task or the chief dying ends the run, which resumes from the last checkpoint.
 `bin/launch` carries on when a worker of such a cluster dies (see
-`engine.launcher`).
+`launch.launcher`).
 """
 
 from __future__ import annotations
@@ -47,11 +47,11 @@ import keras
 import tensorflow as tf
 
 import inputs
-from engine import cluster
 from engine.errors import ConfigError
 from engine.replica_sums import EXAMPLES
 from engine.task import LossFn, classification_loss
 from engine.trainer import metric_names, replica_gradients
+from launch import tf_config
 
 logger = logging.getLogger("engine")
 
@@ -59,7 +59,7 @@ _HOW = ("start one with bin/launch --chief --num_workers=2 --num_ps=1 -- "
         "bin/train --strategy=parameter_server ...")
 
 
-def check(role: cluster.Role, *, mode: str, jit_compile: bool = False) -> None:
+def check(role: tf_config.Role, *, mode: str, jit_compile: bool = False) -> None:
     """Refuses what parameter_server cannot do, in one line, before anything is built."""
     if not role.in_cluster:
         raise ConfigError("--strategy=parameter_server needs a TF_CONFIG cluster with a chief, "
@@ -77,7 +77,7 @@ def check(role: cluster.Role, *, mode: str, jit_compile: bool = False) -> None:
                           "version; drop it")
 
 
-def serve(role: cluster.Role) -> dict:
+def serve(role: tf_config.Role) -> dict:
     """A worker or ps task: serves the coordinator until the process is stopped."""
     server = tf.distribute.Server(
         tf.train.ClusterSpec({job: list(tasks) for job, tasks in role.cluster.items()}),

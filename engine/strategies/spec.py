@@ -27,12 +27,12 @@ import tensorflow as tf
 
 import collectives
 import inputs
-from engine import cluster
+from launch import tf_config
 from engine.errors import ConfigError
 from engine.trainer import Trainer
 
 #: The role of a process outside any TF_CONFIG cluster.
-NO_CLUSTER = cluster.Role()
+NO_CLUSTER = tf_config.Role()
 
 #: Options that wrap the collective (packing, compression), with their "off" values.
 _WRAPPER_OFF = (("num_packs", 0), ("pack_bytes", 0), ("gradient_dtype", "float32"))
@@ -70,7 +70,7 @@ class StrategySpec(abc.ABC):
     #: exit 1, rather than as a bug).
     lost_peer_errors: ClassVar[tuple[type[Exception], ...]] = ()
 
-    def check(self, config: Any, role: cluster.Role) -> None:
+    def check(self, config: Any, role: tf_config.Role) -> None:
         """Refuses a TF_CONFIG role this strategy does not run as."""
         if role.task_type == "ps" and "ps" not in self.cluster_jobs:
             raise ConfigError(
@@ -85,7 +85,7 @@ class StrategySpec(abc.ABC):
         """Finds remote hardware before anything is built (tpu); None here."""
         return None
 
-    def num_replicas(self, devices: Sequence[str], *, role: cluster.Role = NO_CLUSTER,
+    def num_replicas(self, devices: Sequence[str], *, role: tf_config.Role = NO_CLUSTER,
                      connection: Any = None) -> int:
         """Replicas in sync; refuses a device layout the strategy cannot use."""
         return len(devices)
@@ -105,18 +105,18 @@ class StrategySpec(abc.ABC):
 
     @abc.abstractmethod
     def build(self, devices: Sequence[str], *, config: Any = None,
-              role: cluster.Role = NO_CLUSTER, connection: Any = None) -> tf.distribute.Strategy:
+              role: tf_config.Role = NO_CLUSTER, connection: Any = None) -> tf.distribute.Strategy:
         """The strategy itself; runs after `check` and device set-up."""
 
-    def input_workers(self, role: cluster.Role) -> int:
+    def input_workers(self, role: tf_config.Role) -> int:
         """Processes `experimental_distribute_dataset` shards the input over."""
         return 1
 
-    def serves_only(self, role: cluster.Role) -> bool:
+    def serves_only(self, role: tf_config.Role) -> bool:
         """True for processes that only serve others (parameter_server's workers and ps)."""
         return False
 
-    def serve(self, role: cluster.Role) -> dict:
+    def serve(self, role: tf_config.Role) -> dict:
         raise NotImplementedError(f"--strategy={self.name} has no serving tasks")
 
     def build_trainer(self, plan: Any, *, strategy: tf.distribute.Strategy, model: Any,

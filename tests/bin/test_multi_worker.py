@@ -159,7 +159,7 @@ def test_tf_config_mistakes_are_one_line(tmp_path):
                      env={"TF_CONFIG": bad})
     assert_one_line_error(result, contains="task index 3 is out of range")
     assert not (tmp_path / "run").exists()
-    # The other mistakes: tests/engine/test_cluster_config.py, test_run_refusals.py.
+    # The other mistakes: tests/launch/test_tf_config.py, test_run_refusals.py.
 
 
 def _free_port() -> int:

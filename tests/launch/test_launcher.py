@@ -1,4 +1,4 @@
-"""bin/launch and engine.launcher, with tiny stand-in tasks instead of training.
+"""bin/launch and launch.launcher, with tiny stand-in tasks instead of training.
 
 Each stand-in is a short Python script (see `_script`) that reads its
 TF_CONFIG and writes what the test needs into a folder: its pid, the pids of
@@ -19,8 +19,9 @@ import time
 
 import pytest
 
-from engine import launcher
-from engine.launcher import LaunchConfig, LaunchError, Task
+from launch import launcher, tf_config
+from launch.launcher import LaunchConfig, LaunchError
+from launch.tf_config import Role
 from tests.helpers import REPO, assert_one_line_error, run_bin
 
 _PREAMBLE = """\
@@ -91,36 +92,22 @@ def _prefixed(stream: str) -> list[tuple[str, str]]:
 
 
 def test_plan_cluster_orders_and_names_tasks():
-    assert launcher.plan_cluster(num_workers=2) == [Task("worker", 0), Task("worker", 1)]
+    assert launcher.plan_cluster(num_workers=2) == [Role("worker", 0), Role("worker", 1)]
     tasks = launcher.plan_cluster(num_workers=2, chief=True, num_ps=1, evaluator=True)
-    assert [t.name for t in tasks] == ["chief:0", "worker:0", "worker:1", "ps:0", "evaluator"]
+    assert [t.label for t in tasks] == ["chief:0", "worker:0", "worker:1", "ps:0", "evaluator"]
     assert [t.is_training for t in tasks] == [True, True, True, False, False]
-    assert [t.in_cluster for t in tasks] == [True, True, True, True, False]
-
-
-def test_cluster_spec_leaves_the_evaluator_out():
-    tasks = launcher.plan_cluster(num_workers=2, chief=True, num_ps=1, evaluator=True)
-    cluster = launcher.cluster_spec(tasks, [1001, 1002, 1003, 1004])
-    assert cluster == {"chief": ["localhost:1001"],
-                       "worker": ["localhost:1002", "localhost:1003"],
-                       "ps": ["localhost:1004"]}
-    assert launcher.tf_config_for(tasks[-1], cluster) == {
-        "cluster": cluster, "task": {"type": "evaluator", "index": 0}}
-    assert launcher.tf_config_for(tasks[2], cluster)["task"] == {"type": "worker", "index": 1}
-    with pytest.raises(ValueError, match="need 4 ports"):
-        launcher.cluster_spec(tasks, [1001])
+    assert [t.is_member for t in tasks] == [True, True, True, True, False]
 
 
 def test_tf_configs_pass_the_engines_own_parser():
-    cluster_module = pytest.importorskip("engine.cluster")
     for chief in (False, True):
         tasks = launcher.plan_cluster(num_workers=2, chief=chief, num_ps=1, evaluator=True)
-        members = [task for task in tasks if task.in_cluster]
-        cluster = launcher.cluster_spec(tasks, range(2000, 2000 + len(members)))
+        members = [task for task in tasks if task.is_member]
+        cluster = tf_config.cluster_spec(tasks, range(2000, 2000 + len(members)))
         for task in tasks:
-            role = cluster_module.parse(json.dumps(launcher.tf_config_for(task, cluster)))
-            assert (role.task_type, role.task_index) == (task.type, task.index)
-            assert role.is_chief == (task == (Task("chief") if chief else Task("worker", 0)))
+            role = tf_config.parse(json.dumps(tf_config.tf_config_for(task, cluster)))
+            assert (role.task_type, role.task_index) == (task.task_type, task.task_index)
+            assert role.is_chief == (task == (Role("chief") if chief else Role("worker", 0)))
 
 
 def test_pick_free_ports_are_distinct_and_free():

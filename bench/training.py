@@ -1,6 +1,6 @@
 """Training throughput side by side: the engine, `Model.fit`, a hand-written loop.
 
-`bin/bench_train` is a thin shell over this module. In one process, on the
+`bin/bench_train` is flags and one call of `main` here. In one process, on the
 same model, data pipeline, strategy, devices and optimizer, it times:
 
   engine            `engine.run.run(RunConfig)`: bin/train's own code path
@@ -19,24 +19,21 @@ same model, data pipeline, strategy, devices and optimizer, it times:
                     `tf.function`, the Keras optimizer's own all-reduce.
 
 Each variant runs one untimed warm-up repetition (tracing, compilation,
-autotuning) and then `repetitions` timed repetitions of `steps` steps; the
-report gives the median examples/sec, the spread (min and max), ratios
-against each baseline, and the fraction of the machine's float32 matmul rate
-(measured in the same run) the training arithmetic reaches. Logical CPU
-devices can be configured once per process, so a sweep over device counts
-runs one subprocess per count (`sweep`) and plots examples/sec against them.
+autotuning) and then `repetitions` timed repetitions of `steps` steps, in
+`rounds` rounds of rotated order (`bench.timing`); the report
+(`bench.report`) gives the median examples/sec, the spread (min and max),
+ratios against each baseline, and the fraction of the machine's float32
+matmul rate (measured in the same run) the training arithmetic reaches.
+Logical CPU devices can be configured once per process, so a sweep over
+device counts runs one subprocess per count (`bench.sweep`) and plots
+examples/sec against them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import gc
-import json
 import math
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from typing import Any, Callable, Optional, Sequence
@@ -44,18 +41,36 @@ from typing import Any, Callable, Optional, Sequence
 import keras
 import tensorflow as tf
 
+from bench import report, sweep, timing
+from bench.timing import Progress
+from bench.variants import VARIANTS
+from engine import devices as engine_devices
 from engine.errors import ConfigError
 
-Progress = Callable[[str], None]
 
-FIT = "fit"
-HAND = "hand loop"
-ENGINE = "engine"
-FEATURES = "engine+features"
+def check_names(*, variants: Sequence[str], mixed_precision: str, model: str,
+                optimizer: str) -> None:
+    """Refuses an unknown variant, precision policy, model or optimizer, in that order."""
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise ConfigError(f"--variants: {', '.join(unknown)} is not a variant; choose from: "
+                          f"{', '.join(VARIANTS)}")
+    from engine.config import PRECISIONS
+
+    if mixed_precision not in PRECISIONS:
+        raise ConfigError(f"--mixed_precision={mixed_precision!r} is not a policy; "
+                          f"choose one of: {', '.join(PRECISIONS)}")
+    import models
+    from engine import optimizers
+
+    models.check(model)
+    optimizers.check(optimizer)
 
 
 @dataclasses.dataclass(frozen=True)
-class BenchConfig:
+class TrainBenchConfig:
+    """What to time; `variants` from `VARIANTS` (checked by `check_names`)."""
+
     model: str = "mlp"
     dataset: str = "synthetic"
     devices: tuple[str, ...] = ("/cpu:0",)
@@ -70,7 +85,7 @@ class BenchConfig:
     jit_compile: bool = False
     mixed_precision: str = "float32"
     fused_optimizer: bool = False
-    variants: tuple[str, ...] = ("engine", "engine+features", "fit", "fit_tuned", "hand_loop")
+    variants: tuple[str, ...] = VARIANTS
     output_dir: str = ""
     seed: int = 0
 
@@ -90,7 +105,9 @@ class BenchConfig:
 
 
 @dataclasses.dataclass
-class Row:
+class VariantRow:
+    """One variant's timed repetitions and their examples/sec."""
+
     variant: str
     description: str
     seconds: list[float]  # one per timed repetition
@@ -105,43 +122,7 @@ class Row:
         self.low, self.high = min(rates), max(rates)
 
 
-# --- machine and model arithmetic ---------------------------------------------------------
-
-
-def matmul_gflops(devices: Sequence[str] = ("/cpu:0",), size: int = 1024, iters: int = 20,
-                  repeats: int = 3) -> float:
-    """The machine's float32 matmul rate (GFLOP/s), best of `repeats`: one
-    chain of matmuls per device, all running at once.
-
-    One chain per device because that is how training loads the machine:
-    with one intra-op thread per CPU replica (engine/devices.py) one matmul
-    uses one core, and the replicas side by side use them all; with TF's
-    default pool one matmul already uses every core.
-    """
-    operands = []
-    for i, device in enumerate(devices):
-        with tf.device(device):
-            operands.append((tf.random.normal([size, size], seed=2 * i + 1),
-                             tf.random.normal([size, size], seed=2 * i + 2)))
-
-    @tf.function
-    def loop():
-        out = []
-        for device, (a, b) in zip(devices, operands):
-            with tf.device(device):
-                acc = tf.zeros([size, size])
-                for _ in tf.range(iters):
-                    acc += tf.matmul(a, b)
-                out.append(acc)
-        return out
-
-    loop()  # trace, warm up
-    best = float("inf")
-    for _ in range(repeats):
-        began = time.perf_counter()
-        [acc.numpy() for acc in loop()]
-        best = min(best, time.perf_counter() - began)
-    return 2.0 * size ** 3 * iters * len(devices) / best / 1e9
+# --- model arithmetic ---------------------------------------------------------------------
 
 
 def train_flops_per_example(model: keras.Model, input_shape: Sequence[int]) -> float:
@@ -165,13 +146,13 @@ def _short(devices: Sequence[str]) -> str:
     return ",".join(d.lstrip("/") for d in devices)
 
 
-def _collective(config: BenchConfig):
+def _collective(config: TrainBenchConfig):
     import collectives
 
     return collectives.create(config.collective, devices=list(config.devices))
 
 
-def baseline_strategy(config: BenchConfig) -> tf.distribute.Strategy:
+def baseline_strategy(config: TrainBenchConfig) -> tf.distribute.Strategy:
     """`MirroredStrategy` over the devices, all-reducing the way the engine's
     collective does when that is one of TF's cross-device ops."""
     from collectives.base import CrossDeviceOpsCollective
@@ -184,7 +165,7 @@ def baseline_strategy(config: BenchConfig) -> tf.distribute.Strategy:
     return tf.distribute.MirroredStrategy(list(config.devices), cross_device_ops=ops)
 
 
-def _train_dataset(config: BenchConfig):
+def _train_dataset(config: TrainBenchConfig):
     import inputs
 
     splits = inputs.load(config.dataset, seed=config.seed)
@@ -192,7 +173,7 @@ def _train_dataset(config: BenchConfig):
                                         seed=config.seed)
 
 
-def _build(config: BenchConfig, splits):
+def _build(config: TrainBenchConfig, splits):
     import models
     from engine import optimizers
 
@@ -202,7 +183,7 @@ def _build(config: BenchConfig, splits):
     return model, optimizers.build(config.optimizer, config.learning_rate)
 
 
-def time_engine(config: BenchConfig, *, jit_compile: bool = False,
+def time_engine(config: TrainBenchConfig, *, jit_compile: bool = False,
                 mixed_precision: str = "float32", fused_optimizer: bool = False) -> list[float]:
     """Seconds per timed repetition of `engine.run.run`, one loop of `steps` each."""
     from engine.config import RunConfig
@@ -235,7 +216,7 @@ class _EpochTimer(keras.callbacks.Callback):
         self.ends.append(time.perf_counter())
 
 
-def time_fit(config: BenchConfig, steps_per_execution: int) -> list[float]:
+def time_fit(config: TrainBenchConfig, steps_per_execution: int) -> list[float]:
     """Seconds per timed epoch of `Model.fit` (one epoch = `steps` steps)."""
     splits, dataset = _train_dataset(config)
     strategy = baseline_strategy(config)
@@ -250,7 +231,7 @@ def time_fit(config: BenchConfig, steps_per_execution: int) -> list[float]:
     return [b - a for a, b in zip(timer.ends, timer.ends[1:])]
 
 
-def time_hand_loop(config: BenchConfig) -> list[float]:
+def time_hand_loop(config: TrainBenchConfig) -> list[float]:
     """Seconds per repetition of a minimal custom loop: `steps` steps in one tf.function."""
     splits, dataset = _train_dataset(config)
     strategy = baseline_strategy(config)
@@ -288,14 +269,16 @@ def time_hand_loop(config: BenchConfig) -> list[float]:
 
 
 @dataclasses.dataclass
-class BenchResult:
-    config: BenchConfig
-    rows: list[Row]
+class TrainBenchResult:
+    """Every variant on one device layout, and what the rates compare with."""
+
+    config: TrainBenchConfig
+    rows: list[VariantRow]
     matmul_gflops: float
     train_flops_per_example: float
     machine: str
 
-    def row(self, variant: str) -> Optional[Row]:
+    def row(self, variant: str) -> Optional[VariantRow]:
         return next((r for r in self.rows if r.variant == variant), None)
 
     def ratios(self) -> dict[str, dict[str, float]]:
@@ -304,7 +287,7 @@ class BenchResult:
         return {r.variant: {b.variant: r.median / b.median for b in baselines}
                 for r in self.rows}
 
-    def peak_fraction(self, row: Row) -> float:
+    def peak_fraction(self, row: VariantRow) -> float:
         return row.median * self.train_flops_per_example / (self.matmul_gflops * 1e9)
 
     def as_dict(self) -> dict:
@@ -320,39 +303,11 @@ class BenchResult:
         }
 
 
-def machine_description() -> str:
-    import platform
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    gpus = tf.config.list_physical_devices("GPU")
-    threads = tf.config.threading.get_intra_op_parallelism_threads()
-    return (f"{cpu}, {os.cpu_count()} cores, {len(gpus)} GPU(s), TensorFlow {tf.__version__}, "
-            f"Keras {keras.__version__}, intra-op threads {threads or 'default'}")
-
-
-def run(config: BenchConfig, *, progress: Progress = print) -> BenchResult:
-    """Times every variant in `config.variants`; writes JSON and prints the table."""
-    import inputs
-    import models
-
-    tf.get_logger().setLevel("ERROR")
-    splits = inputs.load(config.dataset, seed=config.seed)
-    flops = train_flops_per_example(
-        models.build(config.model, input_shape=splits.input_shape, num_classes=splits.num_classes),
-        splits.input_shape)
-    progress("measuring the float32 matmul rate ...")
-    peak = matmul_gflops(config.devices)
-    progress(f"  {peak:.1f} GFLOP/s; {config.model} trains at {flops / 1e6:.2f} MFLOP/example")
-
-    examples = config.steps * config.global_batch_size
+def _plans(config: TrainBenchConfig) -> dict[str, tuple[str, Callable[[], list[float]]]]:
+    """variant → (its description in the table, what times it)."""
     # An epoch (one repetition) holds whole executions.
     spe = math.gcd(config.steps_per_execution, config.steps)
-    plans = {
+    return {
         "engine": (f"engine (steps_per_loop={config.steps})",
                    lambda: time_engine(config)),
         "engine+features": (f"engine + {config.features or 'no features'}",
@@ -364,149 +319,78 @@ def run(config: BenchConfig, *, progress: Progress = print) -> BenchResult:
         "hand_loop": (f"hand-written loop ({config.steps} steps/tf.function)",
                       lambda: time_hand_loop(config)),
     }
-    # Each round times every variant once, the order rotated from round to
-    # round, so a busy stretch of a shared machine lands on different variants
-    # instead of always on the one that happened to run then.
+
+
+def _time_rounds(config: TrainBenchConfig, progress: Progress) -> list[VariantRow]:
+    """Each round times every variant once, the order rotated from round to
+    round, so a busy stretch of a shared machine lands on different variants
+    instead of always on the one that happened to run then."""
+    plans = _plans(config)
+    examples = config.steps * config.global_batch_size
     seconds: dict[str, list[float]] = {variant: [] for variant in config.variants}
     for round_index in range(config.rounds):
-        shift = round_index % len(config.variants)
-        for variant in config.variants[shift:] + config.variants[:shift]:
+        for variant in timing.rotated(config.variants, round_index):
             description, measure = plans[variant]
-            _collect_garbage(progress)
+            timing.collect_garbage(progress)
             progress(f"[round {round_index + 1}/{config.rounds}] {description}: 1 warm-up + "
                      f"{config.repetitions} x {config.steps} steps on {len(config.devices)} "
                      "device(s) ...")
             began = time.perf_counter()
             seconds[variant].extend(measure())
-            row = Row(variant, description, seconds[variant], examples)
+            row = VariantRow(variant, description, seconds[variant], examples)
             progress(f"  {row.median:,.0f} examples/s so far (min {row.low:,.0f}, max "
                      f"{row.high:,.0f}) [{time.perf_counter() - began:.0f}s]")
-    rows = [Row(variant, plans[variant][0], seconds[variant], examples)
+    return [VariantRow(variant, plans[variant][0], seconds[variant], examples)
             for variant in config.variants]
+
+
+def run(config: TrainBenchConfig, *, progress: Progress = print) -> TrainBenchResult:
+    """Times every variant in `config.variants`; writes JSON and prints the table."""
+    import inputs
+    import models
+
+    tf.get_logger().setLevel("ERROR")
+    splits = inputs.load(config.dataset, seed=config.seed)
+    flops = train_flops_per_example(
+        models.build(config.model, input_shape=splits.input_shape, num_classes=splits.num_classes),
+        splits.input_shape)
+    progress("measuring the float32 matmul rate ...")
+    peak = timing.matmul_gflops(config.devices)
+    progress(f"  {peak:.1f} GFLOP/s; {config.model} trains at {flops / 1e6:.2f} MFLOP/example")
+    rows = _time_rounds(config, progress)
     # Measured again at the end, best kept: on a shared machine one measurement
     # can land in someone else's busy second.
-    peak = max(peak, matmul_gflops(config.devices))
-    result = BenchResult(config, rows, peak, flops, machine_description())
-    progress(format_table([result]))
+    peak = max(peak, timing.matmul_gflops(config.devices))
+    result = TrainBenchResult(config, rows, peak, flops, timing.machine_description())
+    progress(report.training_table([result]))
     if config.output_dir:
-        path = write_json(result, config.output_dir)
+        path = report.write_training_result(result, config.output_dir)
         progress(f"wrote {path}")
     return result
 
 
-def _collect_garbage(progress: Progress) -> None:
-    """Frees the previous variant's objects now, outside any timed section.
+def main(*, devices: str, device_counts: Sequence[str] = (), intra_op_threads: int = -1,
+         argv: Sequence[str] = (), script: str = "", progress: Progress = print,
+         **options: Any) -> None:
+    """What `bin/bench_train` does with its flags' values.
 
-    Keras models and distributed iterators sit in reference cycles, so they
-    die whenever Python's collector next runs, which could be in the middle
-    of another variant's timed steps. Destroying a distributed dataset's
-    iterator can block for seconds to minutes with the CPU idle (TF 2.21:
-    the main thread waits in `UnboundedThreadPool::LogicalThreadWrapper`'s
-    destructor, seen with gdb; the test suite meets the same stall), and that
-    wait would be counted as that variant's training time.
+    `options` are `TrainBenchConfig`'s fields but `devices`. With
+    `device_counts`, runs `script argv` once per count instead (`bench.sweep`);
+    otherwise times the variants on `devices` ("cpu:0,cpu:1") in this process.
     """
-    began = time.perf_counter()
-    gc.collect()
-    waited = time.perf_counter() - began
-    if waited > 1.0:
-        progress(f"  (freeing the previous variant's objects took {waited:.0f}s; not timed)")
-
-
-def write_json(result: BenchResult, output_dir: str) -> str:
-    os.makedirs(output_dir, exist_ok=True)
-    path = os.path.join(output_dir, f"bench_train_{result.config.model}_"
-                                    f"{len(result.config.devices)}dev.json")
-    with open(path, "w") as f:
-        json.dump(result.as_dict(), f, indent=2)
-        f.write("\n")
-    return path
-
-
-# --- reports --------------------------------------------------------------------------------
-
-
-def format_table(results: Sequence[BenchResult | dict]) -> str:
-    """One Markdown table: a row per (device count, variant)."""
-    results = [r.as_dict() if isinstance(r, BenchResult) else r for r in results]
-    header = ("| devices | variant | examples/s (median) | min – max | vs fit | vs fit tuned "
-              "| vs hand loop | of matmul peak |")
-    lines = [header, "|---:|---|---:|---:|---:|---:|---:|---:|"]
-    for result in results:
-        ratios = result["ratios"]
-        for row in result["rows"]:
-            r = ratios[row["variant"]]
-            cells = [str(result["num_devices"]), row["description"], f"{row['median']:,.0f}",
-                     f"{row['low']:,.0f} – {row['high']:,.0f}"]
-            cells += [f"{r[b]:.2f}×" if b in r else "–" for b in ("fit", "fit_tuned", "hand_loop")]
-            cells.append(f"{row['peak_fraction']:.1%}")
-            lines.append("| " + " | ".join(cells) + " |")
-    first = results[0]
-    lines.append("")
-    lines.append(f"model {first['config']['model']}, global batch "
-                 f"{first['config']['global_batch_size']}, optimizer "
-                 f"{first['config']['optimizer']}, collective {first['config']['collective']}; "
-                 f"{first['machine']}")
-    for result in results:  # each device count ran in its own process
-        lines.append(f"{result['num_devices']} device(s): float32 matmul rate "
-                     f"{result['matmul_gflops']:.1f} GFLOP/s, "
-                     f"{result['machine'].rsplit(', ', 1)[-1]}")
-    return "\n".join(lines)
-
-
-def plot(results: Sequence[dict], path: str) -> str:
-    """examples/sec against device count, one line per variant."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 5))
-    variants = [row["variant"] for row in results[0]["rows"]]
-    for variant in variants:
-        points = sorted((r["num_devices"], row) for r in results for row in r["rows"]
-                        if row["variant"] == variant)
-        xs = [n for n, _ in points]
-        ax.errorbar(xs, [row["median"] for _, row in points],
-                    yerr=[[row["median"] - row["low"] for _, row in points],
-                          [row["high"] - row["median"] for _, row in points]],
-                    marker="o", capsize=3, label=points[0][1]["description"])
-    ax.set_xlabel("devices (logical CPUs)" if "cpu" in results[0]["config"]["devices"][0]
-                  else "devices")
-    ax.set_xticks(sorted({r["num_devices"] for r in results}))
-    ax.set_ylabel("examples / second")
-    config = results[0]["config"]
-    ax.set_title(f"{config['model']}, global batch {config['global_batch_size']}, "
-                 f"{config['optimizer']}")
-    ax.set_ylim(bottom=0)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
-
-
-def sweep(device_counts: Sequence[int], device_kind: str, argv: Sequence[str], output_dir: str,
-          *, script: str, progress: Progress = print) -> list[dict]:
-    """Runs `script argv --devices=<kind>:0..N-1` once per count in a subprocess
-    (logical devices are fixed per process); combines their JSON, prints one
-    table, writes `bench_train.json` and the plot."""
-    results = []
-    for count in device_counts:
-        devices = ",".join(f"{device_kind}:{i}" for i in range(count))
-        sub_dir = os.path.join(output_dir, f"{count}dev")
-        progress(f"=== {count} device(s): {devices}")
-        subprocess.run([sys.executable, script, *argv, f"--devices={devices}",
-                        "--device_counts=", f"--output_dir={sub_dir}"], check=True)
-        [name] = [n for n in os.listdir(sub_dir) if n.endswith(".json")]
-        with open(os.path.join(sub_dir, name)) as f:
-            results.append(json.load(f))
-    progress(format_table(results))
-    os.makedirs(output_dir, exist_ok=True)
-    path = os.path.join(output_dir, "bench_train.json")
-    with open(path, "w") as f:
-        json.dump(results, f, indent=2)
-        f.write("\n")
-    figure = plot(results, os.path.join(output_dir, "bench_train.png"))
-    progress(f"wrote {path}, {figure}")
-    return results
+    check_names(variants=options["variants"], mixed_precision=options["mixed_precision"],
+                model=options["model"], optimizer=options["optimizer"])
+    names = engine_devices.parse_devices(devices)
+    global_batch_size = options["global_batch_size"]
+    if device_counts:
+        counts = sweep.parse_device_counts(device_counts, global_batch_size=global_batch_size)
+        sweep.sweep(counts, names[0].lstrip("/").split(":")[0], sweep.child_args(argv),
+                    options["output_dir"], script=script, progress=progress)
+        return
+    if global_batch_size % len(names):
+        raise ConfigError(f"--global_batch_size={global_batch_size} does not divide by the "
+                          f"{len(names)} devices")
+    config = TrainBenchConfig(devices=tuple(names), **options)
+    engine_devices.prepare_devices(names)
+    engine_devices.configure_threads(names, intra_op_threads)
+    run(config, progress=progress)

@@ -1,4 +1,4 @@
-"""bin/bench_collectives end to end (subprocess), and its library in-process.
+"""bin/bench_collectives end to end (subprocess), and its library (bench.collectives) in-process.
 
 Nothing here checks a timing: only that the benchmark runs, reduces
 correctly, and writes what it says. Numbers live in docs/collectives.md.
@@ -6,12 +6,10 @@ correctly, and writes what it says. Numbers live in docs/collectives.md.
 
 import csv
 import json
-import numpy as np
 import pytest
-import tensorflow as tf
 
-from collectives import CollectiveError, benchmark
-import collectives
+from bench import collectives as collective_bench
+from collectives import CollectiveError
 from helpers import assert_one_line_error, run_bin
 
 COLLECTIVES = ["ring", "hierarchical_copy", "reduce_to_one_device", "auto"]
@@ -92,13 +90,13 @@ def tiny_model(name):
 
 
 def test_library_model_mode_with_a_local_model(cpu_devices):
-    config = benchmark.BenchConfig(
+    config = collective_bench.CollectiveBenchConfig(
         devices=tuple(cpu_devices), collectives=("reduce_to_one_device", "ring"),
         model="tiny", iters=1, warmup=1, repeats=1, rounds=1, min_sample_ms=0, pack_bytes=64,
         overhead=False,
     )
     lines = []
-    results = benchmark.run(config, build_model=tiny_model, progress=lines.append)
+    results = collective_bench.run(config, build_model=tiny_model, progress=lines.append)
     assert [r.collective for r in results.model] == ["reduce_to_one_device", "ring"]
     assert all(r.correct and r.tensors == 4 for r in results.model)
     assert results.model[1].packed == "ring+packing(pack_bytes=64)"
@@ -107,15 +105,15 @@ def test_library_model_mode_with_a_local_model(cpu_devices):
 
 
 def test_parse_sizes():
-    assert benchmark.parse_sizes("4K:256K") == [4096, 16384, 65536, 262144]
-    assert benchmark.parse_sizes("1M:4M:2") == [1 << 20, 2 << 20, 4 << 20]
-    assert benchmark.parse_sizes("4K, 64KiB,1mb,100") == [4096, 65536, 1 << 20, 100]
-    assert benchmark.parse_sizes("") == []
-    assert [benchmark.format_size(s) for s in (4096, 1 << 20, 1 << 30, 100)] == [
+    assert collective_bench.parse_sizes("4K:256K") == [4096, 16384, 65536, 262144]
+    assert collective_bench.parse_sizes("1M:4M:2") == [1 << 20, 2 << 20, 4 << 20]
+    assert collective_bench.parse_sizes("4K, 64KiB,1mb,100") == [4096, 65536, 1 << 20, 100]
+    assert collective_bench.parse_sizes("") == []
+    assert [collective_bench.format_size(s) for s in (4096, 1 << 20, 1 << 30, 100)] == [
         "4K", "1M", "1G", "100"]
     for bad in ("4X", "64K:4K", "4K:64K:1", "0", "1:2:3:4", "4K,,8K"):
         with pytest.raises(CollectiveError) as raised:
-            benchmark.parse_sizes(bad)
+            collective_bench.parse_sizes(bad)
         assert f"--sizes={bad!r}" in str(raised.value)
 
 
@@ -135,24 +133,5 @@ def test_parse_sizes():
 def test_config_validation(kwargs, expected):
     kwargs = {"devices": ("/cpu:0", "/cpu:1"), "sizes": (4096,), **kwargs}
     with pytest.raises(CollectiveError) as raised:
-        benchmark.BenchConfig(**kwargs)
+        collective_bench.CollectiveBenchConfig(**kwargs)
     assert expected in str(raised.value)
-
-
-def test_timed_loop_chains_one_all_reduce_per_iteration(cpu_devices):
-    """The while loop really all-reduces `n` times, each on the last one's sums
-    (so Grappler can neither hoist nor prune it), and is traced once."""
-    traced = []
-    values, sums = benchmark.make_inputs(cpu_devices, [((8,), "float32")], seed=0)
-    collective = collectives.create("reduce_to_one_device", devices=cpu_devices)
-
-    def reduce(vals, dests):
-        traced.append(1)
-        return collective.batch_all_reduce(vals, dests)
-
-    loop = benchmark._loop(reduce, values, None)
-    counter, *parts = loop(tf.constant(3))
-    assert int(counter) == 3 and len(traced) == 1
-    n = len(cpu_devices)
-    for part in parts:  # x -> S -> nS -> n^2 S
-        np.testing.assert_allclose(part.numpy(), sums[0] * n * n, rtol=1e-6)

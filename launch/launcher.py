@@ -27,7 +27,9 @@ and `task: {type: evaluator, index: 0}`, and no other task's `cluster` lists
 it), its failure neither stops nor restarts training, but it is reported and
 decides the exit status of an otherwise successful launch.
 
-Pure standard library and no TensorFlow, so the launcher starts at once.
+The TF_CONFIG values come from `launch.tf_config`, the same model the engine
+parses them with. Pure standard library and no TensorFlow, so the launcher
+starts at once.
 """
 
 from __future__ import annotations
@@ -42,17 +44,10 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, Iterable, Mapping, Sequence
+from typing import IO, Mapping, Sequence
 
-CHIEF = "chief"
-WORKER = "worker"
-PS = "ps"
-EVALUATOR = "evaluator"
-
-#: Jobs of the training cluster, in the order tasks start and are listed.
-CLUSTER_JOBS = (CHIEF, WORKER, PS)
-#: Tasks whose successful exit ends training.
-TRAINING_JOBS = (CHIEF, WORKER)
+from launch.tf_config import (CHIEF, CLUSTER_JOBS, EVALUATOR, PS, WORKER, Role, cluster_spec,
+                              tf_config_for)
 
 #: Exit status when the evaluator outlives `evaluator_timeout_s` (as timeout(1)).
 EXIT_EVALUATOR_TIMEOUT = 124
@@ -66,42 +61,20 @@ class LaunchError(ValueError):
     """What the user asked the launcher for cannot be done; the message says why."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Task:
-    """One process of the local cluster: `type` is chief | worker | ps | evaluator."""
-
-    type: str
-    index: int = 0
-
-    @property
-    def name(self) -> str:
-        """The output prefix and the name in messages: `worker:1`, `evaluator`."""
-        return EVALUATOR if self.type == EVALUATOR else f"{self.type}:{self.index}"
-
-    @property
-    def in_cluster(self) -> bool:
-        """Listed in the `cluster` of TF_CONFIG (every task but the evaluator)."""
-        return self.type in CLUSTER_JOBS
-
-    @property
-    def is_training(self) -> bool:
-        """A chief or worker: training is over when all of these exited 0."""
-        return self.type in TRAINING_JOBS
-
-
 def plan_cluster(*, num_workers: int, chief: bool = False, num_ps: int = 0,
-                 evaluator: bool = False) -> list[Task]:
+                 evaluator: bool = False) -> list[Role]:
     """The tasks of a cluster: [chief], workers, ps tasks, [evaluator], in that order.
 
-    Without `chief`, worker 0 is the chief (TF's convention).
+    Without `chief`, worker 0 is the chief (TF's convention). The roles have no
+    `cluster` yet: their ports are picked afresh at every start.
     """
     _check_int("num_workers", num_workers, minimum=1)
     _check_int("num_ps", num_ps, minimum=0)
-    tasks = [Task(CHIEF, 0)] if chief else []
-    tasks += [Task(WORKER, i) for i in range(num_workers)]
-    tasks += [Task(PS, i) for i in range(num_ps)]
+    tasks = [Role(CHIEF, 0)] if chief else []
+    tasks += [Role(WORKER, i) for i in range(num_workers)]
+    tasks += [Role(PS, i) for i in range(num_ps)]
     if evaluator:
-        tasks.append(Task(EVALUATOR, 0))
+        tasks.append(Role(EVALUATOR, 0))
     return tasks
 
 
@@ -122,32 +95,6 @@ def pick_free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
-
-
-def cluster_spec(tasks: Iterable[Task], ports: Sequence[int]) -> dict[str, list[str]]:
-    """The `cluster` dict of TF_CONFIG: job → `localhost:PORT` per task.
-
-    `ports` holds one port per cluster task (the evaluator has none), in the
-    order of `tasks`. Jobs without tasks are left out.
-    """
-    members = [task for task in tasks if task.in_cluster]
-    if len(ports) != len(members):
-        raise ValueError(f"need {len(members)} ports for {[t.name for t in members]}, "
-                         f"got {len(ports)}")
-    cluster: dict[str, list[str]] = {}
-    for task, port in zip(members, ports):
-        addresses = cluster.setdefault(task.type, [])
-        if task.index != len(addresses):
-            raise ValueError(f"tasks of job {task.type!r} must come in index order; "
-                             f"got {task.name} after {len(addresses)} of them")
-        addresses.append(f"localhost:{port}")
-    return {job: cluster[job] for job in CLUSTER_JOBS if job in cluster}
-
-
-def tf_config_for(task: Task, cluster: Mapping[str, Sequence[str]]) -> dict:
-    """The TF_CONFIG of one task (the evaluator gets the training cluster too)."""
-    return {"cluster": {job: list(addresses) for job, addresses in cluster.items()},
-            "task": {"type": task.type, "index": task.index}}
 
 
 def exit_status(returncode: int) -> int:
@@ -215,7 +162,7 @@ class LaunchConfig:
         check_command(self.command)
 
     @property
-    def tasks(self) -> list[Task]:
+    def tasks(self) -> list[Role]:
         return plan_cluster(num_workers=self.num_workers, chief=self.chief,
                             num_ps=self.num_ps, evaluator=self.evaluator)
 
@@ -239,7 +186,7 @@ class _Interrupted(Exception):
 class _Proc:
     """One running task: its process (leader of its own group) and output pumps."""
 
-    def __init__(self, task: Task, popen: subprocess.Popen, pumps: list[threading.Thread]):
+    def __init__(self, task: Role, popen: subprocess.Popen, pumps: list[threading.Thread]):
         self.task = task
         self.popen = popen
         self.pumps = pumps
@@ -320,7 +267,7 @@ class Launcher:
             if failed is None:
                 return self._finish()
             status = exit_status(failed.poll())
-            what = f"{failed.task.name} {describe_exit(failed.poll())}"
+            what = f"{failed.task.label} {describe_exit(failed.poll())}"
             if attempt < attempts:
                 self._say(f"{what}; restarting the cluster ({attempt}/{self.config.max_restarts})")
             else:
@@ -334,17 +281,17 @@ class Launcher:
 
     def _start_cluster(self, attempt: int, attempts: int) -> None:
         tasks = self.config.tasks
-        members = [task for task in tasks if task.in_cluster]
+        members = [task for task in tasks if task.is_member]
         cluster = cluster_spec(tasks, pick_free_ports(len(members)))
         addresses = iter(address for job in CLUSTER_JOBS for address in cluster.get(job, []))
         layout = ", ".join(
-            f"{task.name}={next(addresses)}" if task.in_cluster else f"{task.name} (sidecar)"
+            f"{task.label}={next(addresses)}" if task.is_member else f"{task.label} (sidecar)"
             for task in tasks)
         self._say(f"attempt {attempt}/{attempts}: {layout}")
         self._procs = []
         for task in tasks:
             self._procs.append(self._start(task, tf_config_for(task, cluster)))
-        self._say("pids: " + ", ".join(f"{p.task.name}={p.popen.pid}" for p in self._procs))
+        self._say("pids: " + ", ".join(f"{p.task.label}={p.popen.pid}" for p in self._procs))
 
     def _wait_for_training(self) -> _Proc | None:
         """Waits until a cluster task fails (returns it) or training succeeded (None)."""
@@ -355,21 +302,21 @@ class Launcher:
             done = True
             for proc in self._procs:
                 code = proc.poll()
-                if self.coordinated and proc.task.type == WORKER:
+                if self.coordinated and proc.task.task_type == WORKER:
                     # A server of the chief's coordinator, which re-runs its work elsewhere.
-                    if code not in (None, 0) and proc.task.name not in lost_workers:
-                        lost_workers.add(proc.task.name)
-                        self._say(f"{proc.task.name} {describe_exit(code)}; the chief's "
+                    if code not in (None, 0) and proc.task.label not in lost_workers:
+                        lost_workers.add(proc.task.label)
+                        self._say(f"{proc.task.label} {describe_exit(code)}; the chief's "
                                   "coordinator carries on with the other workers")
                         if len(lost_workers) == self.config.num_workers:
                             return proc
                     continue
-                if proc.task.in_cluster and code not in (None, 0):
+                if proc.task.is_member and code not in (None, 0):
                     proc.drain(timeout=1.0)
                     return proc
                 if proc.task.is_training and code is None:
                     done = False
-                if (proc.task.type == EVALUATOR and code not in (None, 0)
+                if (proc.task.task_type == EVALUATOR and code not in (None, 0)
                         and not evaluator_reported):
                     # A sidecar: training goes on without it.
                     self._say(f"evaluator {describe_exit(code)}; training goes on")
@@ -381,14 +328,14 @@ class Launcher:
     def _finish(self) -> int:
         """Training succeeded: stop the ps tasks (and, in a parameter-server
         cluster, the workers), wait (bounded) for the evaluator."""
-        servers = [proc for proc in self._procs if proc.task.type == PS
-                   or (self.coordinated and proc.task.type == WORKER)]
+        servers = [proc for proc in self._procs if proc.task.task_type == PS
+                   or (self.coordinated and proc.task.task_type == WORKER)]
         if servers:
             self._say("training finished; stopping the "
                       + ("workers and ps tasks" if self.coordinated else "ps tasks"))
             self._stop(servers, first_signal=signal.SIGTERM)
         for proc in self._procs:
-            if proc.task.type != EVALUATOR:
+            if proc.task.task_type != EVALUATOR:
                 continue
             deadline = time.monotonic() + self.config.evaluator_timeout_s
             if proc.poll() is None:
@@ -411,7 +358,7 @@ class Launcher:
 
     # -- processes ----------------------------------------------------------------
 
-    def _start(self, task: Task, tf_config: dict) -> _Proc:
+    def _start(self, task: Role, tf_config: dict) -> _Proc:
         env = dict(self._env, TF_CONFIG=json.dumps(tf_config), PYTHONUNBUFFERED="1")
         try:
             popen = subprocess.Popen(
@@ -423,7 +370,7 @@ class Launcher:
                 start_new_session=True)
         except OSError as error:
             raise LaunchError(f"cannot start {self.config.command[0]!r}: {error.strerror}") from None
-        prefix = f"[{task.name}] "
+        prefix = f"[{task.label}] "
         pumps = [self._pump(popen.stdout, prefix, self._stdout),
                  self._pump(popen.stderr, prefix, self._stderr)]
         return _Proc(task, popen, pumps)
@@ -475,7 +422,7 @@ class Launcher:
             try:
                 proc.popen.wait(timeout=_REAP_S)
             except subprocess.TimeoutExpired:
-                self._say(f"{proc.task.name} (pid {proc.popen.pid}) survived SIGKILL")
+                self._say(f"{proc.task.label} (pid {proc.popen.pid}) survived SIGKILL")
             proc.drain(timeout=1.0)
 
     # -- signals and messages -------------------------------------------------------

@@ -1,0 +1,15 @@
+"""A local `TF_CONFIG` cluster launcher, and the one model of a `TF_CONFIG` task.
+
+    tf_config   Role (who a process of a cluster is), parse / current_role /
+                check_port_free (the engine reads TF_CONFIG), cluster_spec /
+                tf_config_for (the launcher writes it), TFConfigError
+    launcher    Launcher, LaunchConfig, LaunchError: bin/launch's supervisor
+
+Standard library only, so `bin/launch` starts at once and the engine can read
+its role before TensorFlow does.
+"""
+
+from launch.launcher import LaunchConfig, Launcher, LaunchError
+from launch.tf_config import Role, TFConfigError
+
+__all__ = ["LaunchConfig", "LaunchError", "Launcher", "Role", "TFConfigError"]
