@@ -17,7 +17,7 @@ _EXPORTS = {
     "Controller": "engine.controller",
     "Trainer": "engine.trainer",
     "Evaluator": "engine.evaluator",
-    "LossOutput": "engine.task",
+    "LossOutput": "engine.losses",
     "RunConfig": "engine.config",
     "ConfigError": "engine.errors",
 }

@@ -19,7 +19,7 @@ from typing import Any, Optional
 import tensorflow as tf
 
 from engine.replica_sums import ReplicaSums
-from engine.task import LossFn, classification_loss
+from engine.losses import LossFn, classification_loss
 from engine.trainer import metric_names
 
 

@@ -50,7 +50,7 @@ import inputs
 from engine import cluster
 from engine.errors import ConfigError
 from engine.replica_sums import EXAMPLES
-from engine.task import LossFn, classification_loss
+from engine.losses import LossFn, classification_loss
 from engine.trainer import metric_names, replica_gradients
 
 logger = logging.getLogger("engine")
@@ -100,7 +100,7 @@ class ParameterServerTrainer:
       global_batch_size: examples per step (each step is one worker's).
       global_step: the int64 step counter, a ps variable.
       num_workers: the cluster's workers; each loop gets one closure per worker.
-      loss_fn: the user's per-example loss (see `engine.task`).
+      loss_fn: the user's per-example loss (see `engine.losses`).
       seed: the run's seed, restored after the per-worker input is traced.
     """
 

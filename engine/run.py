@@ -37,7 +37,7 @@ from engine.controller import Controller
 from engine.errors import ClusterFailure, ConfigError
 from engine.evaluator import Evaluator
 from engine.summaries import SummaryWriter
-from engine.task import LossFn
+from engine.losses import LossFn
 from engine.trainer import Trainer
 
 logger = logging.getLogger("engine")

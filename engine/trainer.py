@@ -39,7 +39,7 @@ import tensorflow as tf
 from collectives.interface import Collective
 from engine import keras_bridge
 from engine.replica_sums import ReplicaSums
-from engine.task import LossFn, LossOutput, classification_loss
+from engine.losses import LossFn, LossOutput, classification_loss
 
 
 def per_replica_spec(element_spec: Any) -> Any:
@@ -106,7 +106,7 @@ class Trainer:
       train_dataset: a `tf.data.Dataset` of *global* batches.
       global_batch_size: examples per step across all replicas.
       global_step: the int64 step counter saved in checkpoints.
-      loss_fn: the user's per-example loss (see `engine.task`).
+      loss_fn: the user's per-example loss (see `engine.losses`).
       jit_compile: compile each replica's forward and backward pass with XLA.
     """
 
