@@ -18,9 +18,9 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
-from engine.replica_sums import ReplicaSums
 from engine.losses import LossFn, classification_loss
-from engine.trainer import metric_names
+from engine.replica_step import metric_names
+from engine.replica_sums import ReplicaSums
 
 
 class Evaluator:

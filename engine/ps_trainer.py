@@ -49,9 +49,9 @@ import tensorflow as tf
 import inputs
 from engine import cluster
 from engine.errors import ConfigError
-from engine.replica_sums import EXAMPLES
 from engine.losses import LossFn, classification_loss
-from engine.trainer import metric_names, replica_gradients
+from engine.replica_step import metric_names, replica_gradients
+from engine.replica_sums import EXAMPLES
 
 logger = logging.getLogger("engine")
 
