@@ -52,6 +52,7 @@ from engine.errors import ConfigError
 from engine.losses import LossFn, classification_loss
 from engine.replica_step import metric_names, replica_gradients
 from engine.replica_sums import EXAMPLES
+from engine.runner import AbstractTrainer, Metrics
 
 logger = logging.getLogger("engine")
 
@@ -88,10 +89,10 @@ def serve(role: cluster.Role) -> dict:
     return {}
 
 
-class ParameterServerTrainer:
+class ParameterServerTrainer(AbstractTrainer):
     """The chief's train loop: `train(n)` runs `n` steps spread over the workers.
 
-    Duck-compatible with `engine.trainer.Trainer` for the `Controller`.
+    An `engine.runner.AbstractTrainer`, as `engine.trainer.Trainer` is.
 
     Args:
       strategy: the `ParameterServerStrategy` model and optimizer were built under.
@@ -140,7 +141,7 @@ class ParameterServerTrainer:
             keras.utils.set_random_seed(seed)
         self._closure = tf.function(self._steps)
 
-    def train(self, num_steps: int) -> dict[str, float]:
+    def train(self, num_steps: int) -> Metrics:
         """Runs `num_steps` steps on the workers, waits for all; mean metrics."""
         share, extra = divmod(num_steps, self._num_workers)
         counts = [share + (i < extra) for i in range(self._num_workers) if share + (i < extra)]

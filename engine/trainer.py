@@ -44,9 +44,10 @@ from engine import keras_bridge
 from engine.losses import LossFn, classification_loss
 from engine.replica_step import metric_names, replica_gradients
 from engine.replica_sums import ReplicaSums
+from engine.runner import AbstractTrainer, Metrics
 
 
-class Trainer:
+class Trainer(AbstractTrainer):
     """Owns the replicated train step and its compiled loop of steps.
 
     Args:
@@ -98,7 +99,7 @@ class Trainer:
                            if jit_compile else self._compute_gradients)
         self._loop = tf.function(self._train_loop)
 
-    def train(self, num_steps: int) -> dict[str, float]:
+    def train(self, num_steps: int) -> Metrics:
         """Runs one compiled loop of `num_steps` steps; returns its mean metrics."""
         results = self._loop(self._iterator, tf.constant(num_steps, tf.int32))
         return {name: float(value) for name, value in results.items()}
