@@ -30,8 +30,8 @@ import tensorflow as tf
 import collectives
 import inputs
 import models
-from engine import checkpointing, cluster, devices, optimizers, precision, preemption, strategies
-from engine import ps_trainer, tpu
+from engine import actions, checkpointing, cluster, devices, optimizers, precision, preemption
+from engine import ps_trainer, strategies, tpu
 from engine.config import RunConfig
 from engine.controller import Controller
 from engine.errors import ClusterFailure, ConfigError
@@ -318,15 +318,18 @@ def run(
     eval_summaries = SummaryWriter(config.eval_summary_dir) if role.is_chief else None
     stop_request = preemption.StopRequest(
         strategy if config.strategy == "multi_worker" else None).install()
+    run_actions = actions.for_run(
+        is_chief=role.is_chief, global_batch_size=config.global_batch_size,
+        summary_interval=config.summary_interval, profile_steps=config.profile_range,
+        profile_dir=config.train_summary_dir, train_summaries=train_summaries,
+        eval_summaries=eval_summaries, stop_request=stop_request, checkpoint_manager=manager,
+        on_loop_end=on_loop_end,
+    )
     controller = Controller(
         global_step=global_step, trainer=trainer, evaluator=evaluator,
         steps_per_loop=config.steps_per_loop, checkpoint_manager=manager,
         checkpoint_interval=config.checkpoint_interval,
-        summary_interval=config.summary_interval,
-        train_summaries=train_summaries, eval_summaries=eval_summaries,
-        global_batch_size=config.global_batch_size, stop_request=stop_request,
-        profile_steps=config.profile_range if role.is_chief else None,
-        profile_dir=config.train_summary_dir, on_loop_end=on_loop_end,
+        train_actions=run_actions.train, eval_actions=run_actions.eval,
     )
     began = time.time()
     interrupted = False
@@ -374,7 +377,8 @@ def run(
             "resumed_from": restored,
             "mode": plan.mode,
             "interrupted": interrupted,
-            "examples_per_second": round(controller.examples_per_second, 1),
+            "examples_per_second": round(
+                controller.steps_per_second * config.global_batch_size, 1),
             "num_replicas": strategy.num_replicas_in_sync,
             "collective": plan.collective.describe(),
             "wall_seconds": round(time.time() - began, 2),
@@ -396,7 +400,8 @@ def evaluate_each_checkpoint(
     new checkpoint)."""
     checkpoint = tf.train.Checkpoint(model=model, global_step=global_step)
     writer = SummaryWriter(config.eval_summary_dir)
-    controller = Controller(global_step=global_step, evaluator=evaluator, eval_summaries=writer)
+    controller = Controller(global_step=global_step, evaluator=evaluator,
+                            eval_actions=actions.for_evaluation(writer))
     last = {}
     try:
         for path in tf.train.checkpoints_iterator(
