@@ -16,6 +16,10 @@ Loops are cut at every boundary, so checkpoints land exactly on multiples of
 `checkpoint_interval` (`ckpt-100`, `ckpt-200`, ...), whatever `steps_per_loop`
 is; the actions' own boundaries (`engine.actions`) put summaries on multiples
 of `summary_interval` and the profiler trace on exactly its steps.
+
+`evaluate_continuously` is the sidecar evaluator's loop: each new checkpoint
+in the manager's directory is restored and evaluated, until the one of the
+final train step or until none comes for `timeout` seconds.
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ from engine.actions import Action, LoopEnd, crossed, next_multiple
 from engine.runner import AbstractEvaluator, AbstractTrainer, Metrics
 
 logger = logging.getLogger("engine")
+
+# How often evaluate_continuously looks for a new checkpoint.
+_POLL_SECONDS = 0.5
+
 
 def _check_instance(name: str, value, kind: type, what: str, *, optional: bool = True) -> None:
     if not (isinstance(value, kind) or (optional and value is None)):
@@ -55,7 +63,8 @@ class Controller:
       evaluator: the eval runner, or None.
       steps_per_loop: steps per compiled loop (one Python round trip each).
       checkpoint_manager: saves `ckpt-<step>` every `checkpoint_interval`
-        steps and at the end of `train`. None: never save.
+        steps and at the end of `train`; `evaluate_continuously` watches its
+        directory. None: never save.
       checkpoint_interval: steps between checkpoints; 0 saves only at the end.
       train_actions: run after every train loop, in order (`engine.actions`).
       eval_actions: run after every evaluation, in order.
@@ -170,6 +179,32 @@ class Controller:
         for action in self.eval_actions:
             action(end)
         self.last_eval_metrics = metrics
+        return metrics
+
+    def evaluate_continuously(self, steps: int = -1, *, timeout: float,
+                              last_step: int) -> Metrics:
+        """Evaluates each new checkpoint in `checkpoint_manager.directory` as it appears.
+
+        Restores the model and global step of each one (`expect_partial`: an
+        evaluator has no optimizer), evaluates `steps` batches and runs the
+        eval actions. Returns the last evaluation's metrics after evaluating
+        a checkpoint at `last_step` or later (the end of training), or after
+        `timeout` seconds without a new checkpoint. A checkpoint written while
+        an evaluation runs may be skipped for a newer one, never the last.
+        """
+        self._require("evaluator", "evaluate_continuously")
+        self._require("checkpoint_manager", "evaluate_continuously")
+        directory = self.checkpoint_manager.directory
+        metrics: Metrics = {}
+        for path in tf.train.checkpoints_iterator(directory, min_interval_secs=_POLL_SECONDS,
+                                                  timeout=timeout):
+            self.checkpoint_manager.checkpoint.restore(path).expect_partial()
+            logger.info("evaluating %s", path)
+            metrics = self.evaluate(steps)
+            if self.step >= last_step:
+                break
+        else:
+            logger.info("no new checkpoint in %s for %ds; stopping", directory, timeout)
         return metrics
 
     def save_checkpoint(self) -> Optional[str]:

@@ -398,23 +398,16 @@ def evaluate_each_checkpoint(
     appears, writes `summaries/eval` beside the chief's, and returns after the
     checkpoint of step `train_steps` (or after `eval_timeout` seconds with no
     new checkpoint)."""
-    checkpoint = tf.train.Checkpoint(model=model, global_step=global_step)
+    # Read-only: no max_to_keep, and an evaluator never saves.
+    watched = tf.train.CheckpointManager(
+        tf.train.Checkpoint(model=model, global_step=global_step),
+        directory=config.model_dir, max_to_keep=None)
     writer = SummaryWriter(config.eval_summary_dir)
     controller = Controller(global_step=global_step, evaluator=evaluator,
-                            eval_actions=actions.for_evaluation(writer))
-    last = {}
+                            checkpoint_manager=watched, eval_actions=actions.for_evaluation(writer))
     try:
-        for path in tf.train.checkpoints_iterator(
-            config.model_dir, min_interval_secs=0.5, timeout=config.eval_timeout
-        ):
-            checkpoint.restore(path).expect_partial()
-            logger.info("evaluating %s", path)
-            last = controller.evaluate(config.eval_steps)
-            if controller.step >= config.train_steps:
-                break
-        else:
-            logger.info("no new checkpoint in %s for %ds; stopping", config.model_dir,
-                        config.eval_timeout)
+        last = controller.evaluate_continuously(
+            config.eval_steps, timeout=config.eval_timeout, last_step=config.train_steps)
     finally:
         writer.close()
     return {"step": controller.step, **{f"eval/{k}": v for k, v in last.items()}}
