@@ -125,7 +125,12 @@ class Controller:
 
     def train(self, steps: int, *, eval_interval: int = 0, eval_steps: int = -1) -> None:
         """Trains until the global step reaches `steps`; with `eval_interval`,
-        evaluates every that many steps and at the end."""
+        evaluates every that many steps and at the end.
+
+        An action ends training early by raising: `engine.actions.StopOnSignal`
+        saves a checkpoint and raises `engine.preemption.Preempted`. The train
+        actions are closed either way (the profiler stops).
+        """
         self._require("trainer", "train")
         if eval_interval and self.evaluator is None:
             raise ValueError("`eval_interval` needs an `evaluator`")
