@@ -36,8 +36,8 @@ from engine.config import RunConfig
 from engine.controller import Controller
 from engine.errors import ClusterFailure, ConfigError
 from engine.evaluator import Evaluator
-from engine.summaries import SummaryWriter
 from engine.losses import LossFn
+from engine.summaries import SummaryWriter
 from engine.trainer import Trainer
 
 logger = logging.getLogger("engine")
