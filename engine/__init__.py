@@ -1,6 +1,6 @@
 """An Orbit-style custom-training-loop engine on `tf.distribute`.
 
-    Controller   the outer loop: loops of steps, checkpoints, summaries, progress
+    Controller   the outer loop: loops of steps, checkpoints, evaluations, actions
     Trainer      the replicated train step and its compiled tf.while_loop
     Evaluator    distributed evaluation, every example counted once
     LossOutput   what a user's loss function returns (per-example values)
@@ -17,7 +17,7 @@ _EXPORTS = {
     "Controller": "engine.controller",
     "Trainer": "engine.trainer",
     "Evaluator": "engine.evaluator",
-    "LossOutput": "engine.task",
+    "LossOutput": "engine.losses",
     "RunConfig": "engine.config",
     "ConfigError": "engine.errors",
 }

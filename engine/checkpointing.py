@@ -49,6 +49,23 @@ def create(
     return checkpoint, manager
 
 
+def save(manager: Optional[tf.train.CheckpointManager], step: int) -> Optional[str]:
+    """Saves `ckpt-<step>` unless one exists for this step already.
+
+    Several parties may ask for the same step (a checkpoint boundary that is
+    also the last step, a stop request on a boundary); the second ask costs
+    nothing. Without a manager nothing is saved and the answer is None.
+    """
+    if manager is None:
+        return None
+    latest = manager.latest_checkpoint
+    if latest and latest.endswith(f"-{step}"):
+        return latest
+    path = manager.save(checkpoint_number=step, check_interval=False)
+    logger.info("saved checkpoint %s", path)
+    return path
+
+
 def worker_save_dir(model_dir: str, role_name: str) -> str:
     """A fresh temporary directory for a non-chief worker's share of saving.
 

@@ -18,12 +18,13 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
+from engine.losses import LossFn, classification_loss
+from engine.replica_step import metric_names
 from engine.replica_sums import ReplicaSums
-from engine.task import LossFn, classification_loss
-from engine.trainer import metric_names
+from engine.runner import AbstractEvaluator, Metrics
 
 
-class Evaluator:
+class Evaluator(AbstractEvaluator):
     """Evaluates `model` on `eval_dataset` (global batches, finite)."""
 
     def __init__(
@@ -43,7 +44,7 @@ class Evaluator:
         )
         self._loop = tf.function(self._eval_loop)
 
-    def evaluate(self, num_steps: int = -1) -> dict[str, float]:
+    def evaluate(self, num_steps: int = -1) -> Metrics:
         """Evaluates `num_steps` batches, or the whole dataset when negative.
 
         Returns mean metrics and `examples`, the number of examples seen.

@@ -4,11 +4,13 @@ A preempted machine gets SIGTERM and some seconds of grace; a user presses
 Ctrl-C. Python runs a signal handler only between TensorFlow calls, so the
 handler just records the request (an exception raised at an arbitrary point
 could leave TensorFlow's scope stacks half entered: we saw a KeyboardInterrupt
-inside `strategy.scope()` turn into "Improper nesting of variable_scope"); the controller asks `StopRequest.agreed()` after every loop, saves a
-checkpoint at that step and raises `Preempted`. In a multi-worker cluster the
-workers may see their signals one loop apart, so the question is all-reduced
-(one tiny collective per loop): either every worker stops at this step or none
-does, and no worker is left waiting in a collective for one that left.
+inside `strategy.scope()` turn into "Improper nesting of variable_scope"); after
+every loop the Controller's `engine.actions.StopOnSignal` action asks
+`StopRequest.agreed()`, saves a checkpoint at that step and raises
+`Preempted`. In a multi-worker cluster the workers may see their signals one
+loop apart, so the question is all-reduced (one tiny collective per loop):
+either every worker stops at this step or none does, and no worker is left
+waiting in a collective for one that left.
 """
 
 from __future__ import annotations

@@ -48,9 +48,10 @@ import tensorflow as tf
 
 import inputs
 from engine.errors import ConfigError
+from engine.losses import LossFn, classification_loss
+from engine.replica_step import metric_names, replica_gradients
 from engine.replica_sums import EXAMPLES
-from engine.task import LossFn, classification_loss
-from engine.trainer import metric_names, replica_gradients
+from engine.runner import AbstractTrainer, Metrics
 from launch import tf_config
 
 logger = logging.getLogger("engine")
@@ -88,10 +89,10 @@ def serve(role: tf_config.Role) -> dict:
     return {}
 
 
-class ParameterServerTrainer:
+class ParameterServerTrainer(AbstractTrainer):
     """The chief's train loop: `train(n)` runs `n` steps spread over the workers.
 
-    Duck-compatible with `engine.trainer.Trainer` for the `Controller`.
+    An `engine.runner.AbstractTrainer`, as `engine.trainer.Trainer` is.
 
     Args:
       strategy: the `ParameterServerStrategy` model and optimizer were built under.
@@ -100,7 +101,7 @@ class ParameterServerTrainer:
       global_batch_size: examples per step (each step is one worker's).
       global_step: the int64 step counter, a ps variable.
       num_workers: the cluster's workers; each loop gets one closure per worker.
-      loss_fn: the user's per-example loss (see `engine.task`).
+      loss_fn: the user's per-example loss (see `engine.losses`).
       seed: the run's seed, restored after the per-worker input is traced.
     """
 
@@ -140,7 +141,7 @@ class ParameterServerTrainer:
             keras.utils.set_random_seed(seed)
         self._closure = tf.function(self._steps)
 
-    def train(self, num_steps: int) -> dict[str, float]:
+    def train(self, num_steps: int) -> Metrics:
         """Runs `num_steps` steps on the workers, waits for all; mean metrics."""
         share, extra = divmod(num_steps, self._num_workers)
         counts = [share + (i < extra) for i in range(self._num_workers) if share + (i < extra)]

@@ -31,14 +31,14 @@ import tensorflow as tf
 
 import inputs
 import models
-from engine import checkpointing, optimizers, precision, preemption
+from engine import actions, checkpointing, optimizers, precision, preemption
 from engine.config import RunConfig
 from engine.controller import Controller
 from engine.errors import ClusterFailure
 from engine.evaluator import Evaluator
 from engine.plan import Plan, make_plan
+from engine.losses import LossFn
 from engine.summaries import SummaryWriter
-from engine.task import LossFn
 
 logger = logging.getLogger("engine")
 
@@ -160,16 +160,17 @@ def _run_controller(plan: Plan, strategy, global_step, trainer, evaluator, manag
     eval_summaries = SummaryWriter(config.eval_summary_dir) if role.is_chief else None
     stop_request = preemption.StopRequest(
         strategy if plan.spec.agrees_to_stop else None).install()
+    run_actions = actions.for_run(
+        is_chief=role.is_chief, global_batch_size=config.global_batch_size,
+        summary_interval=config.summary_interval, profile_steps=config.profile_range,
+        profile_dir=config.train_summary_dir, train_summaries=train_summaries,
+        eval_summaries=eval_summaries, stop_request=stop_request, checkpoint_manager=manager,
+        on_loop_end=on_loop_end)
     controller = Controller(
         global_step=global_step, trainer=trainer, evaluator=evaluator,
         steps_per_loop=config.steps_per_loop, checkpoint_manager=manager,
         checkpoint_interval=config.checkpoint_interval,
-        summary_interval=config.summary_interval,
-        train_summaries=train_summaries, eval_summaries=eval_summaries,
-        global_batch_size=config.global_batch_size, stop_request=stop_request,
-        profile_steps=config.profile_range if role.is_chief else None,
-        profile_dir=config.train_summary_dir, on_loop_end=on_loop_end,
-    )
+        train_actions=run_actions.train, eval_actions=run_actions.eval)
     began, interrupted = time.time(), True
     try:
         _train_or_evaluate(plan, controller, start_step)
@@ -221,7 +222,8 @@ def _run_summary(plan: Plan, controller: Controller, strategy, *, restored, star
         "resumed_from": restored,
         "mode": plan.mode,
         "interrupted": interrupted,
-        "examples_per_second": round(controller.examples_per_second, 1),
+        "examples_per_second": round(
+            controller.steps_per_second * plan.config.global_batch_size, 1),
         "num_replicas": strategy.num_replicas_in_sync,
         "collective": plan.collective.describe(),
         "wall_seconds": round(wall_seconds, 2),
@@ -247,22 +249,16 @@ def evaluate_each_checkpoint(
     appears, writes `summaries/eval` beside the chief's, and returns after the
     checkpoint of step `train_steps` (or after `eval_timeout` seconds with no
     new checkpoint)."""
-    checkpoint = tf.train.Checkpoint(model=model, global_step=global_step)
+    # Read-only: no max_to_keep, and an evaluator never saves.
+    watched = tf.train.CheckpointManager(
+        tf.train.Checkpoint(model=model, global_step=global_step),
+        directory=config.model_dir, max_to_keep=None)
     writer = SummaryWriter(config.eval_summary_dir)
-    controller = Controller(global_step=global_step, evaluator=evaluator, eval_summaries=writer)
-    last = {}
+    controller = Controller(global_step=global_step, evaluator=evaluator,
+                            checkpoint_manager=watched, eval_actions=actions.for_evaluation(writer))
     try:
-        for path in tf.train.checkpoints_iterator(
-            config.model_dir, min_interval_secs=0.5, timeout=config.eval_timeout
-        ):
-            checkpoint.restore(path).expect_partial()
-            logger.info("evaluating %s", path)
-            last = controller.evaluate(config.eval_steps)
-            if controller.step >= config.train_steps:
-                break
-        else:
-            logger.info("no new checkpoint in %s for %ds; stopping", config.model_dir,
-                        config.eval_timeout)
+        last = controller.evaluate_continuously(
+            config.eval_steps, timeout=config.eval_timeout, last_step=config.train_steps)
     finally:
         writer.close()
     return {"step": controller.step, **{f"eval/{k}": v for k, v in last.items()}}

@@ -16,6 +16,9 @@ per step::
         grads = all-reduce(grads)                  # the one all-reduce, via the collective
         optimizer.apply_gradients(grads)           # applies; does not reduce again
 
+The forward and backward lines are `engine.replica_step.replica_gradients`,
+which the parameter-server trainer shares.
+
 `jit_compile=True` compiles only the per-replica forward and backward pass
 (a nested `tf.function(jit_compile=True)`): the all-reduce goes through
 `merge_call` into the collective's cross-device ops and the Keras update
@@ -38,62 +41,13 @@ import tensorflow as tf
 
 from collectives.interface import Collective
 from engine import keras_bridge
+from engine.losses import LossFn, classification_loss
+from engine.replica_step import metric_names, replica_gradients
 from engine.replica_sums import ReplicaSums
-from engine.task import LossFn, LossOutput, classification_loss
+from engine.runner import AbstractTrainer, Metrics
 
 
-def per_replica_spec(element_spec: Any) -> Any:
-    """The dataset's element spec with the batch dimension left open."""
-    return tf.nest.map_structure(
-        lambda spec: tf.TensorSpec([None] + spec.shape[1:], spec.dtype), element_spec
-    )
-
-
-def metric_names(loss_fn: LossFn, model: Any, element_spec: Any) -> list[str]:
-    """Traces `loss_fn` once symbolically to learn which metrics it reports.
-
-    The running sums must exist before the compiled loop is traced, and the
-    names are only known from the user's function.
-    """
-    probe = tf.function(lambda batch: loss_fn(model, batch, training=False).metrics)
-    outputs = probe.get_concrete_function(per_replica_spec(element_spec)).structured_outputs
-    return sorted(outputs)
-
-
-def replica_gradients(loss_fn: LossFn, model: Any, batch: Any, variables: list, *,
-                      optimizer: keras.optimizers.Optimizer, global_batch_size: int):
-    """One replica's loss and gradients: the part every strategy's step shares.
-
-    The per-example loss is divided by the *global* batch
-    (`compute_average_loss`) and model losses are scaled by the replica count
-    (`scale_regularization_loss`), so summing gradients over replicas gives the
-    gradient of the global batch. Under mixed precision the objective stays
-    float32 and `optimizer.scale_loss` applies the loss scale (identity
-    otherwise).
-
-    Returns:
-      (gradients, per-example loss as reported, including regularization; the
-      loss function's metrics).
-    """
-    with tf.GradientTape() as tape:
-        output: LossOutput = loss_fn(model, batch, training=True)
-        per_example_loss = tf.cast(output.per_example_loss, tf.float32)
-        loss = tf.nn.compute_average_loss(per_example_loss, global_batch_size=global_batch_size)
-        regularization = getattr(model, "losses", None)
-        if regularization:
-            regularization = tf.add_n([tf.cast(r, tf.float32) for r in regularization])
-            loss += tf.nn.scale_regularization_loss(regularization)
-        else:
-            regularization = None
-        scaled_loss = optimizer.scale_loss(loss)
-    grads = tape.gradient(scaled_loss, variables)
-    reported_loss = per_example_loss
-    if regularization is not None:
-        reported_loss = per_example_loss + regularization
-    return grads, reported_loss, dict(output.metrics)
-
-
-class Trainer:
+class Trainer(AbstractTrainer):
     """Owns the replicated train step and its compiled loop of steps.
 
     Args:
@@ -106,7 +60,7 @@ class Trainer:
       train_dataset: a `tf.data.Dataset` of *global* batches.
       global_batch_size: examples per step across all replicas.
       global_step: the int64 step counter saved in checkpoints.
-      loss_fn: the user's per-example loss (see `engine.task`).
+      loss_fn: the user's per-example loss (see `engine.losses`).
       jit_compile: compile each replica's forward and backward pass with XLA.
     """
 
@@ -145,7 +99,7 @@ class Trainer:
                            if jit_compile else self._compute_gradients)
         self._loop = tf.function(self._train_loop)
 
-    def train(self, num_steps: int) -> dict[str, float]:
+    def train(self, num_steps: int) -> Metrics:
         """Runs one compiled loop of `num_steps` steps; returns its mean metrics."""
         results = self._loop(self._iterator, tf.constant(num_steps, tf.int32))
         return {name: float(value) for name, value in results.items()}

@@ -19,7 +19,7 @@ import sys
 import keras
 import tensorflow as tf
 
-from engine.task import LossOutput
+from engine.losses import LossOutput
 
 PARITY_WEIGHT = 0.5
 

@@ -1,0 +1,72 @@
+"""The per-replica math every train and eval loop shares.
+
+`Trainer`, `ParameterServerTrainer` and `Evaluator` differ in how they loop
+and reduce, not in what one replica computes: the loss over the *global*
+batch, the gradients, and which metrics the user's loss function reports.
+Keeping that here means a fix to the loss scaling reaches every strategy::
+
+    out   = loss_fn(model, batch, training=True)
+    loss  = compute_average_loss(out.per_example_loss, global_batch_size)
+            + scale_regularization_loss(model.losses)
+    grads = tape.gradient(optimizer.scale_loss(loss), variables)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from engine.losses import LossFn, LossOutput
+
+
+def per_replica_spec(element_spec: Any) -> Any:
+    """The dataset's element spec with the batch dimension left open."""
+    return tf.nest.map_structure(
+        lambda spec: tf.TensorSpec([None] + spec.shape[1:], spec.dtype), element_spec
+    )
+
+
+def metric_names(loss_fn: LossFn, model: Any, element_spec: Any) -> list[str]:
+    """Traces `loss_fn` once symbolically to learn which metrics it reports.
+
+    The running sums must exist before the compiled loop is traced, and the
+    names are only known from the user's function.
+    """
+    probe = tf.function(lambda batch: loss_fn(model, batch, training=False).metrics)
+    outputs = probe.get_concrete_function(per_replica_spec(element_spec)).structured_outputs
+    return sorted(outputs)
+
+
+def replica_gradients(loss_fn: LossFn, model: Any, batch: Any, variables: list, *,
+                      optimizer: keras.optimizers.Optimizer, global_batch_size: int):
+    """One replica's loss and gradients: the part every strategy's step shares.
+
+    The per-example loss is divided by the *global* batch
+    (`compute_average_loss`) and model losses are scaled by the replica count
+    (`scale_regularization_loss`), so summing gradients over replicas gives the
+    gradient of the global batch. Under mixed precision the objective stays
+    float32 and `optimizer.scale_loss` applies the loss scale (identity
+    otherwise).
+
+    Returns:
+      (gradients, per-example loss as reported, including regularization; the
+      loss function's metrics).
+    """
+    with tf.GradientTape() as tape:
+        output: LossOutput = loss_fn(model, batch, training=True)
+        per_example_loss = tf.cast(output.per_example_loss, tf.float32)
+        loss = tf.nn.compute_average_loss(per_example_loss, global_batch_size=global_batch_size)
+        regularization = getattr(model, "losses", None)
+        if regularization:
+            regularization = tf.add_n([tf.cast(r, tf.float32) for r in regularization])
+            loss += tf.nn.scale_regularization_loss(regularization)
+        else:
+            regularization = None
+        scaled_loss = optimizer.scale_loss(loss)
+    grads = tape.gradient(scaled_loss, variables)
+    reported_loss = per_example_loss
+    if regularization is not None:
+        reported_loss = per_example_loss + regularization
+    return grads, reported_loss, dict(output.metrics)
