@@ -1,6 +1,6 @@
 """Input pipelines: datasets by name, and `tf.data` global-batch pipelines."""
 
-from inputs.examples import Examples, ImageFiles, RecordFiles, Split, Splits
+from inputs.splits import Examples, ImageFiles, RecordFiles, Split, Splits
 from inputs.pipeline import eval_batches, resolve_shard_policy, train_batches
 from inputs.registry import available, load, register
 

@@ -35,7 +35,7 @@ import os
 import numpy as np
 
 from engine.errors import ConfigError
-from inputs.examples import ImageFiles, Splits
+from inputs.splits import ImageFiles, Splits
 
 logger = logging.getLogger("engine")
 

@@ -12,7 +12,7 @@ import zipfile
 import numpy as np
 
 from engine.errors import ConfigError
-from inputs.examples import Examples, Splits
+from inputs.splits import Examples, Splits
 
 FILENAME = "mnist.npz"
 _KEYS = ("x_train", "y_train", "x_test", "y_test")

@@ -41,7 +41,7 @@ import tensorflow as tf
 
 from engine.errors import ConfigError
 from inputs import image_folder, tfrecord
-from inputs.examples import Examples, ImageFiles, RecordFiles, Split
+from inputs.splits import Examples, ImageFiles, RecordFiles, Split
 
 _SHUFFLE_BUFFER = 16384
 _SHUFFLE_BYTES = 256 << 20  # memory bound of the record shuffle buffer

@@ -12,7 +12,7 @@ from typing import Callable
 
 from engine.errors import ConfigError
 from inputs import image_folder, mnist, synthetic, tfrecord
-from inputs.examples import Splits
+from inputs.splits import Splits
 
 Loader = Callable[..., Splits]
 

@@ -31,7 +31,7 @@ from typing import Iterator
 import numpy as np
 
 from engine.errors import ConfigError
-from inputs.examples import Examples, ImageFiles, RecordFiles, Split, Splits
+from inputs.splits import Examples, ImageFiles, RecordFiles, Split, Splits
 
 logger = logging.getLogger("engine")
 
