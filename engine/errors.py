@@ -1,12 +1,16 @@
-"""The error users see: one line, no traceback.
+"""The errors users see: one line, no traceback.
 
-Library code raises `ConfigError` for a mistake in what the user asked for
-(unknown name, missing file, impossible device layout). The binaries print its
-message on stderr and exit with status 2; anything else is a bug and keeps its
-traceback.
+The engine raises `ConfigError` for a mistake in what the user asked for
+(unknown strategy, impossible device layout, unwritable `model_dir`); each
+library package raises its own type (`collectives.CollectiveError`,
+`inputs.InputError`, `models.ModelError`), so none of them imports the
+engine. The binaries print any of `USER_ERRORS` on stderr as one line and exit
+with status 2; anything else is a bug and keeps its traceback.
 """
 
 from collectives.interface import CollectiveError
+from inputs.errors import InputError
+from models.errors import ModelError
 
 
 class ConfigError(ValueError):
@@ -23,4 +27,4 @@ class ClusterFailure(RuntimeError):
 
 
 #: Exceptions the binaries report as one line instead of a traceback.
-USER_ERRORS = (ConfigError, CollectiveError)
+USER_ERRORS = (ConfigError, CollectiveError, InputError, ModelError)

@@ -30,7 +30,7 @@ from typing import Iterator
 
 import numpy as np
 
-from engine.errors import ConfigError
+from inputs.errors import InputError
 from inputs.splits import Examples, ImageFiles, RecordFiles, Split, Splits
 
 logger = logging.getLogger("engine")
@@ -69,8 +69,8 @@ def parse(serialized, image_shape: tuple[int, int, int]):
 # --- Loading (plain Python: no TensorFlow runtime). ---
 
 
-def _bad(data_dir: str, reason: str) -> ConfigError:
-    return ConfigError(
+def _bad(data_dir: str, reason: str) -> InputError:
+    return InputError(
         f"{os.path.join(data_dir, METADATA)} is not valid ({reason}); "
         "re-create the folder with bin/convert_to_tfrecord"
     )
@@ -84,13 +84,13 @@ def _split(data_dir: str, name: str, entry, image_shape) -> RecordFiles:
     found = sorted(f for f in os.listdir(data_dir)
                    if f.startswith(f"{name}-") and f.endswith(".tfrecord"))
     if not found:
-        raise ConfigError(
+        raise InputError(
             f"--data_dir={data_dir} holds no {name}-*.tfrecord files although {METADATA} lists "
             f"{len(listed)}; re-create the folder with bin/convert_to_tfrecord"
         )
     if found != listed:
         missing = sorted(set(listed) - set(found)) or sorted(set(found) - set(listed))
-        raise ConfigError(
+        raise InputError(
             f"--data_dir={data_dir}: the {name} files on disk differ from those {METADATA} lists "
             f"(e.g. {missing[0]}); re-create the folder with bin/convert_to_tfrecord"
         )
@@ -103,17 +103,17 @@ def _split(data_dir: str, name: str, entry, image_shape) -> RecordFiles:
 def load(*, data_dir: str) -> Splits:
     """The `--dataset=tfrecord` loader: checks the folder, reads no record."""
     if not data_dir:
-        raise ConfigError(
+        raise InputError(
             "--dataset=tfrecord needs --data_dir, a folder written by bin/convert_to_tfrecord"
         )
     if not os.path.isdir(data_dir):
-        raise ConfigError(
+        raise InputError(
             f"--data_dir={data_dir} is not a directory; write one with "
             "bin/convert_to_tfrecord --output_dir=..."
         )
     path = os.path.join(data_dir, METADATA)
     if not os.path.isfile(path):
-        raise ConfigError(
+        raise InputError(
             f"--data_dir={data_dir} has no {METADATA}; write the folder with "
             "bin/convert_to_tfrecord"
         )
@@ -149,19 +149,19 @@ def load(*, data_dir: str) -> Splits:
 
 def _check_output_dir(output_dir: str) -> str:
     if not output_dir:
-        raise ConfigError("--output_dir is empty; name the folder to write the TFRecords into")
+        raise InputError("--output_dir is empty; name the folder to write the TFRecords into")
     output_dir = os.path.abspath(output_dir)
     if os.path.exists(output_dir):
         if not os.path.isdir(output_dir):
-            raise ConfigError(f"--output_dir={output_dir} is a file; name a new directory")
+            raise InputError(f"--output_dir={output_dir} is a file; name a new directory")
         if os.listdir(output_dir):
-            raise ConfigError(
+            raise InputError(
                 f"--output_dir={output_dir} is not empty; name a new or empty directory "
                 "(the converter never overwrites a dataset)"
             )
     parent = os.path.dirname(output_dir)
     if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(f"--output_dir={output_dir} cannot be created: {parent} is not a "
+        raise InputError(f"--output_dir={output_dir} cannot be created: {parent} is not a "
                           "writable directory")
     return output_dir
 
@@ -214,7 +214,7 @@ def _write_split(directory: str, name: str, split: Split, num_shards: int) -> di
             if writer is not None:
                 writer.close()
     if written != count:
-        raise ConfigError(f"the {name} split gave {written} examples, expected {count}")
+        raise InputError(f"the {name} split gave {written} examples, expected {count}")
     return {"count": count, "files": files}
 
 
@@ -231,9 +231,9 @@ def write(splits: Splits, output_dir: str, *, num_shards: int, source: str = "")
                        str(tmp_path / "records"), num_shards=4)
     """
     if num_shards < 1:
-        raise ConfigError(f"--num_shards={num_shards} must be a positive integer")
+        raise InputError(f"--num_shards={num_shards} must be a positive integer")
     if len(splits.train) < num_shards:
-        raise ConfigError(
+        raise InputError(
             f"--num_shards={num_shards} is more than the {len(splits.train)} train examples; "
             "use fewer shards"
         )
@@ -277,7 +277,7 @@ def convert(source: str, *, output_dir: str, num_shards: int, data_dir: str = ""
             image_size: int = 224, eval_fraction: float = 0.2, seed: int = 0) -> str:
     """`bin/convert_to_tfrecord`: loads `source` as `--dataset=<source>` would and writes it."""
     if source not in SOURCES:
-        raise ConfigError(f"--source={source!r} is not a source; choose one of: {', '.join(SOURCES)}")
+        raise InputError(f"--source={source!r} is not a source; choose one of: {', '.join(SOURCES)}")
     _check_output_dir(output_dir)  # before the (possibly long) load
     from inputs import registry
 
