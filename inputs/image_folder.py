@@ -89,7 +89,7 @@ def scan(root: str) -> Scan:
         )
     if len(classes) < 2:
         raise InputError(f"--data_dir={root} has one class folder ({classes[0]}); "
-                          "classification needs at least two")
+                         "classification needs at least two")
     paths, labels, skipped = [], [], []
     for label, name in enumerate(classes):
         found = 0
@@ -107,7 +107,7 @@ def scan(root: str) -> Scan:
                     skipped.append(path)
         if not found:
             raise InputError(f"class folder {os.path.join(root, name)} has no readable "
-                              f"image ({', '.join(EXTENSIONS)}); remove it or add images")
+                             f"image ({', '.join(EXTENSIONS)}); remove it or add images")
     return Scan(tuple(classes), tuple(paths), tuple(labels), tuple(skipped))
 
 
@@ -126,7 +126,7 @@ def load(*, data_dir: str, image_size: int, eval_fraction: float) -> Splits:
         )
     if not os.path.isdir(data_dir):
         raise InputError(f"--data_dir={data_dir} is not a directory; point it at a folder "
-                          "with one sub-folder of images per class")
+                         "with one sub-folder of images per class")
     if not 0 <= eval_fraction < 1:
         raise InputError(f"--eval_fraction={eval_fraction} must be at least 0 and below 1")
     shape = (image_size, image_size, 3)

@@ -67,6 +67,6 @@ def load(*, data_dir: str) -> Splits:
     test = _examples(path, arrays["x_test"], arrays["y_test"], "test")
     if train.x.shape[1:] != test.x.shape[1:]:
         raise InputError(f"{path}: train images {train.x.shape[1:]} and test images "
-                          f"{test.x.shape[1:]} differ in shape")
+                         f"{test.x.shape[1:]} differ in shape")
     num_classes = int(max(train.y.max(), test.y.max())) + 1
     return Splits(train=train, eval=test, num_classes=num_classes)
