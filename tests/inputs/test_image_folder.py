@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import inputs
 from helpers import write_image_folder
-from inputs import InputError, image_folder, tfrecord
+from inputs import InputError, convert, image_folder, tfrecord
 
 
 def test_labels_come_from_sorted_class_folders_and_a_fixed_eval_fraction(tmp_path):
@@ -106,8 +106,8 @@ def test_folder_mistakes_are_one_line_errors(tmp_path):
 
 def test_image_folder_converts_to_the_same_examples_as_tfrecords(tmp_path):
     root = write_image_folder(tmp_path / "pets", per_class=3)
-    out = tfrecord.convert("image_folder", data_dir=root, output_dir=str(tmp_path / "records"),
-                           num_shards=2, image_size=12, eval_fraction=0.2)
+    out = convert.convert("image_folder", data_dir=root, output_dir=str(tmp_path / "records"),
+                          num_shards=2, image_size=12, eval_fraction=0.2)
     folder = inputs.load("image_folder", data_dir=root, image_size=12, eval_fraction=0.2)
     records = inputs.load("tfrecord", data_dir=out)
     assert records.class_names == ("cats", "dogs", "fish") and records.input_shape == (12, 12, 3)
