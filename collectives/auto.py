@@ -32,11 +32,9 @@ import dataclasses
 import logging
 from typing import Any, Optional, Sequence
 
-import tensorflow as tf
-
 from collectives import _values, registry
 from collectives.base import device_kind, short_devices
-from collectives.interface import Collective, Destinations, PerReplicaGradients
+from collectives.interface import Collective
 
 logger = logging.getLogger(__name__)
 
@@ -115,13 +113,7 @@ class Auto(Collective):
             return self.small
         return self.chosen
 
-    @tf.autograph.experimental.do_not_convert
-    def batch_all_reduce(
-        self, values: PerReplicaGradients, destinations: Destinations
-    ) -> list[Any]:
-        values, destinations = _values.prepare_batch(values, destinations)
-        if not values or not _values.is_distributed(values[0]):
-            return values
+    def _sum_replicas(self, values: list[Any], destinations: list[Any]) -> list[Any]:
         if self.chosen is None:
             self.check_devices(list(_values.replica_devices(values[0])))
         small = [i for i, v in enumerate(values) if self.collective_for(v) is self.small]

@@ -34,7 +34,7 @@ import tensorflow as tf
 
 from collectives import _values
 from collectives.base import Wrapper
-from collectives.interface import Collective, CollectiveError, Destinations, PerReplicaGradients
+from collectives.interface import Collective, CollectiveError
 
 
 class Packing(Wrapper):
@@ -97,13 +97,7 @@ class Packing(Wrapper):
         buckets.sort(key=lambda b: b[0])
         return buckets, passthrough
 
-    @tf.autograph.experimental.do_not_convert
-    def batch_all_reduce(
-        self, values: PerReplicaGradients, destinations: Destinations
-    ) -> list[Any]:
-        values, destinations = _values.prepare_batch(values, destinations)
-        if not values or not _values.is_distributed(values[0]):
-            return values
+    def _sum_replicas(self, values: list[Any], destinations: list[Any]) -> list[Any]:
         buckets, passthrough = self.plan(values, destinations)
         inner_values, inner_destinations = [], []
         for bucket in buckets:

@@ -195,7 +195,7 @@ def _load_user_class(spec: str) -> type[Collective]:
     if not (isinstance(cls, type) and issubclass(cls, Collective)):
         raise CollectiveError(
             f"--collective={spec!r} is {type(cls).__name__} {cls!r}, not a Collective "
-            "subclass; derive it from collectives.Collective and implement batch_all_reduce"
+            "subclass; derive it from collectives.Collective and implement _sum_replicas"
         )
     return cls
 
