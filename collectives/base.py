@@ -26,24 +26,6 @@ from collectives import _values
 from collectives.interface import Collective, CollectiveError
 
 
-def device_kind(device: str) -> str:
-    """"GPU", "CPU" (or another type) for a device name in any TF spelling."""
-    try:
-        kind = tf.DeviceSpec.from_string(device).device_type
-    except (ValueError, TypeError):
-        kind = None
-    return (kind or "").upper()
-
-
-def short_devices(devices: Sequence[str]) -> str:
-    """"cpu:0,cpu:1" for logs and error messages."""
-    out = []
-    for d in devices:
-        spec = tf.DeviceSpec.from_string(d)
-        out.append(f"{(spec.device_type or '?').lower()}:{spec.device_index}")
-    return ",".join(out)
-
-
 def check_num_packs(num_packs: Any, owner: str) -> int:
     if isinstance(num_packs, bool) or not isinstance(num_packs, int) or num_packs < 0:
         raise CollectiveError(

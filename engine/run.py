@@ -30,6 +30,7 @@ import tensorflow as tf
 import collectives
 import inputs
 import models
+from collectives import device_names
 from engine import checkpointing, cluster, devices, optimizers, precision, preemption, strategies
 from engine import ps_trainer, tpu
 from engine.config import RunConfig
@@ -241,7 +242,7 @@ def run(
         "%s%s over %d replica(s) [%s], collective %s, global batch %d (%d per replica)%s",
         "" if not role.in_cluster else f"{role.name}: ",
         config.strategy if not role.is_evaluator else "evaluator",
-        strategy.num_replicas_in_sync, ",".join(d.lstrip("/") for d in plan.devices),
+        strategy.num_replicas_in_sync, device_names.short_list(plan.devices),
         "none" if role.is_evaluator else plan.collective.describe(), config.global_batch_size,
         config.global_batch_size // strategy.num_replicas_in_sync,
         f", {plan.intra_op_threads} intra-op thread(s) per op" if plan.intra_op_threads else "",

@@ -12,6 +12,7 @@ from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
+from collectives import device_names
 from engine import cluster, watchdog
 from engine.errors import ConfigError
 
@@ -102,7 +103,7 @@ def num_replicas(name: str, devices: Sequence[str], *, num_workers: int = 0,
     if name == "one_device" and len(devices) != 1:
         raise ConfigError(
             f"--strategy=one_device needs exactly one device, got --devices="
-            f"{','.join(d.lstrip('/') for d in devices)}; name one, or use --strategy=mirrored"
+            f"{device_names.short_list(devices)}; name one, or use --strategy=mirrored"
         )
     if name == "default":
         return 1
@@ -110,7 +111,7 @@ def num_replicas(name: str, devices: Sequence[str], *, num_workers: int = 0,
         if len(devices) > 1 and any(not d.startswith("/gpu") for d in devices):
             raise ConfigError(
                 f"--strategy={name} replicates over one CPU or the local GPUs, got "
-                f"--devices={','.join(d.lstrip('/') for d in devices)}; "
+                f"--devices={device_names.short_list(devices)}; "
                 "use cpu:0 or a list of gpu:N"
             )
         local = len(devices) if devices[0].startswith("/gpu") else 1
