@@ -22,17 +22,8 @@ from typing import Any, Hashable, Optional, Sequence
 
 import tensorflow as tf
 
-from collectives import _values
+from collectives import _values, options
 from collectives.interface import Collective, CollectiveError
-
-
-def check_num_packs(num_packs: Any, owner: str) -> int:
-    if isinstance(num_packs, bool) or not isinstance(num_packs, int) or num_packs < 0:
-        raise CollectiveError(
-            f"--num_packs={num_packs!r} for {owner} must be an integer >= 0 "
-            "(0 = no packing, N = at most N buckets)"
-        )
-    return num_packs
 
 
 class CrossDeviceOpsCollective(Collective):
@@ -95,7 +86,7 @@ class TFPackedAllReduce(CrossDeviceOpsCollective):
     native_options = frozenset({"num_packs"})
 
     def __init__(self, *, num_packs: int = 0):
-        self.num_packs = check_num_packs(num_packs, f"--collective={self.name}")
+        self.num_packs = options.check_count("num_packs", num_packs)
         self._ops = self._make_ops(self.num_packs)
 
     @abc.abstractmethod
