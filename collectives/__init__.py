@@ -12,7 +12,8 @@ Importing this package registers every built-in implementation.
 
 from collectives.interface import Collective, CollectiveError, Destinations, PerReplicaGradients
 from collectives._values import components, is_distributed, mirrored
-from collectives.registry import GRADIENT_DTYPES, available, create, register, resolve
+from collectives.options import GRADIENT_DTYPES, check_options
+from collectives.registry import available, create, register, resolve
 from collectives.base import CrossDeviceOpsCollective, TFPackedAllReduce, Wrapper
 from collectives.packing import Packing
 from collectives.compression import Compression
@@ -37,6 +38,7 @@ __all__ = [
     "TFPackedAllReduce",
     "Wrapper",
     "available",
+    "check_options",
     "components",
     "create",
     "is_distributed",

@@ -17,9 +17,9 @@ They live here, and only here, because TensorFlow exports no public equivalent:
   in scope, numbers replicas globally (wrong for the local values of one
   worker) and makes only `PerReplica` values; results must be `Mirrored`.
 
-`tests/collectives/test_tf_private.py` imports and exercises each of them, so
-a TensorFlow release that moves one fails that test by name instead of
-failing a training run.
+`tests/collectives/test_collectives_tf_private.py` imports and exercises
+each of them, so a TensorFlow release that moves one fails that test by name
+instead of failing a training run.
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ from typing import Any, Callable, Sequence
 import tensorflow as tf
 
 from collectives import _tf_private
-from collectives.interface import Destinations, PerReplicaGradients
 
 ReduceOp = tf.distribute.ReduceOp
 
@@ -72,7 +71,7 @@ def replica_devices(value: Any) -> tuple[str, ...]:
 
 
 def prepare_batch(
-    values: PerReplicaGradients, destinations: Destinations
+    values: Sequence[Any], destinations: Sequence[Any]
 ) -> tuple[list[Any], list[Any]]:
     """Lists `values` and `destinations`, checking they pair up one to one."""
     values, destinations = list(values), list(destinations)

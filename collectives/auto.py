@@ -32,11 +32,8 @@ import dataclasses
 import logging
 from typing import Any, Optional, Sequence
 
-import tensorflow as tf
-
-from collectives import _values, registry
-from collectives.base import device_kind, short_devices
-from collectives.interface import Collective, Destinations, PerReplicaGradients
+from collectives import _values, device_names, registry
+from collectives.interface import Collective
 
 logger = logging.getLogger(__name__)
 
@@ -57,10 +54,10 @@ class Choice:
 
 def choose(devices: Sequence[str]) -> Choice:
     """The collective(s) `auto` uses on `devices`, and why (for the log)."""
-    kinds = {device_kind(d) for d in devices}
+    kinds = {device_names.kind(d) for d in devices}
     if len(devices) <= 1:
         return Choice("reduce_to_one_device", "one device, nothing to all-reduce")
-    if kinds == {"GPU"}:
+    if kinds == {"gpu"}:
         return Choice("nccl", "every device is a GPU")
     if len(kinds) > 1:
         return Choice("reduce_to_one_device", "CPUs and GPUs mixed; only it spans both kinds")
@@ -105,7 +102,7 @@ class Auto(Collective):
             self.small_below = choice.small_below
         logger.info(
             "collective auto picked %s for %s: %s",
-            self.describe().removeprefix("auto->"), short_devices(devices), choice.why,
+            self.describe().removeprefix("auto->"), device_names.short_list(devices), choice.why,
         )
 
     def collective_for(self, value: Any) -> Collective:
@@ -115,13 +112,7 @@ class Auto(Collective):
             return self.small
         return self.chosen
 
-    @tf.autograph.experimental.do_not_convert
-    def batch_all_reduce(
-        self, values: PerReplicaGradients, destinations: Destinations
-    ) -> list[Any]:
-        values, destinations = _values.prepare_batch(values, destinations)
-        if not values or not _values.is_distributed(values[0]):
-            return values
+    def _sum_replicas(self, values: list[Any], destinations: list[Any]) -> list[Any]:
         if self.chosen is None:
             self.check_devices(list(_values.replica_devices(values[0])))
         small = [i for i, v in enumerate(values) if self.collective_for(v) is self.small]

@@ -1,15 +1,15 @@
 """Shared shapes for collectives: one over TF's cross-device ops, one wrapper.
 
 Each TF-backed implementation module only says which `tf.distribute`
-`CrossDeviceOps` it is and which devices it refuses; everything else (the
-single-replica shortcut, Keras variables as destinations, one `batch_reduce`
-call per batch) is here::
+`CrossDeviceOps` it is and which devices it refuses; everything else (empty
+tensors, one `batch_reduce` call per batch) is here, and the single-replica
+shortcut and Keras variables as destinations are `Collective.batch_all_reduce`'s::
 
     class HierarchicalCopy(CrossDeviceOpsCollective):
         def cross_device_ops(self, devices):
             return self._ops                      # built once in __init__
 
-`batch_all_reduce` calls the object's `batch_reduce` itself. Going through
+`_sum_replicas` calls the object's `batch_reduce` itself. Going through
 `strategy.extended.batch_reduce_to` instead would be wrong: MirroredStrategy
 silently swaps in `ReductionToOneDevice` whenever the destinations are on CPU,
 so the selected collective would never run.
@@ -22,40 +22,8 @@ from typing import Any, Hashable, Optional, Sequence
 
 import tensorflow as tf
 
-from collectives import _values
-from collectives.interface import (
-    Collective,
-    CollectiveError,
-    Destinations,
-    PerReplicaGradients,
-)
-
-
-def device_kind(device: str) -> str:
-    """"GPU", "CPU" (or another type) for a device name in any TF spelling."""
-    try:
-        kind = tf.DeviceSpec.from_string(device).device_type
-    except (ValueError, TypeError):
-        kind = None
-    return (kind or "").upper()
-
-
-def short_devices(devices: Sequence[str]) -> str:
-    """"cpu:0,cpu:1" for logs and error messages."""
-    out = []
-    for d in devices:
-        spec = tf.DeviceSpec.from_string(d)
-        out.append(f"{(spec.device_type or '?').lower()}:{spec.device_index}")
-    return ",".join(out)
-
-
-def check_num_packs(num_packs: Any, owner: str) -> int:
-    if isinstance(num_packs, bool) or not isinstance(num_packs, int) or num_packs < 0:
-        raise CollectiveError(
-            f"--num_packs={num_packs!r} for {owner} must be an integer >= 0 "
-            "(0 = no packing, N = at most N buckets)"
-        )
-    return num_packs
+from collectives import _values, options
+from collectives.interface import Collective, CollectiveError
 
 
 class CrossDeviceOpsCollective(Collective):
@@ -82,13 +50,7 @@ class CrossDeviceOpsCollective(Collective):
     def _check_replicas(self, devices: tuple[str, ...]) -> None:
         """Raises when the values' replica devices cannot be reduced here."""
 
-    @tf.autograph.experimental.do_not_convert
-    def batch_all_reduce(
-        self, values: PerReplicaGradients, destinations: Destinations
-    ) -> list[Any]:
-        values, destinations = _values.prepare_batch(values, destinations)
-        if not values or not _values.is_distributed(values[0]):
-            return values  # One replica: nothing to sum.
+    def _sum_replicas(self, values: list[Any], destinations: list[Any]) -> list[Any]:
         devices = _values.replica_devices(values[0])
         self._check_replicas(devices)
         ops = self.cross_device_ops(devices)
@@ -124,7 +86,7 @@ class TFPackedAllReduce(CrossDeviceOpsCollective):
     native_options = frozenset({"num_packs"})
 
     def __init__(self, *, num_packs: int = 0):
-        self.num_packs = check_num_packs(num_packs, f"--collective={self.name}")
+        self.num_packs = options.check_count("num_packs", num_packs)
         self._ops = self._make_ops(self.num_packs)
 
     @abc.abstractmethod

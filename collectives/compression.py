@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from collectives import _values
 from collectives.base import Wrapper
-from collectives.interface import Collective, CollectiveError, Destinations, PerReplicaGradients
+from collectives.interface import Collective, CollectiveError
 
 _DTYPES = {"bfloat16": tf.bfloat16, "float16": tf.float16}
 
@@ -47,13 +47,7 @@ class Compression(Wrapper):
             for c in _values.components(value)
         )
 
-    @tf.autograph.experimental.do_not_convert
-    def batch_all_reduce(
-        self, values: PerReplicaGradients, destinations: Destinations
-    ) -> list[Any]:
-        values, destinations = _values.prepare_batch(values, destinations)
-        if not values or not _values.is_distributed(values[0]):
-            return values
+    def _sum_replicas(self, values: list[Any], destinations: list[Any]) -> list[Any]:
         original = [
             _values.components(v)[0].dtype if self._compresses(v) else None for v in values
         ]

@@ -14,7 +14,8 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from collectives.base import TFPackedAllReduce, short_devices
+from collectives import device_names
+from collectives.base import TFPackedAllReduce
 from collectives.interface import CollectiveError
 from collectives.registry import register
 
@@ -31,7 +32,7 @@ class HierarchicalCopy(TFPackedAllReduce):
             raise CollectiveError(
                 f"--collective=hierarchical_copy needs an even number of devices (TF's "
                 f"two-halves tree leaves out the last of an odd count), but there are "
-                f"{len(devices)}: {short_devices(devices)}; use ring or "
+                f"{len(devices)}: {device_names.short_list(devices)}; use ring or "
                 "reduce_to_one_device, or an even device count"
             )
 

@@ -13,15 +13,30 @@ Implementations live one per module in this package and are looked up by name
 through `collectives.registry`. Wrappers (packing, compression) are collectives
 themselves that delegate to an inner one, so they compose with any of them.
 
+`Collective.batch_all_reduce` is a template: it lists the batch, turns Keras
+variables into destinations `tf.distribute` understands, and returns a
+single replica's values as they are (nothing to sum); only then does it call
+`_sum_replicas`, the one method an implementation writes::
+
+    batch_all_reduce(values, destinations)      # public, the same for everyone
+        values, destinations = prepare(...)     # lists, destinations unwrapped
+        if one replica: return values
+        return self._sum_replicas(values, destinations)   # the implementation's
+
 A user's own collective needs no change to the engine: subclass `Collective`,
-implement `batch_all_reduce`, and pass `--collective=my_module:MyCollective`
-(see docs/collectives.md).
+implement `_sum_replicas` (or, as plug-ins written before the template do,
+override `batch_all_reduce` whole and do those steps itself), and pass
+`--collective=my_module:MyCollective` (see docs/collectives.md).
 """
 
 from __future__ import annotations
 
 import abc
 from typing import Any, ClassVar, Sequence
+
+import tensorflow as tf
+
+from collectives import _values
 
 #: A list of gradients in cross-replica context: each entry is a
 #: `tf.distribute` PerReplica value (one tensor per replica), or a plain tensor
@@ -53,6 +68,19 @@ class Collective(abc.ABC):
     #: `reduce_device` for a class that does not take it.
     native_options: ClassVar[frozenset[str]] = frozenset()
 
+    #: Whether `batch_all_reduce` returns plain tensors (one local replica)
+    #: unreduced. A collective that also sums across machines sets it False.
+    shortcut_single_replica: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # A plug-in that overrides `batch_all_reduce` whole (the contract
+        # before the template) never reaches `_sum_replicas`, so it need not
+        # implement it; one that overrides neither stays abstract.
+        if "batch_all_reduce" in vars(cls) and getattr(
+                cls._sum_replicas, "__isabstractmethod__", False):
+            cls._sum_replicas = _not_reached
+
     def check_devices(self, devices: Sequence[str]) -> None:
         """Raises `CollectiveError` when this collective cannot run on `devices`.
 
@@ -61,7 +89,7 @@ class Collective(abc.ABC):
         `devices` are canonical TensorFlow names such as "/gpu:0" or "/cpu:1".
         """
 
-    @abc.abstractmethod
+    @tf.autograph.experimental.do_not_convert  # graph-building Python, called in merge_call
     def batch_all_reduce(
         self, values: PerReplicaGradients, destinations: Destinations
     ) -> list[Any]:
@@ -71,7 +99,23 @@ class Collective(abc.ABC):
         Must be called in cross-replica context. Values are reduced in one
         batch so implementations can pack, bucket or overlap them.
         """
+        values, destinations = _values.prepare_batch(values, destinations)
+        if not values or (self.shortcut_single_replica and not _values.is_distributed(values[0])):
+            return values  # One replica: nothing to sum.
+        return self._sum_replicas(values, destinations)
+
+    @abc.abstractmethod
+    def _sum_replicas(self, values: list[Any], destinations: list[Any]) -> list[Any]:
+        """`batch_all_reduce`'s work, on a prepared batch: a non-empty list of
+        per-replica values (plain tensors only when `shortcut_single_replica`
+        is False) and one destination each, ready for `tf.distribute`."""
 
     def describe(self) -> str:
         """A short human-readable description for logs (name and options)."""
         return self.name
+
+
+def _not_reached(self: Collective, values: list[Any], destinations: list[Any]) -> list[Any]:
+    raise NotImplementedError(
+        f"{type(self).__name__} overrides batch_all_reduce, which does not call _sum_replicas"
+    )

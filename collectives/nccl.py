@@ -12,7 +12,8 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from collectives.base import TFPackedAllReduce, device_kind, short_devices
+from collectives import device_names
+from collectives.base import TFPackedAllReduce
 from collectives.interface import CollectiveError
 from collectives.registry import register
 
@@ -25,9 +26,9 @@ class Nccl(TFPackedAllReduce):
         return tf.distribute.NcclAllReduce(num_packs=num_packs)
 
     def check_devices(self, devices: Sequence[str]) -> None:
-        if not devices or any(device_kind(d) != "GPU" for d in devices):
+        if not devices or any(device_names.kind(d) != "gpu" for d in devices):
             raise CollectiveError(
                 f"--collective=nccl needs GPUs, but the devices are "
-                f"{short_devices(devices) or 'none'}; on CPU use ring, hierarchical_copy "
+                f"{device_names.short_list(devices) or 'none'}; on CPU use ring, hierarchical_copy "
                 "or reduce_to_one_device"
             )

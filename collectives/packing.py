@@ -32,9 +32,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from collectives import _values
+from collectives import _values, options
 from collectives.base import Wrapper
-from collectives.interface import Collective, CollectiveError, Destinations, PerReplicaGradients
+from collectives.interface import Collective, CollectiveError
 
 
 class Packing(Wrapper):
@@ -42,9 +42,8 @@ class Packing(Wrapper):
 
     def __init__(self, inner: Collective, *, num_packs: int = 0, pack_bytes: int = 0):
         super().__init__(inner)
-        for arg, value in (("num_packs", num_packs), ("pack_bytes", pack_bytes)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise CollectiveError(f"--{arg}={value!r} must be an integer >= 0")
+        num_packs = options.check_count("num_packs", num_packs)
+        pack_bytes = options.check_count("pack_bytes", pack_bytes)
         if bool(num_packs) == bool(pack_bytes):
             raise CollectiveError(
                 f"Packing needs exactly one of --num_packs ({num_packs}) and --pack_bytes "
@@ -97,13 +96,7 @@ class Packing(Wrapper):
         buckets.sort(key=lambda b: b[0])
         return buckets, passthrough
 
-    @tf.autograph.experimental.do_not_convert
-    def batch_all_reduce(
-        self, values: PerReplicaGradients, destinations: Destinations
-    ) -> list[Any]:
-        values, destinations = _values.prepare_batch(values, destinations)
-        if not values or not _values.is_distributed(values[0]):
-            return values
+    def _sum_replicas(self, values: list[Any], destinations: list[Any]) -> list[Any]:
         buckets, passthrough = self.plan(values, destinations)
         inner_values, inner_destinations = [], []
         for bucket in buckets:

@@ -7,28 +7,26 @@ accelerators); by default it is the first destination device.
 
 from __future__ import annotations
 
-import re
 from typing import Optional, Sequence
 
 import tensorflow as tf
 
-from collectives.base import CrossDeviceOpsCollective, device_kind
+from collectives import device_names
+from collectives.base import CrossDeviceOpsCollective
 from collectives.interface import CollectiveError
 from collectives.registry import register
-
-_DEVICE_RE = re.compile(r"^/?(cpu|gpu):(\d+)$", re.IGNORECASE)
 
 
 def _parse_reduce_device(device: Optional[str]) -> Optional[str]:
     if device is None or device == "":
         return None
-    match = _DEVICE_RE.match(device.strip()) if isinstance(device, str) else None
-    if not match:
+    name = device_names.canonical(device) if isinstance(device, str) else None
+    if name is None:
         raise CollectiveError(
             f"--reduce_device={device!r} is not a device; write cpu:N or gpu:N, "
             "e.g. --reduce_device=cpu:0"
         )
-    return f"/{match.group(1).lower()}:{int(match.group(2))}"
+    return name
 
 
 @register("reduce_to_one_device")
@@ -45,16 +43,16 @@ class ReduceToOneDevice(CrossDeviceOpsCollective):
         return self._ops
 
     def check_devices(self, devices: Sequence[str]) -> None:
-        if self.reduce_device and device_kind(self.reduce_device) == "GPU":
-            index = int(self.reduce_device.split(":")[1])
+        if self.reduce_device and device_names.kind(self.reduce_device) == "gpu":
+            index = device_names.index(self.reduce_device)
             have = len(tf.config.list_physical_devices("GPU"))
             if index >= have:
                 raise CollectiveError(
-                    f"--reduce_device={self.reduce_device.lstrip('/')} does not exist; this "
+                    f"--reduce_device={device_names.short(self.reduce_device)} does not exist; this "
                     f"machine has {have} GPU(s); use --reduce_device=cpu:0 or one of the devices"
                 )
 
     def describe(self) -> str:
         if not self.reduce_device:
             return self.name  # TF's default: the first destination device
-        return f"{self.name}(reduce_device={self.reduce_device.lstrip('/')})"
+        return f"{self.name}(reduce_device={device_names.short(self.reduce_device)})"

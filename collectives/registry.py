@@ -17,10 +17,10 @@ from __future__ import annotations
 import importlib
 from typing import Callable, Optional, Sequence, TypeVar
 
+from collectives.compression import Compression
 from collectives.interface import Collective, CollectiveError
-
-#: The dtypes gradients may travel in (`float32` = as they are, no compression).
-GRADIENT_DTYPES = ("float32", "bfloat16", "float16")
+from collectives.options import check_options
+from collectives.packing import Packing
 
 _REGISTRY: dict[str, type[Collective]] = {}
 
@@ -106,18 +106,8 @@ def create(
     cls = resolve(name)
     label = name.strip()
     _check_devices_arg(devices)
-    num_packs = _check_count("num_packs", num_packs, "0 = no packing, N = at most N buckets")
-    pack_bytes = _check_count("pack_bytes", pack_bytes, "0 = off, e.g. 4194304 for 4 MiB")
-    if num_packs and pack_bytes:
-        raise CollectiveError(
-            f"--num_packs={num_packs} and --pack_bytes={pack_bytes} are both set; choose one "
-            "(a bucket count or a bucket size)"
-        )
-    if gradient_dtype not in GRADIENT_DTYPES:
-        raise CollectiveError(
-            f"--gradient_dtype={gradient_dtype!r} is not supported; choose one of "
-            f"{'|'.join(GRADIENT_DTYPES)}"
-        )
+    num_packs, pack_bytes, gradient_dtype = check_options(
+        num_packs=num_packs, pack_bytes=pack_bytes, gradient_dtype=gradient_dtype)
     native = getattr(cls, "native_options", frozenset())
     if reduce_device not in (None, "") and "reduce_device" not in native:
         raise CollectiveError(
@@ -135,10 +125,6 @@ def create(
     if "reduce_device" in native and reduce_device not in (None, ""):
         kwargs["reduce_device"] = reduce_device
     collective = _instantiate(cls, label, kwargs)
-
-    # Imported here: the wrappers import this module to stay registrable.
-    from collectives.compression import Compression
-    from collectives.packing import Packing
 
     wrap_packs = num_packs if "num_packs" not in native else 0
     wrap_bytes = pack_bytes if "pack_bytes" not in native else 0
@@ -161,14 +147,6 @@ def _check_devices_arg(devices) -> None:
             f"devices={devices!r} must be a non-empty list of device names such as "
             "['/gpu:0', '/gpu:1'] (engine.devices.parse_devices makes one from --devices)"
         )
-
-
-def _check_count(arg: str, value, meaning: str) -> int:
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise CollectiveError(f"--{arg}={value!r} must be an integer >= 0 ({meaning})")
-    return value
 
 
 def _load_user_class(spec: str) -> type[Collective]:
@@ -195,7 +173,7 @@ def _load_user_class(spec: str) -> type[Collective]:
     if not (isinstance(cls, type) and issubclass(cls, Collective)):
         raise CollectiveError(
             f"--collective={spec!r} is {type(cls).__name__} {cls!r}, not a Collective "
-            "subclass; derive it from collectives.Collective and implement batch_all_reduce"
+            "subclass; derive it from collectives.Collective and implement _sum_replicas"
         )
     return cls
 

@@ -14,8 +14,8 @@ from typing import Any, Hashable, Sequence
 
 import tensorflow as tf
 
-from collectives import _tf_private, _values
-from collectives.base import CrossDeviceOpsCollective, device_kind, short_devices
+from collectives import _tf_private, _values, device_names
+from collectives.base import CrossDeviceOpsCollective
 from collectives.interface import CollectiveError
 from collectives.registry import register
 
@@ -52,11 +52,11 @@ class Ring(CrossDeviceOpsCollective):
         return _values.components(value)[0].dtype
 
     def check_devices(self, devices: Sequence[str]) -> None:
-        kinds = {device_kind(d) for d in devices}
+        kinds = {device_names.kind(d) for d in devices}
         if len(kinds) > 1:
             raise CollectiveError(
                 f"--collective=ring runs on devices of one kind, but the devices are "
-                f"{short_devices(devices)}; use reduce_to_one_device for a mix of CPUs and GPUs"
+                f"{device_names.short_list(devices)}; use reduce_to_one_device for a mix of CPUs and GPUs"
             )
 
     def cross_device_ops(self, devices: tuple[str, ...]) -> tf.distribute.CrossDeviceOps:

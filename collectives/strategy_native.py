@@ -14,21 +14,21 @@ from typing import Any
 
 import tensorflow as tf
 
-from collectives import _values, registry
-from collectives.interface import Collective, Destinations, PerReplicaGradients
+from collectives import registry
+from collectives.interface import Collective
 
 
 @registry.register("strategy")
 class StrategyNative(Collective):
     #: Packing is the strategy's own `bytes_per_pack`, set when it is built.
     native_options = frozenset({"pack_bytes"})
+    #: One local replica still sums across the workers.
+    shortcut_single_replica = False
 
     def __init__(self, *, pack_bytes: int = 0):
         self.pack_bytes = pack_bytes
 
-    @tf.autograph.experimental.do_not_convert
-    def batch_all_reduce(self, values: PerReplicaGradients, destinations: Destinations) -> list[Any]:
-        values, destinations = _values.prepare_batch(values, destinations)
+    def _sum_replicas(self, values: list[Any], destinations: list[Any]) -> list[Any]:
         return tf.distribute.get_strategy().extended.batch_reduce_to(
             tf.distribute.ReduceOp.SUM, list(zip(values, destinations))
         )

@@ -7,8 +7,8 @@
     RunConfig    one run's typed, validated configuration
     engine.run.run(config, loss_fn=..., model_fn=...)   the whole run, as bin/train does it
 
-Names resolve lazily so that `import engine.errors` (used by `models` and
-`inputs`) neither pulls in TensorFlow's distribution stack nor cycles back.
+Names resolve lazily so that importing one module (`engine.cli`, `engine.errors`
+in the binaries) does not pull in every other module of the package.
 """
 
 import importlib

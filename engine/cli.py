@@ -69,9 +69,11 @@ def user_error_types() -> tuple[type[Exception], ...]:
     """
     from collectives import CollectiveError
     from engine.errors import ConfigError
+    from inputs import InputError
     from launch import TFConfigError
+    from models import ModelError
 
-    return (ConfigError, CollectiveError, TFConfigError)
+    return (ConfigError, CollectiveError, InputError, ModelError, TFConfigError)
 
 
 def fail(program: str, message: str) -> None:

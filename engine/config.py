@@ -138,8 +138,7 @@ class RunConfig:
     def __post_init__(self):
         positive = ("global_batch_size", "steps_per_loop", "max_checkpoints", "image_size")
         non_negative = (
-            "train_steps", "checkpoint_interval", "summary_interval", "eval_interval",
-            "num_packs", "pack_bytes", "seed",
+            "train_steps", "checkpoint_interval", "summary_interval", "eval_interval", "seed",
         )
         for name in positive:
             if getattr(self, name) < 1:
@@ -147,6 +146,12 @@ class RunConfig:
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise ConfigError(f"--{name}={getattr(self, name)} must be 0 or more")
+        # Imported here, not at the top: bin/train defines its flags from this
+        # module before TensorFlow (which `collectives` imports) loads.
+        import collectives
+
+        collectives.check_options(num_packs=self.num_packs, pack_bytes=self.pack_bytes,
+                                  gradient_dtype=self.gradient_dtype)
         if self.eval_steps == 0 or self.eval_steps < -1:
             raise ConfigError(
                 f"--eval_steps={self.eval_steps} must be a positive number of batches, "

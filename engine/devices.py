@@ -11,14 +11,12 @@ here too (`configure_threads`).
 from __future__ import annotations
 
 import os
-import re
 from typing import Optional, Sequence
 
 import tensorflow as tf
 
+from collectives import device_names
 from engine.errors import ConfigError
-
-_DEVICE_RE = re.compile(r"^(cpu|gpu):(\d+)$")
 
 
 def parse_devices(spec: str) -> list[str]:
@@ -32,25 +30,20 @@ def parse_devices(spec: str) -> list[str]:
         return [f"/gpu:{i}" for i in range(len(gpus))] or ["/cpu:0"]
     names = []
     for item in spec.split(","):
-        match = _DEVICE_RE.match(item.strip().lower().lstrip("/"))
-        if not match:
+        name = device_names.canonical(item)
+        if name is None:
             raise ConfigError(
                 f"--devices: {item.strip()!r} is not a device; write a comma-separated "
                 "list of gpu:N or cpu:N, e.g. --devices=gpu:0,gpu:1 or --devices=cpu:0,cpu:1"
             )
-        names.append(f"/{match.group(1)}:{int(match.group(2))}")
+        names.append(name)
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ConfigError(
-            f"--devices: {', '.join(d.lstrip('/') for d in duplicates)} listed more than once; "
+            f"--devices: {device_names.short_list(duplicates, ', ')} listed more than once; "
             "name each device once"
         )
     return names
-
-
-def device_kind(name: str) -> str:
-    """"gpu" or "cpu" for a canonical device name."""
-    return name.lstrip("/").split(":")[0]
 
 
 def ensure_logical_cpus(count: int) -> None:
@@ -84,8 +77,8 @@ def prepare_devices(names: Sequence[str]) -> None:
 
     Must run before any other TensorFlow work in the process.
     """
-    cpu_ids = [int(n.split(":")[1]) for n in names if device_kind(n) == "cpu"]
-    gpu_ids = [int(n.split(":")[1]) for n in names if device_kind(n) == "gpu"]
+    cpu_ids = [device_names.index(n) for n in names if device_names.kind(n) == "cpu"]
+    gpu_ids = [device_names.index(n) for n in names if device_names.kind(n) == "gpu"]
     if gpu_ids:
         num_gpus = len(tf.config.list_physical_devices("GPU"))
         missing = [i for i in gpu_ids if i >= num_gpus]
@@ -131,7 +124,7 @@ def intra_op_threads_for(names: Sequence[str], requested: int = AUTO_THREADS) ->
         return requested
     if requested == TF_DEFAULT_THREADS:
         return None
-    cpu_replicas = sum(1 for n in names if device_kind(n) == "cpu")
+    cpu_replicas = sum(1 for n in names if device_names.kind(n) == "cpu")
     if cpu_replicas < 2:
         return None
     return max(1, usable_cores() // cpu_replicas)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from engine import keras_bridge
 from engine.errors import ConfigError
 
 _OPTIMIZERS = {
@@ -61,10 +62,9 @@ class FusedAdam(keras.optimizers.Adam):
             return super().update_step(gradient, variable, learning_rate)
         dtype = variable.dtype
         local_step = tf.cast(self.iterations + 1, dtype)
-        index = self._get_variable_index(variable)
+        m, v = keras_bridge.adam_slots(self, variable)
         tf.raw_ops.ResourceApplyAdam(
-            var=_handle(variable), m=_handle(self._momentums[index]),
-            v=_handle(self._velocities[index]),
+            var=_handle(variable), m=_handle(m), v=_handle(v),
             beta1_power=tf.pow(tf.cast(self.beta_1, dtype), local_step),
             beta2_power=tf.pow(tf.cast(self.beta_2, dtype), local_step),
             lr=tf.cast(learning_rate, dtype), beta1=tf.cast(self.beta_1, dtype),
@@ -84,7 +84,7 @@ class FusedSGD(keras.optimizers.SGD):
         if self.momentum:
             tf.raw_ops.ResourceApplyKerasMomentum(
                 var=_handle(variable),
-                accum=_handle(self.momentums[self._get_variable_index(variable)]),
+                accum=_handle(keras_bridge.momentum_slot(self, variable)),
                 lr=lr, grad=grad, momentum=tf.cast(self.momentum, dtype), use_locking=False)
         else:
             tf.raw_ops.ResourceApplyGradientDescent(

@@ -31,6 +31,7 @@ import tensorflow as tf
 
 import inputs
 import models
+from collectives import device_names
 from engine import actions, checkpointing, optimizers, precision, preemption
 from engine.config import RunConfig
 from engine.controller import Controller
@@ -65,7 +66,9 @@ def run(
     removed at the end, and an `evaluator` task evaluates each new checkpoint.
 
     Raises:
-      ConfigError: the request cannot be carried out (nothing was written).
+      ConfigError (or the refusing package's InputError, ModelError,
+        CollectiveError, TFConfigError): the request cannot be carried out
+        (nothing was written).
       Preempted: on SIGTERM or Ctrl-C, after saving a checkpoint at the step reached.
       ClusterFailure: a multi-worker peer was lost mid-run.
       KeyboardInterrupt: on a second Ctrl-C, without saving.
@@ -109,7 +112,7 @@ def _build_strategy(plan: Plan) -> tf.distribute.Strategy:
     logger.info(
         "%s%s over %d replica(s) [%s], collective %s, global batch %d (%d per replica)%s",
         f"{plan.role.name}: " if plan.role.in_cluster else "", plan.strategy_name,
-        strategy.num_replicas_in_sync, ",".join(d.lstrip("/") for d in plan.devices),
+        strategy.num_replicas_in_sync, device_names.short_list(plan.devices),
         plan.collective.describe() if plan.collective else "none", config.global_batch_size,
         config.global_batch_size // strategy.num_replicas_in_sync,
         f", {plan.intra_op_threads} intra-op thread(s) per op" if plan.intra_op_threads else "")

@@ -87,9 +87,11 @@ class Trainer(AbstractTrainer):
         self.global_batch_size = global_batch_size
         self._loss_fn = loss_fn or classification_loss
         self._variables = list(model.trainable_variables)
-        with strategy.scope():
-            # Slots exist before the first step (and before a checkpoint restore).
-            optimizer.build(self._variables)
+        if not optimizer.built:  # engine.run builds it before restoring a checkpoint
+            with strategy.scope():
+                # Slots exist before the first step (and before a checkpoint restore).
+                # Once only: LossScaleOptimizer.build makes new scale variables each call.
+                optimizer.build(self._variables)
         keras_bridge.disable_implicit_gradient_reduction(optimizer)
         self._sums = ReplicaSums(
             strategy, ["loss"] + metric_names(self._loss_fn, model, train_dataset.element_spec)

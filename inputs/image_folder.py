@@ -34,8 +34,8 @@ import os
 
 import numpy as np
 
-from engine.errors import ConfigError
-from inputs.examples import ImageFiles, Splits
+from inputs.errors import InputError
+from inputs.splits import ImageFiles, Splits
 
 logger = logging.getLogger("engine")
 
@@ -78,18 +78,18 @@ def _class_folders(root: str) -> list[str]:
 
 
 def scan(root: str) -> Scan:
-    """Lists `root/<class>/**/*.{jpg,png,...}`, sorted; raises ConfigError for
+    """Lists `root/<class>/**/*.{jpg,png,...}`, sorted; raises InputError for
     a folder without class folders or a class without a readable image."""
     classes = _class_folders(root)
     if not classes:
-        raise ConfigError(
+        raise InputError(
             f"--data_dir={root} has no class sub-folders; put one folder of JPEG/PNG images "
             f"per class in it ({os.path.join(root, 'cats')}/*.jpg, "
             f"{os.path.join(root, 'dogs')}/*.jpg)"
         )
     if len(classes) < 2:
-        raise ConfigError(f"--data_dir={root} has one class folder ({classes[0]}); "
-                          "classification needs at least two")
+        raise InputError(f"--data_dir={root} has one class folder ({classes[0]}); "
+                         "classification needs at least two")
     paths, labels, skipped = [], [], []
     for label, name in enumerate(classes):
         found = 0
@@ -106,8 +106,8 @@ def scan(root: str) -> Scan:
                 else:
                     skipped.append(path)
         if not found:
-            raise ConfigError(f"class folder {os.path.join(root, name)} has no readable "
-                              f"image ({', '.join(EXTENSIONS)}); remove it or add images")
+            raise InputError(f"class folder {os.path.join(root, name)} has no readable "
+                             f"image ({', '.join(EXTENSIONS)}); remove it or add images")
     return Scan(tuple(classes), tuple(paths), tuple(labels), tuple(skipped))
 
 
@@ -120,22 +120,22 @@ def _log_skipped(skipped) -> None:
 def load(*, data_dir: str, image_size: int, eval_fraction: float) -> Splits:
     """The `--dataset=image_folder` loader (plain Python: lists and checks files)."""
     if not data_dir:
-        raise ConfigError(
+        raise InputError(
             "--dataset=image_folder needs --data_dir, a folder with one sub-folder of "
             "JPEG/PNG images per class"
         )
     if not os.path.isdir(data_dir):
-        raise ConfigError(f"--data_dir={data_dir} is not a directory; point it at a folder "
-                          "with one sub-folder of images per class")
+        raise InputError(f"--data_dir={data_dir} is not a directory; point it at a folder "
+                         "with one sub-folder of images per class")
     if not 0 <= eval_fraction < 1:
-        raise ConfigError(f"--eval_fraction={eval_fraction} must be at least 0 and below 1")
+        raise InputError(f"--eval_fraction={eval_fraction} must be at least 0 and below 1")
     shape = (image_size, image_size, 3)
     eval_root = next((os.path.join(data_dir, d) for d in EVAL_FOLDERS
                       if os.path.isdir(os.path.join(data_dir, d))), None)
     if os.path.isdir(os.path.join(data_dir, "train")) and eval_root:
         train, evaluation = scan(os.path.join(data_dir, "train")), scan(eval_root)
         if evaluation.class_names != train.class_names:
-            raise ConfigError(
+            raise InputError(
                 f"{eval_root} has classes {', '.join(evaluation.class_names)} but "
                 f"{os.path.join(data_dir, 'train')} has {', '.join(train.class_names)}; "
                 "give both the same class folders"

@@ -11,8 +11,8 @@ import zipfile
 
 import numpy as np
 
-from engine.errors import ConfigError
-from inputs.examples import Examples, Splits
+from inputs.errors import InputError
+from inputs.splits import Examples, Splits
 
 FILENAME = "mnist.npz"
 _KEYS = ("x_train", "y_train", "x_test", "y_test")
@@ -22,28 +22,28 @@ def _examples(path: str, x: np.ndarray, y: np.ndarray, split: str) -> Examples:
     if x.ndim == 3:
         x = x[..., None]
     if x.ndim != 4 or y.ndim != 1 or x.shape[0] != y.shape[0] or x.shape[0] == 0:
-        raise ConfigError(
+        raise InputError(
             f"{path}: x_{split} {x.shape} and y_{split} {y.shape} are not N images (N, H, W) "
             "with N labels; write the file in the Keras mnist.npz layout"
         )
     if not np.issubdtype(y.dtype, np.integer):
-        raise ConfigError(f"{path}: y_{split} must hold integer labels, found {y.dtype}")
+        raise InputError(f"{path}: y_{split} must hold integer labels, found {y.dtype}")
     if x.dtype != np.uint8:
         if x.min() < 0 or x.max() > 255:
-            raise ConfigError(f"{path}: x_{split} pixels must lie in 0..255 (uint8)")
+            raise InputError(f"{path}: x_{split} pixels must lie in 0..255 (uint8)")
         x = x.astype(np.uint8)
     return Examples(x=np.ascontiguousarray(x), y=y.astype(np.int64))
 
 
 def load(*, data_dir: str) -> Splits:
     if not data_dir:
-        raise ConfigError(
+        raise InputError(
             f"--dataset=mnist needs --data_dir, the folder holding {FILENAME} "
             "(x_train, y_train, x_test, y_test)"
         )
     path = os.path.join(data_dir, FILENAME)
     if not os.path.isfile(path):
-        raise ConfigError(
+        raise InputError(
             f"{path} does not exist; put the Keras-layout {FILENAME} (x_train, y_train, "
             "x_test, y_test) in --data_dir"
         )
@@ -51,22 +51,22 @@ def load(*, data_dir: str) -> Splits:
         with np.load(path, allow_pickle=False) as npz:
             missing = [k for k in _KEYS if k not in npz.files]
             if missing:
-                raise ConfigError(
+                raise InputError(
                     f"{path} lacks {', '.join(missing)}; it needs the arrays "
                     f"{', '.join(_KEYS)}"
                 )
             arrays = {k: npz[k] for k in _KEYS}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
-        if isinstance(error, ConfigError):
+        if isinstance(error, InputError):
             raise
-        raise ConfigError(
+        raise InputError(
             f"{path} is not a readable .npz file ({type(error).__name__}); "
             "re-create it with numpy.savez"
         ) from None
     train = _examples(path, arrays["x_train"], arrays["y_train"], "train")
     test = _examples(path, arrays["x_test"], arrays["y_test"], "test")
     if train.x.shape[1:] != test.x.shape[1:]:
-        raise ConfigError(f"{path}: train images {train.x.shape[1:]} and test images "
-                          f"{test.x.shape[1:]} differ in shape")
+        raise InputError(f"{path}: train images {train.x.shape[1:]} and test images "
+                         f"{test.x.shape[1:]} differ in shape")
     num_classes = int(max(train.y.max(), test.y.max())) + 1
     return Splits(train=train, eval=test, num_classes=num_classes)

@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from engine.errors import ConfigError
 from inputs import image_folder, tfrecord
-from inputs.examples import Examples, ImageFiles, RecordFiles, Split
+from inputs.errors import InputError
+from inputs.splits import Examples, ImageFiles, RecordFiles, Split
 
 _SHUFFLE_BUFFER = 16384
 _SHUFFLE_BYTES = 256 << 20  # memory bound of the record shuffle buffer
@@ -59,7 +59,7 @@ def resolve_shard_policy(split: Split, policy: str, num_workers: int = 1) -> str
     """`auto` → `file` or `data`, as described above; other names unchanged.
 
     Raises:
-      ConfigError: `file` sharding over several workers of a split that is not
+      InputError: `file` sharding over several workers of a split that is not
         TFRecord files, or of fewer files than workers (TensorFlow would fail
         at the first step).
     """
@@ -68,14 +68,14 @@ def resolve_shard_policy(split: Split, policy: str, num_workers: int = 1) -> str
         return "file" if is_records and len(split.files) >= num_workers else "data"
     if policy == "file" and num_workers > 1:
         if not is_records:
-            raise ConfigError(
+            raise InputError(
                 "--auto_shard_policy=file needs a dataset of files to deal out; this one is "
                 f"{'an image folder' if isinstance(split, ImageFiles) else 'in memory'}: "
                 "convert it with bin/convert_to_tfrecord and use --dataset=tfrecord, or use "
                 "--auto_shard_policy=data"
             )
         if len(split.files) < num_workers:
-            raise ConfigError(
+            raise InputError(
                 f"--auto_shard_policy=file deals {len(split.files)} file(s) to {num_workers} "
                 f"workers; write at least {num_workers} shards (bin/convert_to_tfrecord "
                 "--num_shards) or use --auto_shard_policy=data"

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from engine.errors import ConfigError
 from inputs import image_folder, mnist, synthetic, tfrecord
-from inputs.examples import Splits
+from inputs.errors import InputError
+from inputs.splits import Splits
 
 Loader = Callable[..., Splits]
 
@@ -39,7 +39,7 @@ def register(name: str, loader: Loader) -> None:
 def load(name: str, *, data_dir: str = "", seed: int = 0, image_size: int = 224,
          eval_fraction: float = 0.2) -> Splits:
     if name not in _LOADERS:
-        raise ConfigError(
+        raise InputError(
             f"--dataset={name!r} is not a dataset; choose one of: {', '.join(available())}"
         )
     return _LOADERS[name](data_dir=data_dir, seed=seed, image_size=image_size,

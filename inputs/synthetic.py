@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from inputs.examples import Examples, Splits
+from inputs.splits import Examples, Splits
 
 NUM_CLASSES = 10
 SHAPE = (28, 28, 1)

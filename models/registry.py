@@ -12,7 +12,7 @@ from typing import Callable
 
 import keras
 
-from engine.errors import ConfigError
+from models.errors import ModelError
 
 ModelBuilder = Callable[..., keras.Model]
 
@@ -45,13 +45,13 @@ def check(name: str, input_shape=None) -> None:
     """Raises the one-line error for an unknown name, or for images smaller than
     the model accepts, without building anything."""
     if name not in _BUILDERS:
-        raise ConfigError(
+        raise ModelError(
             f"--model={name!r} is not a model; choose one of: {', '.join(available())}"
         )
     least = _MIN_SIZES[name]
     if input_shape is not None and len(input_shape) == 3 and min(input_shape[:2]) < least:
         height, width = input_shape[:2]
-        raise ConfigError(
+        raise ModelError(
             f"--model={name} needs images of at least {least}x{least}, and the dataset gives "
             f"{height}x{width}; use larger images (e.g. --dataset=image_folder "
             f"--image_size={max(least, 96)})"

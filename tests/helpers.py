@@ -77,10 +77,10 @@ def write_tfrecord_dir(directory: str, *, num_shards: int = 4, num_train: int = 
 
     `--auto_shard_policy=file` over W workers needs num_shards >= W.
     """
-    from inputs import synthetic, tfrecord
+    from inputs import convert, synthetic
 
     splits = synthetic.load(seed=seed, num_train=num_train, num_eval=num_eval)
-    return tfrecord.write(splits, directory, num_shards=num_shards, source="synthetic")
+    return convert.write(splits, directory, num_shards=num_shards, source="synthetic")
 
 
 def write_image_folder(root, classes=("cats", "dogs", "fish"), per_class=4, shape=(40, 30)) -> str:

@@ -6,9 +6,10 @@ from typing import Sequence
 
 import tensorflow as tf
 
+from collectives import device_names
 from engine.errors import ConfigError
 from engine.strategies.registry import register
-from engine.strategies.spec import StrategySpec, short_device_list, wrapper_flags
+from engine.strategies.spec import StrategySpec, wrapper_flags
 
 
 @register
@@ -32,7 +33,7 @@ class OneDevice(StrategySpec):
         if len(devices) != 1:
             raise ConfigError(
                 f"--strategy=one_device needs exactly one device, got --devices="
-                f"{short_device_list(devices)}; name one, or use --strategy=mirrored")
+                f"{device_names.short_list(devices)}; name one, or use --strategy=mirrored")
         return 1
 
     def build(self, devices, **unused) -> tf.distribute.Strategy:

@@ -14,6 +14,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
+from collectives import device_names
 from engine import watchdog
 from engine.errors import ConfigError
 from engine.strategies.registry import register
@@ -69,7 +70,7 @@ class MultiWorker(StrategySpec):
                 f"--collective={collective} does not apply to --strategy=multi_worker, which "
                 "all-reduces across machines with TF collective ops; use one of: "
                 f"{', '.join(_IMPLEMENTATIONS)}")
-        if collective == "nccl" and not all(d.startswith("/gpu") for d in devices):
+        if collective == "nccl" and any(device_names.kind(d) != "gpu" for d in devices):
             raise ConfigError(
                 "--collective=nccl needs GPUs, but --devices are CPUs; use --collective=ring")
         if num_packs:
@@ -82,7 +83,7 @@ class MultiWorker(StrategySpec):
         return role.num_workers if role.in_cluster else 1
 
     def build(self, devices, *, config=None, role=NO_CLUSTER, connection=None):
-        gpu_ids = [int(d.split(":")[1]) for d in devices if d.startswith("/gpu")]
+        gpu_ids = [device_names.index(d) for d in devices if device_names.kind(d) == "gpu"]
         if gpu_ids:  # each worker replicates over the listed local GPUs only
             gpus = tf.config.list_physical_devices("GPU")
             tf.config.set_visible_devices([gpus[i] for i in gpu_ids], "GPU")

@@ -27,6 +27,7 @@ import tensorflow as tf
 
 import collectives
 import inputs
+from collectives import device_names
 from launch import tf_config
 from engine.errors import ConfigError
 from engine.trainer import Trainer
@@ -43,10 +44,6 @@ def wrapper_flags(*, num_packs: int = 0, pack_bytes: int = 0,
     """The packing/compression flags that are on, as `--name=value`."""
     given = {"num_packs": num_packs, "pack_bytes": pack_bytes, "gradient_dtype": gradient_dtype}
     return [f"--{name}={given[name]}" for name, off in _WRAPPER_OFF if given[name] != off]
-
-
-def short_device_list(devices: Sequence[str]) -> str:
-    return ",".join(d.lstrip("/") for d in devices)
 
 
 class StrategySpec(abc.ABC):
@@ -155,8 +152,9 @@ class ReducesItself(StrategySpec):
 
 def local_replicas_of_a_cluster_task(name: str, devices: Sequence[str]) -> int:
     """Replicas of one task of a TF_CONFIG cluster: the local GPUs, or one CPU."""
-    if len(devices) > 1 and any(not d.startswith("/gpu") for d in devices):
+    gpus = [d for d in devices if device_names.kind(d) == "gpu"]
+    if len(devices) > 1 and len(gpus) < len(devices):
         raise ConfigError(
             f"--strategy={name} replicates over one CPU or the local GPUs, got "
-            f"--devices={short_device_list(devices)}; use cpu:0 or a list of gpu:N")
-    return len(devices) if devices[0].startswith("/gpu") else 1
+            f"--devices={device_names.short_list(devices)}; use cpu:0 or a list of gpu:N")
+    return len(gpus) or 1

@@ -126,15 +126,16 @@ def test_not_a_collective_says_how_to_fix(plugin_path):
     assert "not a Collective subclass; derive it from collectives.Collective" in message
 
 
-def test_user_collective_by_module_and_class(plugin_path, cpu_devices):
+@pytest.mark.parametrize("cls", ["AllToAllSum", "TemplateAllToAllSum"])
+def test_user_collective_by_module_and_class(plugin_path, cpu_devices, cls):
     collective = collectives.create(
-        "my_collective_plugin:AllToAllSum", devices=cpu_devices, num_packs=1,
+        f"my_collective_plugin:{cls}", devices=cpu_devices, num_packs=1,
         gradient_dtype="bfloat16",
     )
     # Options it does not take itself become wrappers around it.
     assert isinstance(collective, collectives.Compression)
     assert isinstance(collective.inner, collectives.Packing)
-    assert collective.name == "my_collective_plugin:AllToAllSum"
+    assert collective.name == f"my_collective_plugin:{cls}"
 
     strategy = tf.distribute.MirroredStrategy(cpu_devices)
 
@@ -149,6 +150,31 @@ def test_user_collective_by_module_and_class(plugin_path, cpu_devices):
     for result, want in zip(reduced, (10.0, 100.0)):
         for part in collectives.components(result):
             np.testing.assert_allclose(part.numpy(), want)
+
+
+def test_the_template_does_the_prologue_for_every_collective(plugin_path):
+    """`batch_all_reduce` lists the batch, checks it pairs up, and returns one
+    replica's plain tensors without calling `_sum_replicas`; a plug-in that
+    overrides `batch_all_reduce` itself never needs `_sum_replicas`."""
+    import my_collective_plugin
+
+    class Counting(collectives.Collective):
+        calls = 0
+
+        def _sum_replicas(self, values, destinations):
+            Counting.calls += 1
+            return values
+
+    plain = [tf.constant([1.0, 2.0])]
+    assert Counting().batch_all_reduce(tuple(plain), plain) == plain
+    assert Counting().batch_all_reduce([], []) == []
+    assert Counting.calls == 0
+    with pytest.raises(ValueError, match="got 1 values but 2 destinations"):
+        Counting().batch_all_reduce(plain, plain * 2)
+    whole = my_collective_plugin.AllToAllSum()
+    assert whole.batch_all_reduce(plain, plain) == plain
+    with pytest.raises(NotImplementedError, match="overrides batch_all_reduce"):
+        whole._sum_replicas(plain, plain)
 
 
 def test_user_class_with_native_options_is_not_wrapped(plugin_path):

@@ -3,6 +3,7 @@
 import pytest
 import tensorflow as tf
 
+import collectives
 from engine import devices, strategies
 from engine.config import RunConfig
 from engine.errors import ConfigError
@@ -89,5 +90,16 @@ def test_strategy_mistakes(name, devs, message):
 ])
 def test_config_is_validated_at_construction(field, value, message):
     with pytest.raises(ConfigError) as error:
+        RunConfig(**{field: value})
+    assert message in str(error.value)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("num_packs", -1, "--num_packs=-1 must be an integer >= 0"),
+    ("pack_bytes", -5, "--pack_bytes=-5 must be an integer >= 0"),
+    ("gradient_dtype", "int8", "--gradient_dtype='int8' is not supported"),
+])
+def test_collective_options_are_checked_at_construction_by_the_collectives(field, value, message):
+    with pytest.raises(collectives.CollectiveError) as error:
         RunConfig(**{field: value})
     assert message in str(error.value)

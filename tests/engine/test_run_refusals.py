@@ -1,7 +1,9 @@
 """`run()` refuses impossible requests before it builds or writes anything.
 
-In process, on the session's logical CPUs: each case is one ConfigError whose
-message names the fix, and `model_dir` is never created. That the binaries
+In process, on the session's logical CPUs: each case is one user error whose
+message names the fix, and `model_dir` is never created: the engine's
+`ConfigError`, or the error type of the package that refused (`ModelError`,
+`InputError`). That the binaries
 print such an error as one line with exit status 2 and no traceback is
 checked once, through `bin/train` in a subprocess (tests/bin/test_train_cli.py).
 """
@@ -11,23 +13,26 @@ import pytest
 from engine.config import RunConfig
 from engine.errors import ConfigError
 from engine.run import run
+from inputs import InputError
+from models import ModelError
 
 SMALL = dict(train_steps=20, steps_per_loop=10, global_batch_size=32)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (dict(strategy="mirrord"), "--strategy='mirrord' is not a strategy"),
-    (dict(model="resnet"), "--model='resnet' is not a model"),
-    (dict(dataset="imagenet"), "--dataset='imagenet' is not a dataset"),
-    (dict(devices="gpu:0"), "gpu:0 does not exist"),
-    (dict(devices="cpu:0,cpu:1,cpu:2"), "does not divide by the 3 replicas"),
-    (dict(dataset="mnist", data_dir="/nonexistent"), "mnist.npz does not exist"),
-    (dict(optimizer="adagrad"), "is not an optimizer"),
-    (dict(train_steps=-1), "must be 0 or more"),
+@pytest.mark.parametrize("overrides, error_type, message", [
+    (dict(strategy="mirrord"), ConfigError, "--strategy='mirrord' is not a strategy"),
+    (dict(model="resnet"), ModelError, "--model='resnet' is not a model"),
+    (dict(dataset="imagenet"), InputError, "--dataset='imagenet' is not a dataset"),
+    (dict(devices="gpu:0"), ConfigError, "gpu:0 does not exist"),
+    (dict(devices="cpu:0,cpu:1,cpu:2"), ConfigError, "does not divide by the 3 replicas"),
+    (dict(dataset="mnist", data_dir="/nonexistent"), InputError, "mnist.npz does not exist"),
+    (dict(optimizer="adagrad"), ConfigError, "is not an optimizer"),
+    (dict(train_steps=-1), ConfigError, "must be 0 or more"),
 ])
-def test_impossible_requests_are_refused_before_anything_is_written(tmp_path, overrides, message):
+def test_impossible_requests_are_refused_before_anything_is_written(
+        tmp_path, overrides, error_type, message):
     model_dir = tmp_path / "run"
-    with pytest.raises(ConfigError) as error:
+    with pytest.raises(error_type) as error:
         run(RunConfig(model_dir=str(model_dir), **{**SMALL, **overrides}))
     assert message in str(error.value) and "\n" not in str(error.value)
     assert not model_dir.exists()
@@ -35,7 +40,7 @@ def test_impossible_requests_are_refused_before_anything_is_written(tmp_path, ov
 
 def test_malformed_mnist_npz_is_refused(tmp_path):
     (tmp_path / "mnist.npz").write_bytes(b"not a zip file")
-    with pytest.raises(ConfigError, match="is not a readable .npz file"):
+    with pytest.raises(InputError, match="is not a readable .npz file"):
         run(RunConfig(dataset="mnist", data_dir=str(tmp_path), model_dir=str(tmp_path / "run"),
                       **SMALL))
     assert not (tmp_path / "run").exists()

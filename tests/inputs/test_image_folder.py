@@ -10,9 +10,8 @@ import pytest
 import tensorflow as tf
 
 import inputs
-from engine.errors import ConfigError
 from helpers import write_image_folder
-from inputs import image_folder, tfrecord
+from inputs import InputError, convert, image_folder, tfrecord
 
 
 def test_labels_come_from_sorted_class_folders_and_a_fixed_eval_fraction(tmp_path):
@@ -40,7 +39,7 @@ def test_train_and_validation_folders_are_the_two_splits(tmp_path):
     assert all("/validation/" in p for p in splits.eval.paths)
     write_image_folder(tmp_path / "bad" / "train", classes=("cats", "dogs"), per_class=1)
     write_image_folder(tmp_path / "bad" / "eval", classes=("cats", "cows"), per_class=1)
-    with pytest.raises(ConfigError, match="has classes cats, cows but .* has cats, dogs"):
+    with pytest.raises(InputError, match="has classes cats, cows but .* has cats, dogs"):
         inputs.load("image_folder", data_dir=str(tmp_path / "bad"))
 
 
@@ -88,7 +87,7 @@ def test_unreadable_files_are_skipped_with_a_logged_count(tmp_path, caplog):
 
 def test_folder_mistakes_are_one_line_errors(tmp_path):
     def error(data_dir, **options):
-        with pytest.raises(ConfigError) as info:
+        with pytest.raises(InputError) as info:
             inputs.load("image_folder", data_dir=data_dir, **options)
         assert "\n" not in str(info.value)
         return str(info.value)
@@ -107,8 +106,8 @@ def test_folder_mistakes_are_one_line_errors(tmp_path):
 
 def test_image_folder_converts_to_the_same_examples_as_tfrecords(tmp_path):
     root = write_image_folder(tmp_path / "pets", per_class=3)
-    out = tfrecord.convert("image_folder", data_dir=root, output_dir=str(tmp_path / "records"),
-                           num_shards=2, image_size=12, eval_fraction=0.2)
+    out = convert.convert("image_folder", data_dir=root, output_dir=str(tmp_path / "records"),
+                          num_shards=2, image_size=12, eval_fraction=0.2)
     folder = inputs.load("image_folder", data_dir=root, image_size=12, eval_fraction=0.2)
     records = inputs.load("tfrecord", data_dir=out)
     assert records.class_names == ("cats", "dogs", "fish") and records.input_shape == (12, 12, 3)

@@ -1,6 +1,6 @@
 """TFRecord datasets: converter round trip, deterministic file-based pipeline,
 exact resume (one process, and the skip arithmetic of `file` and `data`
-sharding over two workers), loader and converter mistakes."""
+sharding over two workers), loader mistakes."""
 
 import json
 import os
@@ -11,10 +11,9 @@ import tensorflow as tf
 
 import inputs
 from engine.config import RunConfig
-from engine.errors import ConfigError
 from engine.run import run
-from inputs import synthetic, tfrecord
-from helpers import assert_one_line_error, run_bin, write_tfrecord_dir
+from inputs import InputError, convert, synthetic, tfrecord
+from helpers import write_tfrecord_dir
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +24,7 @@ def source():
 @pytest.fixture(scope="module")
 def records(source, tmp_path_factory):
     directory = str(tmp_path_factory.mktemp("records") / "synthetic")
-    tfrecord.write(source, directory, num_shards=4, source="synthetic")
+    convert.write(source, directory, num_shards=4, source="synthetic")
     return directory
 
 
@@ -130,9 +129,9 @@ def test_training_on_tfrecords_resumes_with_the_weights_of_an_uninterrupted_run(
         np.testing.assert_allclose(a.get_tensor(name), b.get_tensor(name), rtol=1e-6, atol=1e-7)
 
 
-def test_loader_mistakes_are_one_line_config_errors(records, tmp_path):
+def test_loader_mistakes_are_one_line_input_errors(records, tmp_path):
     def error(data_dir):
-        with pytest.raises(ConfigError) as info:
+        with pytest.raises(InputError) as info:
             inputs.load("tfrecord", data_dir=data_dir)
         assert "\n" not in str(info.value)
         return str(info.value)
@@ -156,24 +155,11 @@ def test_loader_mistakes_are_one_line_config_errors(records, tmp_path):
     assert "differ from those metadata.json lists (e.g. train-00003" in error(str(bad))
 
     split = inputs.load("tfrecord", data_dir=records).train
-    with pytest.raises(ConfigError, match="deals 4 file.s. to 5 workers"):
+    with pytest.raises(InputError, match="deals 4 file.s. to 5 workers"):
         inputs.resolve_shard_policy(split, "file", 5)
     assert inputs.resolve_shard_policy(split, "auto", 5) == "data"
     assert inputs.resolve_shard_policy(split, "auto", 4) == "file"
-    with pytest.raises(ConfigError, match="needs a dataset of files.*in memory"):
+    with pytest.raises(InputError, match="needs a dataset of files.*in memory"):
         inputs.resolve_shard_policy(synthetic.load(seed=0, num_train=8, num_eval=0).train,
                                     "file", 2)
 
-
-def test_converter_refuses_to_overwrite_and_writes_nothing_half_done(records, tmp_path):
-    before = sorted(os.listdir(records))
-    result = run_bin("convert_to_tfrecord", "--source=synthetic", f"--output_dir={records}",
-                     timeout=120)
-    assert_one_line_error(result, contains="is not empty; name a new or empty directory")
-    assert sorted(os.listdir(records)) == before
-    with pytest.raises(ConfigError, match="--source='cifar' is not a source"):
-        tfrecord.convert("cifar", output_dir=str(tmp_path / "out"), num_shards=2)
-    with pytest.raises(ConfigError, match="--num_shards=9 is more than the 8 train examples"):
-        tfrecord.write(synthetic.load(seed=0, num_train=8, num_eval=2), str(tmp_path / "out"),
-                       num_shards=9)
-    assert sorted(os.listdir(tmp_path)) == []  # no output, no temporary left behind

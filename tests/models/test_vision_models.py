@@ -10,18 +10,18 @@ import pytest
 import models
 from engine import checkpointing
 from engine.config import RunConfig
-from engine.errors import ConfigError
 from engine.run import run
+from models import ModelError
 from helpers import write_image_folder
 
 
 def test_too_small_images_are_refused_before_anything_is_built(tmp_path):
     for name in ("mobilenet_v2", "resnet50"):
-        with pytest.raises(ConfigError, match=f"--model={name} needs images of at least 32x32, "
+        with pytest.raises(ModelError, match=f"--model={name} needs images of at least 32x32, "
                                               "and the dataset gives 28x28"):
             models.check(name, (28, 28, 1))
     models.check("resnet_small", (28, 28, 1))
-    with pytest.raises(ConfigError, match="needs images of at least 32x32"):
+    with pytest.raises(ModelError, match="needs images of at least 32x32"):
         run(RunConfig(model="mobilenet_v2", dataset="synthetic", devices="cpu:0",
                       model_dir=str(tmp_path / "run")))
     assert not (tmp_path / "run").exists()

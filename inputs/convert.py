@@ -1,0 +1,164 @@
+"""The TFRecord converter: any split kind in, a `tfrecord` folder out.
+
+`bin/convert_to_tfrecord` calls `convert`, which loads a source as
+`--dataset=<source>` would and hands it to `write`; tests call `write` on
+splits they make. The folder's format (names, features, metadata.json) is
+`inputs.tfrecord`'s, which reads it back; this module only writes, so the
+loaders never depend on the converter.
+
+The writer is atomic: it writes into a temporary sibling folder and renames
+it into place, so a crash leaves no half-written dataset behind.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from typing import Iterator
+
+import numpy as np
+
+from inputs import image_folder, registry, tfrecord
+from inputs.errors import InputError
+from inputs.splits import Examples, ImageFiles, Split, Splits
+
+logger = logging.getLogger("engine")
+
+
+def _check_output_dir(output_dir: str) -> str:
+    if not output_dir:
+        raise InputError("--output_dir is empty; name the folder to write the TFRecords into")
+    output_dir = os.path.abspath(output_dir)
+    if os.path.exists(output_dir):
+        if not os.path.isdir(output_dir):
+            raise InputError(f"--output_dir={output_dir} is a file; name a new directory")
+        if os.listdir(output_dir):
+            raise InputError(
+                f"--output_dir={output_dir} is not empty; name a new or empty directory "
+                "(the converter never overwrites a dataset)"
+            )
+    parent = os.path.dirname(output_dir)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"--output_dir={output_dir} cannot be created: {parent} is not a "
+                         "writable directory")
+    return output_dir
+
+
+def _examples(split: Split, batch: int = 256) -> Iterator[tuple[np.ndarray, int]]:
+    """(uint8 image, label) in the split's order; image files are decoded in tf.data."""
+    if isinstance(split, Examples):
+        for image, label in zip(split.x, split.y):
+            yield image, int(label)
+        return
+    if isinstance(split, ImageFiles):
+        for images, labels in image_folder.decoded(split).batch(batch):
+            for image, label in zip(images.numpy(), labels.numpy()):
+                yield image, int(label)
+        return
+    raise TypeError(f"cannot convert a {type(split).__name__}")
+
+
+def _serialize(image: np.ndarray, label: int) -> bytes:
+    import tensorflow as tf
+
+    encoded = tf.io.encode_png(image).numpy()
+    return tf.train.Example(features=tf.train.Features(feature={
+        tfrecord.IMAGE_KEY: tf.train.Feature(bytes_list=tf.train.BytesList(value=[encoded])),
+        tfrecord.LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+    })).SerializeToString()
+
+
+def _write_split(directory: str, name: str, split: Split, num_shards: int) -> dict:
+    """Contiguous shards: example i goes to shard i * num_shards // count, so
+    reading the files in name order gives the source order back."""
+    import tensorflow as tf
+
+    count = len(split)
+    num_shards = min(num_shards, count) if name != "train" else num_shards
+    files = [tfrecord.shard_name(name, i, num_shards) for i in range(num_shards)]
+    writers = [None] * num_shards
+    try:
+        written = 0
+        for index, (image, label) in enumerate(_examples(split)):
+            shard = index * num_shards // count
+            if writers[shard] is None:
+                writers[shard] = tf.io.TFRecordWriter(os.path.join(directory, files[shard]))
+            writers[shard].write(_serialize(image, label))
+            written += 1
+    finally:
+        for writer in writers:
+            if writer is not None:
+                writer.close()
+    if written != count:
+        raise InputError(f"the {name} split gave {written} examples, expected {count}")
+    return {"count": count, "files": files}
+
+
+def write(splits: Splits, output_dir: str, *, num_shards: int, source: str = "") -> str:
+    """Writes `splits` as sharded TFRecords + metadata.json into `output_dir`.
+
+    `output_dir` must not exist or be empty. Everything is written into a
+    temporary sibling first and renamed into place at the end. Returns the
+    absolute output path.
+
+    This is also the way to make a TFRecord folder in a test::
+
+        convert.write(synthetic.load(seed=0, num_train=512, num_eval=128),
+                      str(tmp_path / "records"), num_shards=4)
+    """
+    if num_shards < 1:
+        raise InputError(f"--num_shards={num_shards} must be a positive integer")
+    if len(splits.train) < num_shards:
+        raise InputError(
+            f"--num_shards={num_shards} is more than the {len(splits.train)} train examples; "
+            "use fewer shards"
+        )
+    output_dir = _check_output_dir(output_dir)
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(output_dir)}.tmp-",
+                               dir=os.path.dirname(output_dir))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(staging, 0o777 & ~umask)  # mkdtemp's 0700 is for the temporary name only
+    try:
+        meta = {
+            "format": tfrecord.FORMAT, "version": tfrecord.VERSION, "source": source,
+            "image_shape": [int(d) for d in splits.input_shape],
+            "num_classes": int(splits.num_classes),
+            "class_names": list(splits.class_names),
+            "features": {tfrecord.IMAGE_KEY: "PNG-encoded uint8 image",
+                         tfrecord.LABEL_KEY: "int64 class index"},
+            "splits": {},
+        }
+        for name, split in (("train", splits.train), ("eval", splits.eval)):
+            if split is not None and len(split):
+                meta["splits"][name] = _write_split(staging, name, split, num_shards)
+        with open(os.path.join(staging, tfrecord.METADATA), "w") as f:
+            json.dump(meta, f, indent=2)
+            f.write("\n")
+        if os.path.isdir(output_dir):
+            os.rmdir(output_dir)  # empty, checked above
+        os.rename(staging, output_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    logger.info("wrote %s: %s", output_dir, ", ".join(
+        f"{name} {entry['count']} examples in {len(entry['files'])} files"
+        for name, entry in meta["splits"].items()))
+    return output_dir
+
+
+SOURCES = ("synthetic", "mnist", "image_folder")
+
+
+def convert(source: str, *, output_dir: str, num_shards: int, data_dir: str = "",
+            image_size: int = 224, eval_fraction: float = 0.2, seed: int = 0) -> str:
+    """`bin/convert_to_tfrecord`: loads `source` as `--dataset=<source>` would and writes it."""
+    if source not in SOURCES:
+        raise InputError(f"--source={source!r} is not a source; choose one of: {', '.join(SOURCES)}")
+    _check_output_dir(output_dir)  # before the (possibly long) load
+    splits = registry.load(source, data_dir=data_dir, seed=seed, image_size=image_size,
+                           eval_fraction=eval_fraction)
+    return write(splits, output_dir, num_shards=num_shards, source=source)

@@ -1,0 +1,274 @@
+"""The layer rules of DESIGN.md as assertions, read from the source (no imports).
+
+    collectives, models, inputs  ->  nothing of the project (each owns its error type)
+    launch                       ->  nothing of the project, and the standard library only
+    engine                       ->  collectives, models, inputs, launch
+    bench                        ->  engine, collectives, models, inputs
+    bin                          ->  imported by no one
+
+and no import circle between the modules of one package. Every import
+statement counts, including those inside functions: a lazy import is how a
+circle hides (`inputs/registry.py` <-> `inputs/tfrecord.py` was one). Names
+may be flat (`engine.errors`), under the install namespace
+(`tfloop.engine.errors`) or relative (`from .errors import ...`).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import textwrap
+from pathlib import Path
+from typing import Iterator, Mapping
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+NAMESPACE = "tfloop"
+
+#: package -> the project packages it may import (besides itself).
+ALLOWED: Mapping[str, frozenset[str]] = {
+    "collectives": frozenset(),
+    "models": frozenset(),
+    "inputs": frozenset(),
+    "launch": frozenset(),
+    "engine": frozenset({"collectives", "models", "inputs", "launch"}),
+    "bench": frozenset({"engine", "collectives", "models", "inputs"}),
+}
+#: Packages that may import nothing outside the standard library.
+STDLIB_ONLY = frozenset({"launch"})
+#: Project top-level names that no package may import.
+NEVER_IMPORTED = frozenset({"bin"})
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _without_namespace(name: str) -> str:
+    if name == NAMESPACE:
+        return ""
+    return name[len(NAMESPACE) + 1:] if name.startswith(NAMESPACE + ".") else name
+
+
+def _from_source(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The module a `from ... import` statement reads from, namespace stripped."""
+    if not node.level:
+        return _without_namespace(node.module or "")
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    base = package[:len(package) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _imports(path: Path, module: str) -> Iterator[tuple[int, list[str]]]:
+    """(line, candidate names) for every import statement in the file, nested
+    ones too; `from pkg import x` gives `pkg.x` (x may be a submodule) and `pkg`."""
+    tree = ast.parse(path.read_text(), str(path))
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                name = _without_namespace(alias.name)
+                if name:
+                    yield node.lineno, [name]
+        elif isinstance(node, ast.ImportFrom):
+            source = _from_source(node, module, is_package)
+            for alias in node.names:
+                yield node.lineno, [n for n in (
+                    f"{source}.{alias.name}" if source else alias.name, source) if n]
+
+
+def _resolve(candidates: list[str], modules: set[str]) -> str:
+    """The most specific project module among `candidates` (or their longest
+    known prefix), else the first candidate as written (a third-party name)."""
+    for name in candidates:
+        parts = name.split(".")
+        for end in range(len(parts), 0, -1):
+            if ".".join(parts[:end]) in modules:
+                return ".".join(parts[:end])
+    return candidates[0]
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def layer_violations(root: Path, allowed: Mapping[str, frozenset[str]] = ALLOWED) -> list[str]:
+    """Every import under `root`'s packages that breaks a layer rule, and every
+    import circle inside one package, as lines naming file, line and module.
+    Packages missing under `root` are skipped."""
+    root = Path(root)
+    files = {
+        _module_name(path, root): path
+        for package in allowed if (root / package).is_dir()
+        for path in sorted((root / package).rglob("*.py"))
+    }
+    modules = set(files)
+    project = set(allowed) | NEVER_IMPORTED
+    problems: list[str] = []
+    graph: dict[str, set[str]] = {}
+    where: dict[tuple[str, str], str] = {}
+    for module, path in files.items():
+        package = module.split(".")[0]
+        rel = path.relative_to(root).as_posix()
+        for line, candidates in _imports(path, module):
+            target = _resolve(candidates, modules)
+            top = target.split(".")[0]
+            if top in project and top != package and top not in allowed[package]:
+                may = ", ".join(sorted(allowed[package])) or "nothing of the project"
+                problems.append(f"{rel}:{line} imports {target}: {package} may import {may}")
+            elif (package in STDLIB_ONLY and top not in project and top != "__future__"
+                  and top not in sys.stdlib_module_names):
+                problems.append(f"{rel}:{line} imports {target}: {package} uses the standard "
+                                "library only")
+            elif top == package and target in modules and target != module:
+                graph.setdefault(module, set()).add(target)
+                where.setdefault((module, target), f"{rel}:{line}")
+    for cycle in _cycles(graph):
+        edges = [where[(a, b)] for a in cycle for b in cycle if (a, b) in where]
+        problems.append(f"import circle {' <-> '.join(cycle)} ({', '.join(edges)})")
+    return problems
+
+
+# --- The repository. ---
+
+
+def test_the_packages_keep_their_layers_and_have_no_import_circles():
+    problems = layer_violations(REPO)
+    assert not problems, "layer rules broken (see tests/test_layers.py):\n" + "\n".join(problems)
+
+
+def test_the_repository_check_sees_every_library():
+    """Guards the guard: an empty scan would pass any rule."""
+    for package in ("engine", "collectives", "models", "inputs"):
+        assert (REPO / package / "__init__.py").is_file(), package
+
+
+# --- The checker, on synthetic trees. ---
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+        for parent in path.relative_to(root).parents:
+            if str(parent) != "." and not (root / parent / "__init__.py").exists():
+                (root / parent / "__init__.py").write_text("")
+    return root
+
+
+CLEAN = {
+    "engine/errors.py": "from inputs.errors import InputError\nimport collectives\n",
+    "engine/run.py": "from engine import errors\nimport launch.tf_config\n",
+    "inputs/errors.py": "class InputError(ValueError):\n    pass\n",
+    "inputs/pipeline.py": "import tensorflow as tf\nfrom inputs.errors import InputError\n",
+    "collectives/interface.py": "import abc\n",
+    "launch/tf_config.py": "import json\nimport os\nfrom launch import errors\n",
+    "launch/errors.py": "",
+    "bench/timing.py": "import numpy\nfrom engine import run\nimport collectives\n",
+}
+
+
+def test_a_tree_that_keeps_the_rules_passes(tmp_path):
+    assert layer_violations(_tree(tmp_path, CLEAN)) == []
+
+
+def test_absent_packages_are_skipped(tmp_path):
+    only = {k: v for k, v in CLEAN.items() if k.startswith(("engine/", "inputs/", "collectives/"))}
+    assert layer_violations(_tree(tmp_path, only)) == []
+
+
+@pytest.mark.parametrize("statement", [
+    "from engine.errors import ConfigError",
+    "import engine.errors",
+    "from engine import errors",
+    "import engine",
+    "from tfloop.engine.errors import ConfigError",
+    "import tfloop.engine.errors",
+    "from tfloop import engine",
+    "def lazy():\n    from engine.errors import ConfigError",
+])
+def test_an_upward_import_from_inputs_fails(tmp_path, statement):
+    tree = _tree(tmp_path, {**CLEAN, "inputs/pipeline.py": "import tensorflow\n" + statement + "\n"})
+    problems = layer_violations(tree)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("inputs/pipeline.py:") and " imports engine" in problems[0]
+    assert "inputs may import nothing of the project" in problems[0]
+
+
+@pytest.mark.parametrize("path, statement, says", [
+    ("models/registry.py", "from inputs import splits", "models may import nothing"),
+    ("collectives/auto.py", "import models", "collectives may import nothing"),
+    ("collectives/auto.py", "from bench import timing", "collectives may import nothing"),
+    ("engine/run.py", "from bench import timing", "engine may import collectives, inputs, "
+                                                  "launch, models"),
+    ("bench/timing.py", "import launch", "bench may import collectives, engine, inputs, models"),
+    ("launch/tf_config.py", "from engine import run", "launch may import nothing"),
+    ("launch/tf_config.py", "import tensorflow as tf", "launch uses the standard library only"),
+    ("launch/tf_config.py", "def f():\n    import keras", "launch uses the standard library only"),
+    ("inputs/pipeline.py", "import bin", "inputs may import nothing"),
+])
+def test_sideways_and_upward_imports_fail(tmp_path, path, statement, says):
+    tree = _tree(tmp_path, {**CLEAN, path: statement + "\n"})
+    problems = layer_violations(tree)
+    assert len(problems) == 1 and path in problems[0] and says in problems[0], problems
+
+
+def test_a_relative_import_is_resolved(tmp_path):
+    tree = _tree(tmp_path, {**CLEAN, "inputs/sub/reader.py": "from ...engine import errors\n",
+                            "inputs/sub/ok.py": "from .. import errors\nfrom . import reader\n"})
+    problems = layer_violations(tree)
+    assert len(problems) == 1 and problems[0].startswith("inputs/sub/reader.py:1 imports engine")
+
+
+def test_an_import_circle_inside_a_package_fails_even_when_lazy(tmp_path):
+    tree = _tree(tmp_path, {
+        **CLEAN,
+        "inputs/registry.py": "from inputs import tfrecord\n",
+        "inputs/tfrecord.py": "import os\n\ndef convert():\n    from inputs import registry\n",
+    })
+    problems = layer_violations(tree)
+    assert problems == ["import circle inputs.registry <-> inputs.tfrecord "
+                        "(inputs/registry.py:1, inputs/tfrecord.py:4)"]
+
+
+def test_a_longer_circle_under_the_namespace_fails(tmp_path):
+    tree = _tree(tmp_path, {
+        **CLEAN,
+        "engine/a.py": "from tfloop.engine import b\n",
+        "engine/b.py": "import tfloop.engine.c\n",
+        "engine/c.py": "from .a import thing\n",
+    })
+    problems = layer_violations(tree)
+    assert len(problems) == 1 and problems[0].startswith(
+        "import circle engine.a <-> engine.b <-> engine.c"), problems
