@@ -20,6 +20,8 @@ import os
 import statistics
 from typing import TYPE_CHECKING, Any, Sequence
 
+from collectives import device_names
+
 if TYPE_CHECKING:  # only for annotations: those modules import this one
     from bench.collectives import CollectiveBenchResults
     from bench.training import TrainBenchResult
@@ -66,10 +68,6 @@ def _save(fig, path: str) -> str:
     return path
 
 
-def _short(devices: Sequence[str]) -> str:
-    return ",".join(d.lstrip("/") for d in devices)
-
-
 # -- bin/bench_collectives -----------------------------------------------------------------
 
 
@@ -86,7 +84,8 @@ def _sweep_table(results: CollectiveBenchResults) -> str:
     if not results.sweep:
         return ""
     config = results.config
-    lines = [f"# all-reduce (sum) over {len(config.devices)} devices: {_short(config.devices)}"]
+    devices = device_names.short_list(config.devices)
+    lines = [f"# all-reduce (sum) over {len(config.devices)} devices: {devices}"]
     width = max(22, *(len(r.description) for r in results.sweep))
     lines.append(f"# {'size':>12} {'count':>12} {'type':>9} {'collective':>{width}} "
                  f"{'time(us)':>12} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'correct':>8}")
@@ -182,7 +181,7 @@ def plot_busbw(results: CollectiveBenchResults, path: str) -> str:
     ax.set_ylabel("bus bandwidth (GB/s)")
     config = results.config
     ax.set_title(f"all-reduce over {len(config.devices)} devices "
-                 f"({_short(config.devices)}), {config.dtype}")
+                 f"({device_names.short_list(config.devices)}), {config.dtype}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     return _save(fig, path)

@@ -44,6 +44,7 @@ import tensorflow as tf
 from bench import report, sweep, timing
 from bench.timing import Progress
 from bench.variants import VARIANTS
+from collectives import device_names
 from engine import devices as engine_devices
 from engine.errors import ConfigError
 
@@ -142,10 +143,6 @@ def train_flops_per_example(model: keras.Model, input_shape: Sequence[int]) -> f
 # --- the variants ---------------------------------------------------------------------------
 
 
-def _short(devices: Sequence[str]) -> str:
-    return ",".join(d.lstrip("/") for d in devices)
-
-
 def _collective(config: TrainBenchConfig):
     import collectives
 
@@ -192,7 +189,7 @@ def time_engine(config: TrainBenchConfig, *, jit_compile: bool = False,
     ends: list[float] = []
     with tempfile.TemporaryDirectory(prefix="bench_train-") as model_dir:
         run_config = RunConfig(
-            strategy="mirrored", devices=_short(config.devices), collective=config.collective,
+            strategy="mirrored", devices=device_names.short_list(config.devices), collective=config.collective,
             model=config.model, dataset=config.dataset, model_dir=model_dir,
             global_batch_size=config.global_batch_size,
             train_steps=config.steps * (config.repetitions + 1), steps_per_loop=config.steps,
@@ -384,7 +381,7 @@ def main(*, devices: str, device_counts: Sequence[str] = (), intra_op_threads: i
     global_batch_size = options["global_batch_size"]
     if device_counts:
         counts = sweep.parse_device_counts(device_counts, global_batch_size=global_batch_size)
-        sweep.sweep(counts, names[0].lstrip("/").split(":")[0], sweep.child_args(argv),
+        sweep.sweep(counts, device_names.kind(names[0]), sweep.child_args(argv),
                     options["output_dir"], script=script, progress=progress)
         return
     if global_batch_size % len(names):
