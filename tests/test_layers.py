@@ -61,12 +61,30 @@ def _from_source(node: ast.ImportFrom, module: str, is_package: bool) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """ids of the nodes under `if TYPE_CHECKING:`: imports for annotations only,
+    which never run, so they make no circle (and may name a module that
+    imports this one)."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        test = getattr(node, "test", None)
+        if isinstance(node, ast.If) and (
+                isinstance(test, ast.Name) and test.id == "TYPE_CHECKING"
+                or isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"):
+            skipped.update(id(child) for stmt in node.body for child in ast.walk(stmt))
+    return skipped
+
+
 def _imports(path: Path, module: str) -> Iterator[tuple[int, list[str]]]:
     """(line, candidate names) for every import statement in the file, nested
-    ones too; `from pkg import x` gives `pkg.x` (x may be a submodule) and `pkg`."""
+    ones too, except those under `if TYPE_CHECKING:`; `from pkg import x`
+    gives `pkg.x` (x may be a submodule) and `pkg`."""
     tree = ast.parse(path.read_text(), str(path))
     is_package = path.name == "__init__.py"
+    type_checking_only = _type_checking_only(tree)
     for node in ast.walk(tree):
+        if id(node) in type_checking_only:
+            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 name = _without_namespace(alias.name)
@@ -272,3 +290,13 @@ def test_a_longer_circle_under_the_namespace_fails(tmp_path):
     problems = layer_violations(tree)
     assert len(problems) == 1 and problems[0].startswith(
         "import circle engine.a <-> engine.b <-> engine.c"), problems
+
+
+def test_imports_for_annotations_only_make_no_circle(tmp_path):
+    root = _tree(tmp_path, {
+        "bench/report.py": "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+                           "    from bench.training import Result\n",
+        "bench/training.py": "from bench import report\n",
+    })
+    assert layer_violations(root) == []
+
