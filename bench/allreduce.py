@@ -21,9 +21,9 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from collectives import _values
-from collectives.base import CrossDeviceOpsCollective
-from collectives.interface import Collective
+from tfloop.collectives import _values
+from tfloop.collectives.base import CrossDeviceOpsCollective
+from tfloop.collectives.interface import Collective
 
 #: `reduce_fn(values, destinations) -> reduced values`: what a loop repeats.
 ReduceFn = Callable[[list, list], list]

@@ -30,11 +30,11 @@ from typing import Any, Callable, Optional, Sequence
 
 import tensorflow as tf
 
-from bench import allreduce, report, timing
-from bench.timing import Progress
-from collectives import _values, registry
-from collectives.interface import Collective, CollectiveError
-from engine import devices as engine_devices
+from tfloop.bench import allreduce, report, timing
+from tfloop.bench.timing import Progress
+from tfloop.collectives import _values, registry
+from tfloop.collectives.interface import Collective, CollectiveError
+from tfloop.engine import devices as engine_devices
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 _SIZE_RE = re.compile(r"^(\d+)\s*([KMG]?)(?:I?B)?$", re.IGNORECASE)
@@ -464,7 +464,7 @@ def main(*, devices: str, collectives: Sequence[str], sizes: str, intra_op_threa
     )
     build_model = None
     if config.model:
-        from models import registry as model_registry
+        from tfloop.models import registry as model_registry
 
         if config.model not in model_registry.available():
             model_registry.build(config.model)  # raises the one-line "not a model" error

@@ -20,11 +20,11 @@ import os
 import statistics
 from typing import TYPE_CHECKING, Any, Sequence
 
-from collectives import device_names
+from tfloop.collectives import device_names
 
 if TYPE_CHECKING:  # only for annotations: those modules import this one
-    from bench.collectives import CollectiveBenchResults
-    from bench.training import TrainBenchResult
+    from tfloop.bench.collectives import CollectiveBenchResults
+    from tfloop.bench.training import TrainBenchResult
 
 
 # -- files and figures, for both ----------------------------------------------------------
@@ -146,7 +146,7 @@ def _model_table(results: CollectiveBenchResults) -> str:
 
 def write_collectives_outputs(results: CollectiveBenchResults) -> list[str]:
     """CSV per table, one JSON with everything, and the busbw plot."""
-    from bench import timing
+    from tfloop.bench import timing
 
     out_dir = results.config.output_dir
     os.makedirs(out_dir, exist_ok=True)

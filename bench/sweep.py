@@ -14,9 +14,9 @@ import subprocess
 import sys
 from typing import Sequence
 
-from bench import report
-from bench.timing import Progress
-from engine.errors import ConfigError
+from tfloop.bench import report
+from tfloop.bench.timing import Progress
+from tfloop.engine.errors import ConfigError
 
 #: Flags each run of the sweep sets itself, so they are not passed on.
 _SWEEP_FLAGS = ("--devices", "--device_counts", "--output_dir")

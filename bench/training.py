@@ -41,12 +41,12 @@ from typing import Any, Callable, Optional, Sequence
 import keras
 import tensorflow as tf
 
-from bench import report, sweep, timing
-from bench.timing import Progress
-from bench.variants import VARIANTS
-from collectives import device_names
-from engine import devices as engine_devices
-from engine.errors import ConfigError
+from tfloop.bench import report, sweep, timing
+from tfloop.bench.timing import Progress
+from tfloop.bench.variants import VARIANTS
+from tfloop.collectives import device_names
+from tfloop.engine import devices as engine_devices
+from tfloop.engine.errors import ConfigError
 
 
 def check_names(*, variants: Sequence[str], mixed_precision: str, model: str,
@@ -56,13 +56,13 @@ def check_names(*, variants: Sequence[str], mixed_precision: str, model: str,
     if unknown:
         raise ConfigError(f"--variants: {', '.join(unknown)} is not a variant; choose from: "
                           f"{', '.join(VARIANTS)}")
-    from engine.config import PRECISIONS
+    from tfloop.engine.config import PRECISIONS
 
     if mixed_precision not in PRECISIONS:
         raise ConfigError(f"--mixed_precision={mixed_precision!r} is not a policy; "
                           f"choose one of: {', '.join(PRECISIONS)}")
-    import models
-    from engine import optimizers
+    from tfloop import models
+    from tfloop.engine import optimizers
 
     models.check(model)
     optimizers.check(optimizer)
@@ -144,15 +144,14 @@ def train_flops_per_example(model: keras.Model, input_shape: Sequence[int]) -> f
 
 
 def _collective(config: TrainBenchConfig):
-    import collectives
-
+    from tfloop import collectives
     return collectives.create(config.collective, devices=list(config.devices))
 
 
 def baseline_strategy(config: TrainBenchConfig) -> tf.distribute.Strategy:
     """`MirroredStrategy` over the devices, all-reducing the way the engine's
     collective does when that is one of TF's cross-device ops."""
-    from collectives.base import CrossDeviceOpsCollective
+    from tfloop.collectives.base import CrossDeviceOpsCollective
 
     collective = _collective(config)
     target = getattr(collective, "chosen", None) or collective  # auto → what it picked
@@ -163,16 +162,15 @@ def baseline_strategy(config: TrainBenchConfig) -> tf.distribute.Strategy:
 
 
 def _train_dataset(config: TrainBenchConfig):
-    import inputs
-
+    from tfloop import inputs
     splits = inputs.load(config.dataset, seed=config.seed)
     return splits, inputs.train_batches(splits.train, global_batch_size=config.global_batch_size,
                                         seed=config.seed)
 
 
 def _build(config: TrainBenchConfig, splits):
-    import models
-    from engine import optimizers
+    from tfloop import models
+    from tfloop.engine import optimizers
 
     keras.utils.set_random_seed(config.seed)
     model = models.build(config.model, input_shape=splits.input_shape,
@@ -183,8 +181,8 @@ def _build(config: TrainBenchConfig, splits):
 def time_engine(config: TrainBenchConfig, *, jit_compile: bool = False,
                 mixed_precision: str = "float32", fused_optimizer: bool = False) -> list[float]:
     """Seconds per timed repetition of `engine.run.run`, one loop of `steps` each."""
-    from engine.config import RunConfig
-    from engine.run import run
+    from tfloop.engine.config import RunConfig
+    from tfloop.engine.run import run
 
     ends: list[float] = []
     with tempfile.TemporaryDirectory(prefix="bench_train-") as model_dir:
@@ -343,9 +341,8 @@ def _time_rounds(config: TrainBenchConfig, progress: Progress) -> list[VariantRo
 
 def run(config: TrainBenchConfig, *, progress: Progress = print) -> TrainBenchResult:
     """Times every variant in `config.variants`; writes JSON and prints the table."""
-    import inputs
-    import models
-
+    from tfloop import inputs
+    from tfloop import models
     tf.get_logger().setLevel("ERROR")
     splits = inputs.load(config.dataset, seed=config.seed)
     flops = train_flops_per_example(

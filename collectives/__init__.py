@@ -1,6 +1,6 @@
 """Gradient all-reduce implementations behind one interface and one registry.
 
-    import collectives
+    from tfloop import collectives
     collective = collectives.create("ring", devices=["/cpu:0", "/cpu:1"])
     reduced = collective.batch_all_reduce(per_replica_grads, variables)
 
@@ -10,21 +10,21 @@ and build its results with `mirrored(tensors)` (one per device).
 Importing this package registers every built-in implementation.
 """
 
-from collectives.interface import Collective, CollectiveError, Destinations, PerReplicaGradients
-from collectives._values import components, is_distributed, mirrored
-from collectives.options import GRADIENT_DTYPES, check_options
-from collectives.registry import available, create, register, resolve
-from collectives.base import CrossDeviceOpsCollective, TFPackedAllReduce, Wrapper
-from collectives.packing import Packing
-from collectives.compression import Compression
+from tfloop.collectives.interface import Collective, CollectiveError, Destinations, PerReplicaGradients
+from tfloop.collectives._values import components, is_distributed, mirrored
+from tfloop.collectives.options import GRADIENT_DTYPES, check_options
+from tfloop.collectives.registry import available, create, register, resolve
+from tfloop.collectives.base import CrossDeviceOpsCollective, TFPackedAllReduce, Wrapper
+from tfloop.collectives.packing import Packing
+from tfloop.collectives.compression import Compression
 
 # Importing an implementation registers it.
-from collectives import auto as _auto  # noqa: F401,E402
-from collectives import hierarchical_copy as _hierarchical_copy  # noqa: F401,E402
-from collectives import nccl as _nccl  # noqa: F401,E402
-from collectives import reduce_to_one_device as _reduce_to_one_device  # noqa: F401,E402
-from collectives import ring as _ring  # noqa: F401,E402
-from collectives import strategy_native as _strategy_native  # noqa: F401,E402
+from tfloop.collectives import auto as _auto  # noqa: F401,E402
+from tfloop.collectives import hierarchical_copy as _hierarchical_copy  # noqa: F401,E402
+from tfloop.collectives import nccl as _nccl  # noqa: F401,E402
+from tfloop.collectives import reduce_to_one_device as _reduce_to_one_device  # noqa: F401,E402
+from tfloop.collectives import ring as _ring  # noqa: F401,E402
+from tfloop.collectives import strategy_native as _strategy_native  # noqa: F401,E402
 
 __all__ = [
     "Collective",

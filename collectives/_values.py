@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 import tensorflow as tf
 
-from collectives import _tf_private
+from tfloop.collectives import _tf_private
 
 ReduceOp = tf.distribute.ReduceOp
 

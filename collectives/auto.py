@@ -32,8 +32,8 @@ import dataclasses
 import logging
 from typing import Any, Optional, Sequence
 
-from collectives import _values, device_names, registry
-from collectives.interface import Collective
+from tfloop.collectives import _values, device_names, registry
+from tfloop.collectives.interface import Collective
 
 logger = logging.getLogger(__name__)
 

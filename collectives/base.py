@@ -22,8 +22,8 @@ from typing import Any, Hashable, Optional, Sequence
 
 import tensorflow as tf
 
-from collectives import _values, options
-from collectives.interface import Collective, CollectiveError
+from tfloop.collectives import _values, options
+from tfloop.collectives.interface import Collective, CollectiveError
 
 
 class CrossDeviceOpsCollective(Collective):

@@ -19,9 +19,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from collectives import _values
-from collectives.base import Wrapper
-from collectives.interface import Collective, CollectiveError
+from tfloop.collectives import _values
+from tfloop.collectives.base import Wrapper
+from tfloop.collectives.interface import Collective, CollectiveError
 
 _DTYPES = {"bfloat16": tf.bfloat16, "float16": tf.float16}
 

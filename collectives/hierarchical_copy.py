@@ -14,10 +14,10 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from collectives import device_names
-from collectives.base import TFPackedAllReduce
-from collectives.interface import CollectiveError
-from collectives.registry import register
+from tfloop.collectives import device_names
+from tfloop.collectives.base import TFPackedAllReduce
+from tfloop.collectives.interface import CollectiveError
+from tfloop.collectives.registry import register
 
 
 @register("hierarchical_copy")

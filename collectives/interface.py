@@ -36,7 +36,7 @@ from typing import Any, ClassVar, Sequence
 
 import tensorflow as tf
 
-from collectives import _values
+from tfloop.collectives import _values
 
 #: A list of gradients in cross-replica context: each entry is a
 #: `tf.distribute` PerReplica value (one tensor per replica), or a plain tensor

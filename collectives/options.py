@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from collectives.interface import CollectiveError
+from tfloop.collectives.interface import CollectiveError
 
 #: The dtypes gradients may travel in (`float32` = as they are, no compression).
 GRADIENT_DTYPES = ("float32", "bfloat16", "float16")

@@ -32,9 +32,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from collectives import _values, options
-from collectives.base import Wrapper
-from collectives.interface import Collective, CollectiveError
+from tfloop.collectives import _values, options
+from tfloop.collectives.base import Wrapper
+from tfloop.collectives.interface import Collective, CollectiveError
 
 
 class Packing(Wrapper):

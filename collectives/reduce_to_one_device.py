@@ -11,10 +11,10 @@ from typing import Optional, Sequence
 
 import tensorflow as tf
 
-from collectives import device_names
-from collectives.base import CrossDeviceOpsCollective
-from collectives.interface import CollectiveError
-from collectives.registry import register
+from tfloop.collectives import device_names
+from tfloop.collectives.base import CrossDeviceOpsCollective
+from tfloop.collectives.interface import CollectiveError
+from tfloop.collectives.registry import register
 
 
 def _parse_reduce_device(device: Optional[str]) -> Optional[str]:

@@ -17,10 +17,10 @@ from __future__ import annotations
 import importlib
 from typing import Callable, Optional, Sequence, TypeVar
 
-from collectives.compression import Compression
-from collectives.interface import Collective, CollectiveError
-from collectives.options import check_options
-from collectives.packing import Packing
+from tfloop.collectives.compression import Compression
+from tfloop.collectives.interface import Collective, CollectiveError
+from tfloop.collectives.options import check_options
+from tfloop.collectives.packing import Packing
 
 _REGISTRY: dict[str, type[Collective]] = {}
 

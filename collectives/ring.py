@@ -14,10 +14,10 @@ from typing import Any, Hashable, Sequence
 
 import tensorflow as tf
 
-from collectives import _tf_private, _values, device_names
-from collectives.base import CrossDeviceOpsCollective
-from collectives.interface import CollectiveError
-from collectives.registry import register
+from tfloop.collectives import _tf_private, _values, device_names
+from tfloop.collectives.base import CrossDeviceOpsCollective
+from tfloop.collectives.interface import CollectiveError
+from tfloop.collectives.registry import register
 
 # Group keys of our rings start far above the 1, 2, ... that every
 # MirroredStrategy uses, and each ring gets its own range (room for 64 device

@@ -14,8 +14,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from collectives import registry
-from collectives.interface import Collective
+from tfloop.collectives import registry
+from tfloop.collectives.interface import Collective
 
 
 @registry.register("strategy")

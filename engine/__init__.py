@@ -5,21 +5,21 @@
     Evaluator    distributed evaluation, every example counted once
     LossOutput   what a user's loss function returns (per-example values)
     RunConfig    one run's typed, validated configuration
-    engine.run.run(config, loss_fn=..., model_fn=...)   the whole run, as bin/train does it
+    tfloop.engine.run.run(config, loss_fn=..., model_fn=...)   the whole run, as bin/train does it
 
-Names resolve lazily so that importing one module (`engine.cli`, `engine.errors`
-in the binaries) does not pull in every other module of the package.
+Names resolve lazily so that importing one module (`tfloop.engine.config` in
+the binaries, before TensorFlow loads) does not pull in every other module.
 """
 
 import importlib
 
 _EXPORTS = {
-    "Controller": "engine.controller",
-    "Trainer": "engine.trainer",
-    "Evaluator": "engine.evaluator",
-    "LossOutput": "engine.losses",
-    "RunConfig": "engine.config",
-    "ConfigError": "engine.errors",
+    "Controller": "tfloop.engine.controller",
+    "Trainer": "tfloop.engine.trainer",
+    "Evaluator": "tfloop.engine.evaluator",
+    "LossOutput": "tfloop.engine.losses",
+    "RunConfig": "tfloop.engine.config",
+    "ConfigError": "tfloop.engine.errors",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -28,4 +28,4 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name):
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    raise AttributeError(f"module 'tfloop.engine' has no attribute {name!r}")

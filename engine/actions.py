@@ -33,11 +33,11 @@ from typing import Callable, Mapping, NamedTuple, Optional
 
 import tensorflow as tf
 
-from engine import checkpointing
-from engine.preemption import Preempted, StopRequest
-from engine.summaries import SummaryWriter
+from tfloop.engine import checkpointing
+from tfloop.engine.preemption import Preempted, StopRequest
+from tfloop.engine.summaries import SummaryWriter
 
-logger = logging.getLogger("engine")
+logger = logging.getLogger(__name__)
 
 #: A user's hook, as `engine.run.run(on_loop_end=...)` takes it.
 LoopHook = Callable[[int, dict], None]

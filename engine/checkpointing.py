@@ -22,9 +22,9 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
-from engine.errors import ConfigError
+from tfloop.engine.errors import ConfigError
 
-logger = logging.getLogger("engine")
+logger = logging.getLogger(__name__)
 
 
 def named_weights(model: Any) -> dict[str, tf.Variable]:

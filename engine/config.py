@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from engine.errors import ConfigError
+from tfloop.engine.errors import ConfigError
 
 MODES = ("train", "evaluate", "train_and_evaluate")
 SHARD_POLICIES = ("auto", "file", "data", "off")
@@ -148,8 +148,7 @@ class RunConfig:
                 raise ConfigError(f"--{name}={getattr(self, name)} must be 0 or more")
         # Imported here, not at the top: bin/train defines its flags from this
         # module before TensorFlow (which `collectives` imports) loads.
-        import collectives
-
+        from tfloop import collectives
         collectives.check_options(num_packs=self.num_packs, pack_bytes=self.pack_bytes,
                                   gradient_dtype=self.gradient_dtype)
         if self.eval_steps == 0 or self.eval_steps < -1:

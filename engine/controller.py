@@ -30,11 +30,11 @@ from typing import Optional, Sequence
 
 import tensorflow as tf
 
-from engine import checkpointing
-from engine.actions import Action, LoopEnd, crossed, next_multiple
-from engine.runner import AbstractEvaluator, AbstractTrainer, Metrics
+from tfloop.engine import checkpointing
+from tfloop.engine.actions import Action, LoopEnd, crossed, next_multiple
+from tfloop.engine.runner import AbstractEvaluator, AbstractTrainer, Metrics
 
-logger = logging.getLogger("engine")
+logger = logging.getLogger(__name__)
 
 # How often evaluate_continuously looks for a new checkpoint.
 _POLL_SECONDS = 0.5

@@ -15,8 +15,8 @@ from typing import Optional, Sequence
 
 import tensorflow as tf
 
-from collectives import device_names
-from engine.errors import ConfigError
+from tfloop.collectives import device_names
+from tfloop.engine.errors import ConfigError
 
 
 def parse_devices(spec: str) -> list[str]:

@@ -18,10 +18,10 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
-from engine.losses import LossFn, classification_loss
-from engine.replica_step import metric_names
-from engine.replica_sums import ReplicaSums
-from engine.runner import AbstractEvaluator, Metrics
+from tfloop.engine.losses import LossFn, classification_loss
+from tfloop.engine.replica_step import metric_names
+from tfloop.engine.replica_sums import ReplicaSums
+from tfloop.engine.runner import AbstractEvaluator, Metrics
 
 
 class Evaluator(AbstractEvaluator):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from engine import keras_bridge
-from engine.errors import ConfigError
+from tfloop.engine import keras_bridge
+from tfloop.engine.errors import ConfigError
 
 _OPTIMIZERS = {
     "sgd": lambda lr: keras.optimizers.SGD(learning_rate=lr),

@@ -25,15 +25,15 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
-import collectives
-import inputs
-import models
-from engine import devices, optimizers, strategies
-from engine.config import RunConfig
-from engine.errors import ConfigError
-from launch import tf_config
+from tfloop import collectives
+from tfloop import inputs
+from tfloop import models
+from tfloop.engine import devices, optimizers, strategies
+from tfloop.engine.config import RunConfig
+from tfloop.engine.errors import ConfigError
+from tfloop.launch import tf_config
 
-logger = logging.getLogger("engine")
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Iterator
 
 import keras
 
-from engine.config import PRECISIONS
+from tfloop.engine.config import PRECISIONS
 
 
 @contextlib.contextmanager

@@ -46,15 +46,15 @@ from typing import Any, Optional
 import keras
 import tensorflow as tf
 
-import inputs
-from engine.errors import ConfigError
-from engine.losses import LossFn, classification_loss
-from engine.replica_step import metric_names, replica_gradients
-from engine.replica_sums import EXAMPLES
-from engine.runner import AbstractTrainer, Metrics
-from launch import tf_config
+from tfloop import inputs
+from tfloop.engine.errors import ConfigError
+from tfloop.engine.losses import LossFn, classification_loss
+from tfloop.engine.replica_step import metric_names, replica_gradients
+from tfloop.engine.replica_sums import EXAMPLES
+from tfloop.engine.runner import AbstractTrainer, Metrics
+from tfloop.launch import tf_config
 
-logger = logging.getLogger("engine")
+logger = logging.getLogger(__name__)
 
 _HOW = ("start one with bin/launch --chief --num_workers=2 --num_ps=1 -- "
         "bin/train --strategy=parameter_server ...")

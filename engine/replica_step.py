@@ -18,7 +18,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from engine.losses import LossFn, LossOutput
+from tfloop.engine.losses import LossFn, LossOutput
 
 
 def per_replica_spec(element_spec: Any) -> Any:

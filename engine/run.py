@@ -29,19 +29,19 @@ from typing import Any, Callable, Optional
 import keras
 import tensorflow as tf
 
-import inputs
-import models
-from collectives import device_names
-from engine import actions, checkpointing, optimizers, precision, preemption
-from engine.config import RunConfig
-from engine.controller import Controller
-from engine.errors import ClusterFailure
-from engine.evaluator import Evaluator
-from engine.plan import Plan, make_plan
-from engine.losses import LossFn
-from engine.summaries import SummaryWriter
+from tfloop import inputs
+from tfloop import models
+from tfloop.collectives import device_names
+from tfloop.engine import actions, checkpointing, optimizers, precision, preemption
+from tfloop.engine.config import RunConfig
+from tfloop.engine.controller import Controller
+from tfloop.engine.errors import ClusterFailure
+from tfloop.engine.evaluator import Evaluator
+from tfloop.engine.plan import Plan, make_plan
+from tfloop.engine.losses import LossFn
+from tfloop.engine.summaries import SummaryWriter
 
-logger = logging.getLogger("engine")
+logger = logging.getLogger(__name__)
 
 #: Builds the model(s) inside `strategy.scope()`: (input_shape, num_classes) → model.
 ModelFn = Callable[[tuple, int], Any]

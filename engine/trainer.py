@@ -39,12 +39,12 @@ from typing import Any, Optional
 import keras
 import tensorflow as tf
 
-from collectives.interface import Collective
-from engine import keras_bridge
-from engine.losses import LossFn, classification_loss
-from engine.replica_step import metric_names, replica_gradients
-from engine.replica_sums import ReplicaSums
-from engine.runner import AbstractTrainer, Metrics
+from tfloop.collectives.interface import Collective
+from tfloop.engine import keras_bridge
+from tfloop.engine.losses import LossFn, classification_loss
+from tfloop.engine.replica_step import metric_names, replica_gradients
+from tfloop.engine.replica_sums import ReplicaSums
+from tfloop.engine.runner import AbstractTrainer, Metrics
 
 
 class Trainer(AbstractTrainer):

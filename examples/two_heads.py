@@ -13,13 +13,12 @@ Run it (four logical CPU replicas, synthetic digits)::
 
 from __future__ import annotations
 
-import os
 import sys
 
 import keras
 import tensorflow as tf
 
-from engine.losses import LossOutput
+from tfloop.engine.losses import LossOutput
 
 PARITY_WEIGHT = 0.5
 
@@ -54,11 +53,11 @@ def loss_fn(model, batch, *, training: bool) -> LossOutput:
 
 
 def main(model_dir: str) -> None:
-    from engine import cli  # noqa: F401  (quiet TensorFlow, readable logs)
-    from engine.config import RunConfig
-    from engine.run import run
+    from tfloop.engine.config import RunConfig
+    from tfloop.engine.logs import configure_logging
+    from tfloop.engine.run import run
 
-    cli._configure_logging()
+    configure_logging()  # progress lines on stdout, as bin/train prints them
     result = run(
         RunConfig(strategy="mirrored", devices="cpu:0,cpu:1,cpu:2,cpu:3", model_dir=model_dir,
                   train_steps=300, steps_per_loop=50, global_batch_size=128),
@@ -68,5 +67,4 @@ def main(model_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     main(sys.argv[1] if len(sys.argv) > 1 else "runs/two_heads")

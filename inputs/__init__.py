@@ -1,9 +1,9 @@
 """Input pipelines: datasets by name, and `tf.data` global-batch pipelines."""
 
-from inputs.errors import InputError
-from inputs.splits import Examples, ImageFiles, RecordFiles, Split, Splits
-from inputs.pipeline import eval_batches, resolve_shard_policy, train_batches
-from inputs.registry import available, load, register
+from tfloop.inputs.errors import InputError
+from tfloop.inputs.splits import Examples, ImageFiles, RecordFiles, Split, Splits
+from tfloop.inputs.pipeline import eval_batches, resolve_shard_policy, train_batches
+from tfloop.inputs.registry import available, load, register
 
 __all__ = [
     "Examples", "ImageFiles", "InputError", "RecordFiles", "Split", "Splits", "available",

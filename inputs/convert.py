@@ -21,11 +21,11 @@ from typing import Iterator
 
 import numpy as np
 
-from inputs import image_folder, registry, tfrecord
-from inputs.errors import InputError
-from inputs.splits import Examples, ImageFiles, Split, Splits
+from tfloop.inputs import image_folder, registry, tfrecord
+from tfloop.inputs.errors import InputError
+from tfloop.inputs.splits import Examples, ImageFiles, Split, Splits
 
-logger = logging.getLogger("engine")
+logger = logging.getLogger(__name__)
 
 
 def _check_output_dir(output_dir: str) -> str:

@@ -34,10 +34,10 @@ import os
 
 import numpy as np
 
-from inputs.errors import InputError
-from inputs.splits import ImageFiles, Splits
+from tfloop.inputs.errors import InputError
+from tfloop.inputs.splits import ImageFiles, Splits
 
-logger = logging.getLogger("engine")
+logger = logging.getLogger(__name__)
 
 EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
 EVAL_FOLDERS = ("validation", "eval")

@@ -11,8 +11,8 @@ import zipfile
 
 import numpy as np
 
-from inputs.errors import InputError
-from inputs.splits import Examples, Splits
+from tfloop.inputs.errors import InputError
+from tfloop.inputs.splits import Examples, Splits
 
 FILENAME = "mnist.npz"
 _KEYS = ("x_train", "y_train", "x_test", "y_test")

@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from inputs import image_folder, tfrecord
-from inputs.errors import InputError
-from inputs.splits import Examples, ImageFiles, RecordFiles, Split
+from tfloop.inputs import image_folder, tfrecord
+from tfloop.inputs.errors import InputError
+from tfloop.inputs.splits import Examples, ImageFiles, RecordFiles, Split
 
 _SHUFFLE_BUFFER = 16384
 _SHUFFLE_BYTES = 256 << 20  # memory bound of the record shuffle buffer

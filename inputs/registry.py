@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from inputs import image_folder, mnist, synthetic, tfrecord
-from inputs.errors import InputError
-from inputs.splits import Splits
+from tfloop.inputs import image_folder, mnist, synthetic, tfrecord
+from tfloop.inputs.errors import InputError
+from tfloop.inputs.splits import Splits
 
 Loader = Callable[..., Splits]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from inputs.splits import Examples, Splits
+from tfloop.inputs.splits import Examples, Splits
 
 NUM_CLASSES = 10
 SHAPE = (28, 28, 1)

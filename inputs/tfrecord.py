@@ -23,8 +23,8 @@ import os
 
 import numpy as np
 
-from inputs.errors import InputError
-from inputs.splits import Examples, RecordFiles, Splits
+from tfloop.inputs.errors import InputError
+from tfloop.inputs.splits import Examples, RecordFiles, Splits
 
 METADATA = "metadata.json"
 FORMAT = "tfloop.tfrecord"

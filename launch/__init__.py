@@ -9,7 +9,7 @@ Standard library only, so `bin/launch` starts at once and the engine can read
 its role before TensorFlow does.
 """
 
-from launch.launcher import LaunchConfig, Launcher, LaunchError
-from launch.tf_config import Role, TFConfigError
+from tfloop.launch.launcher import LaunchConfig, Launcher, LaunchError
+from tfloop.launch.tf_config import Role, TFConfigError
 
 __all__ = ["LaunchConfig", "LaunchError", "Launcher", "Role", "TFConfigError"]

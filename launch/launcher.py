@@ -46,7 +46,7 @@ import threading
 import time
 from typing import IO, Mapping, Sequence
 
-from launch.tf_config import (CHIEF, CLUSTER_JOBS, EVALUATOR, PS, WORKER, Role, cluster_spec,
+from tfloop.launch.tf_config import (CHIEF, CLUSTER_JOBS, EVALUATOR, PS, WORKER, Role, cluster_spec,
                               tf_config_for)
 
 #: Exit status when the evaluator outlives `evaluator_timeout_s` (as timeout(1)).

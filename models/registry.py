@@ -12,7 +12,7 @@ from typing import Callable
 
 import keras
 
-from models.errors import ModelError
+from tfloop.models.errors import ModelError
 
 ModelBuilder = Callable[..., keras.Model]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import keras
 
-from models.registry import register
+from tfloop.models.registry import register
 
 APPLICATIONS_MIN_SIZE = 32
 

@@ -12,7 +12,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pytest  # noqa: E402
 
-from engine import devices as engine_devices  # noqa: E402
+from tfloop.engine import devices as engine_devices  # noqa: E402
 
 NUM_LOGICAL_CPUS = 4
 

@@ -77,7 +77,7 @@ def write_tfrecord_dir(directory: str, *, num_shards: int = 4, num_train: int = 
 
     `--auto_shard_policy=file` over W workers needs num_shards >= W.
     """
-    from inputs import convert, synthetic
+    from tfloop.inputs import convert, synthetic
 
     splits = synthetic.load(seed=seed, num_train=num_train, num_eval=num_eval)
     return convert.write(splits, directory, num_shards=num_shards, source="synthetic")

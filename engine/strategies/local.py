@@ -6,10 +6,10 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from collectives import device_names
-from engine.errors import ConfigError
-from engine.strategies.registry import register
-from engine.strategies.spec import StrategySpec, wrapper_flags
+from tfloop.collectives import device_names
+from tfloop.engine.errors import ConfigError
+from tfloop.engine.strategies.registry import register
+from tfloop.engine.strategies.spec import StrategySpec, wrapper_flags
 
 
 @register

@@ -14,11 +14,11 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from collectives import device_names
-from engine import watchdog
-from engine.errors import ConfigError
-from engine.strategies.registry import register
-from engine.strategies.spec import NO_CLUSTER, StrategySpec, local_replicas_of_a_cluster_task
+from tfloop.collectives import device_names
+from tfloop.engine import watchdog
+from tfloop.engine.errors import ConfigError
+from tfloop.engine.strategies.registry import register
+from tfloop.engine.strategies.spec import NO_CLUSTER, StrategySpec, local_replicas_of_a_cluster_task
 
 _IMPLEMENTATIONS = {
     "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from engine import ps_trainer
-from engine.strategies.registry import register
-from engine.strategies.spec import NO_CLUSTER, ReducesItself, local_replicas_of_a_cluster_task
+from tfloop.engine import ps_trainer
+from tfloop.engine.strategies.registry import register
+from tfloop.engine.strategies.spec import NO_CLUSTER, ReducesItself, local_replicas_of_a_cluster_task
 
 
 @register

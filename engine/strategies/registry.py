@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.errors import ConfigError
+from tfloop.engine.errors import ConfigError
 
 _SPECS: dict = {}
 

@@ -25,12 +25,12 @@ from typing import Any, ClassVar, Optional, Sequence
 
 import tensorflow as tf
 
-import collectives
-import inputs
-from collectives import device_names
-from launch import tf_config
-from engine.errors import ConfigError
-from engine.trainer import Trainer
+from tfloop import collectives
+from tfloop import inputs
+from tfloop.collectives import device_names
+from tfloop.launch import tf_config
+from tfloop.engine.errors import ConfigError
+from tfloop.engine.trainer import Trainer
 
 #: The role of a process outside any TF_CONFIG cluster.
 NO_CLUSTER = tf_config.Role()

@@ -32,9 +32,9 @@ from urllib.parse import urlparse
 
 import tensorflow as tf
 
-from engine.errors import ConfigError
-from engine.strategies.registry import register
-from engine.strategies.spec import NO_CLUSTER, ReducesItself
+from tfloop.engine.errors import ConfigError
+from tfloop.engine.strategies.registry import register
+from tfloop.engine.strategies.spec import NO_CLUSTER, ReducesItself
 
 _FALLBACK = "use --strategy=mirrored (or one_device, central_storage) on this machine"
 _PROBE_S = 5.0

@@ -1,10 +1,10 @@
-"""bench.allreduce: the timed all-reduce loop really chains its all-reduces."""
+"""tfloop.bench.allreduce: the timed all-reduce loop really chains its all-reduces."""
 
 import numpy as np
 import tensorflow as tf
 
-import collectives
-from bench import allreduce
+from tfloop import collectives
+from tfloop.bench import allreduce
 
 
 def test_timed_loop_chains_one_all_reduce_per_iteration(cpu_devices):

@@ -8,8 +8,8 @@ import csv
 import json
 import pytest
 
-from bench import collectives as collective_bench
-from collectives import CollectiveError
+from tfloop.bench import collectives as collective_bench
+from tfloop.collectives import CollectiveError
 from helpers import assert_one_line_error, run_bin
 
 COLLECTIVES = ["ring", "hierarchical_copy", "reduce_to_one_device", "auto"]

@@ -1,8 +1,8 @@
-"""bench.report: tables and files read back (no timing involved)."""
+"""tfloop.bench.report: tables and files read back (no timing involved)."""
 
 import json
 
-from bench import report
+from tfloop.bench import report
 
 
 def _train_result(num_devices, median):

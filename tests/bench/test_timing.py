@@ -1,8 +1,8 @@
-"""bench.timing: the rotation both benchmarks share, and the interleaved sampler."""
+"""tfloop.bench.timing: the rotation both benchmarks share, and the interleaved sampler."""
 
 import pytest
 
-from bench import timing
+from tfloop.bench import timing
 
 
 def test_rotated_starts_each_round_one_later():

@@ -1,12 +1,12 @@
-"""bench.training and bench.sweep: what bin/bench_train refuses before timing
+"""tfloop.bench.training and bench.sweep: what bin/bench_train refuses before timing
 anything, and the arguments a device-count sweep passes on. The end-to-end run
 of the binary is tests/bin/test_bench_train.py."""
 
 import pytest
 
-from bench import sweep, training
-from bench.variants import VARIANTS
-from engine.errors import ConfigError
+from tfloop.bench import sweep, training
+from tfloop.bench.variants import VARIANTS
+from tfloop.engine.errors import ConfigError
 
 NAMES = dict(variants=VARIANTS, mixed_precision="float32", model="mlp", optimizer="adam")
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 import tensorflow as tf
 
-from engine import devices
+from tfloop.engine import devices
 
 from helpers import REPO, assert_one_line_error, run_bin, start_bin, wait_for_output, write_digits_npz
 

@@ -8,9 +8,7 @@ whole, as plug-ins written before that template do."""
 
 import tensorflow as tf
 
-import collectives
-
-
+from tfloop import collectives
 class AllToAllSum(collectives.Collective):
     """Every device adds up all replicas' copies itself (no tree, no ring)."""
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import collectives
-from collectives import registry
+from tfloop import collectives
+from tfloop.collectives import registry
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILTIN = ["auto", "hierarchical_copy", "nccl", "reduce_to_one_device", "ring", "strategy"]

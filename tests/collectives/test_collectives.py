@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import collectives
-from collectives import _values
-from collectives.base import CrossDeviceOpsCollective
+from tfloop import collectives
+from tfloop.collectives import _values
+from tfloop.collectives.base import CrossDeviceOpsCollective
 
 CPU_COLLECTIVES = ["ring", "hierarchical_copy", "reduce_to_one_device", "auto"]
 PACKING = [dict(), dict(num_packs=2), dict(pack_bytes=64)]
@@ -235,7 +235,7 @@ def test_nccl_configuration_without_a_gpu():
 
 
 def test_auto_picks_and_logs(cpu_devices, caplog):
-    with caplog.at_level("INFO", logger="collectives.auto"):
+    with caplog.at_level("INFO", logger="tfloop.collectives.auto"):
         auto = collectives.create("auto", devices=cpu_devices)
     assert auto.chosen is not None and auto.chosen.name != "nccl"
     assert any("auto picked" in r.getMessage() for r in caplog.records)

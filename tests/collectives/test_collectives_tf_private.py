@@ -10,7 +10,7 @@ import pathlib
 
 import tensorflow as tf
 
-from collectives import _tf_private
+from tfloop.collectives import _tf_private
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "collectives"
 

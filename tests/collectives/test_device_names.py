@@ -4,7 +4,7 @@ share."""
 
 import pytest
 
-from collectives import device_names
+from tfloop.collectives import device_names
 
 
 @pytest.mark.parametrize("item, name", [

@@ -7,8 +7,8 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 
-from engine.actions import Action, LoopEnd, Profile
-from engine.runner import AbstractEvaluator, AbstractTrainer
+from tfloop.engine.actions import Action, LoopEnd, Profile
+from tfloop.engine.runner import AbstractEvaluator, AbstractTrainer
 
 
 def step_variable(value: int = 0) -> tf.Variable:

@@ -11,9 +11,9 @@ import time
 import pytest
 import tensorflow as tf
 
-from engine import actions
-from engine.controller import Controller
-from engine.preemption import StopRequest
+from tfloop.engine import actions
+from tfloop.engine.controller import Controller
+from tfloop.engine.preemption import StopRequest
 from fakes import (FakeEvaluator, FakeTrainer, Recorder, RecordingProfile, RecordingWriter,
                    step_variable)
 

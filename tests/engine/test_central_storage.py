@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import models
-from engine import strategies
-from launch import tf_config
-from engine.errors import ConfigError
+from tfloop import models
+from tfloop.engine import strategies
+from tfloop.launch import tf_config
+from tfloop.engine.errors import ConfigError
 from test_distributed_equivalence import max_relative_difference, train_weights
 
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import inputs
-import models
-from engine.controller import Controller
-from engine.evaluator import Evaluator
+from tfloop import inputs
+from tfloop import models
+from tfloop.engine.controller import Controller
+from tfloop.engine.evaluator import Evaluator
 from fakes import FakeEvaluator, FakeTrainer, Recorder, step_variable
 
 

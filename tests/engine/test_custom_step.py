@@ -4,9 +4,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-import collectives
-import inputs
-from engine.trainer import Trainer
+from tfloop import collectives
+from tfloop import inputs
+from tfloop.engine.trainer import Trainer
 from examples import two_heads
 
 

@@ -3,10 +3,10 @@
 import pytest
 import tensorflow as tf
 
-import collectives
-from engine import devices, strategies
-from engine.config import RunConfig
-from engine.errors import ConfigError
+from tfloop import collectives
+from tfloop.engine import devices, strategies
+from tfloop.engine.config import RunConfig
+from tfloop.engine.errors import ConfigError
 
 
 def test_parse_devices_canonicalizes():

@@ -11,10 +11,10 @@ import keras
 import pytest
 import tensorflow as tf
 
-import collectives
-import inputs
-import models
-from engine.trainer import Trainer
+from tfloop import collectives
+from tfloop import inputs
+from tfloop import models
+from tfloop.engine.trainer import Trainer
 
 GLOBAL_BATCH = 64
 STEPS = 6

@@ -4,9 +4,9 @@ import numpy as np
 import keras
 import tensorflow as tf
 
-import inputs
-import models
-from engine.evaluator import Evaluator
+from tfloop import inputs
+from tfloop import models
+from tfloop.engine.evaluator import Evaluator
 
 
 def _evaluate(devices, examples, batch, steps=-1):

@@ -9,7 +9,7 @@ tests/engine/test_optimizers.py whether the fused updates still match).
 import keras
 import tensorflow as tf
 
-from engine import keras_bridge
+from tfloop.engine import keras_bridge
 
 
 def test_keras_optimizer_still_has_the_implicit_reduction_hook():

@@ -5,7 +5,7 @@ import keras
 import numpy as np
 import pytest
 
-from engine import optimizers
+from tfloop.engine import optimizers
 
 
 def _train(optimizer, steps=3):
@@ -35,8 +35,8 @@ def test_the_trainer_builds_the_optimizer_once(prebuilt):
     loss scale and step counter, unrestored)."""
     import tensorflow as tf
 
-    import collectives
-    from engine.trainer import Trainer
+    from tfloop import collectives
+    from tfloop.engine.trainer import Trainer
 
     strategy = tf.distribute.get_strategy()
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])

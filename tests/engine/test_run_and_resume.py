@@ -7,8 +7,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from engine.config import RunConfig
-from engine.run import run
+from tfloop.engine.config import RunConfig
+from tfloop.engine.run import run
 
 
 def _config(model_dir, **overrides):

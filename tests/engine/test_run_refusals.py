@@ -10,11 +10,11 @@ checked once, through `bin/train` in a subprocess (tests/bin/test_train_cli.py).
 
 import pytest
 
-from engine.config import RunConfig
-from engine.errors import ConfigError
-from engine.run import run
-from inputs import InputError
-from models import ModelError
+from tfloop.engine.config import RunConfig
+from tfloop.engine.errors import ConfigError
+from tfloop.engine.run import run
+from tfloop.inputs import InputError
+from tfloop.models import ModelError
 
 SMALL = dict(train_steps=20, steps_per_loop=10, global_batch_size=32)
 

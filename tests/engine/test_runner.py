@@ -2,10 +2,10 @@
 
 import pytest
 
-from engine.evaluator import Evaluator
-from engine.ps_trainer import ParameterServerTrainer
-from engine.runner import AbstractEvaluator, AbstractTrainer
-from engine.trainer import Trainer
+from tfloop.engine.evaluator import Evaluator
+from tfloop.engine.ps_trainer import ParameterServerTrainer
+from tfloop.engine.runner import AbstractEvaluator, AbstractTrainer
+from tfloop.engine.trainer import Trainer
 
 
 def test_the_engines_runners_declare_the_contract():

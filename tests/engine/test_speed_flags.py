@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import collectives
-import inputs
-import models
-from engine import precision
-from engine.config import RunConfig
-from engine.errors import ConfigError
-from engine.run import run
-from engine.trainer import Trainer
+from tfloop import collectives
+from tfloop import inputs
+from tfloop import models
+from tfloop.engine import precision
+from tfloop.engine.config import RunConfig
+from tfloop.engine.errors import ConfigError
+from tfloop.engine.run import run
+from tfloop.engine.trainer import Trainer
 
 GLOBAL_BATCH = 64
 

@@ -7,9 +7,9 @@ import signal
 import pytest
 import tensorflow as tf
 
-from engine.actions import StopOnSignal
-from engine.controller import Controller
-from engine.preemption import Preempted, StopRequest
+from tfloop.engine.actions import StopOnSignal
+from tfloop.engine.controller import Controller
+from tfloop.engine.preemption import Preempted, StopRequest
 from fakes import FakeTrainer, step_variable
 
 

@@ -5,10 +5,10 @@ import socket
 
 import pytest
 
-from engine.plan import make_plan
-from engine.strategies import tpu
-from engine.config import RunConfig
-from engine.errors import ConfigError
+from tfloop.engine.plan import make_plan
+from tfloop.engine.strategies import tpu
+from tfloop.engine.config import RunConfig
+from tfloop.engine.errors import ConfigError
 from helpers import assert_one_line_error, run_bin
 
 _PS_CLUSTER = {"chief": ["localhost:1"], "worker": ["localhost:2"], "ps": ["localhost:3"]}

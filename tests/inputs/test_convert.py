@@ -8,7 +8,7 @@ import os
 import pytest
 
 from helpers import assert_one_line_error, run_bin, write_tfrecord_dir
-from inputs import InputError, convert, synthetic
+from tfloop.inputs import InputError, convert, synthetic
 
 
 @pytest.fixture(scope="module")

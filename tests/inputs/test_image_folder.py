@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import inputs
+from tfloop import inputs
 from helpers import write_image_folder
-from inputs import InputError, convert, image_folder, tfrecord
+from tfloop.inputs import InputError, convert, image_folder, tfrecord
 
 
 def test_labels_come_from_sorted_class_folders_and_a_fixed_eval_fraction(tmp_path):

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import inputs
-from engine.config import RunConfig
-from engine.run import run
-from inputs import InputError, convert, synthetic, tfrecord
+from tfloop import inputs
+from tfloop.engine.config import RunConfig
+from tfloop.engine.run import run
+from tfloop.inputs import InputError, convert, synthetic, tfrecord
 from helpers import write_tfrecord_dir
 
 

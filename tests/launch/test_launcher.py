@@ -19,9 +19,9 @@ import time
 
 import pytest
 
-from launch import launcher, tf_config
-from launch.launcher import LaunchConfig, LaunchError
-from launch.tf_config import Role
+from tfloop.launch import launcher, tf_config
+from tfloop.launch.launcher import LaunchConfig, LaunchError
+from tfloop.launch.tf_config import Role
 from tests.helpers import REPO, assert_one_line_error, run_bin
 
 _PREAMBLE = """\

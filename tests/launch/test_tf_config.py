@@ -1,4 +1,4 @@
-"""launch.tf_config: TF_CONFIG mistakes are one line each, both chief conventions are
+"""tfloop.launch.tf_config: TF_CONFIG mistakes are one line each, both chief conventions are
 understood, and what the launcher writes is what the engine reads."""
 
 import json
@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from launch import TFConfigError, tf_config
-from launch.tf_config import Role
+from tfloop.launch import TFConfigError, tf_config
+from tfloop.launch.tf_config import Role
 
 WORKERS = {"worker": ["localhost:1001", "localhost:1002"]}
 

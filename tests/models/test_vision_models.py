@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-import models
-from engine import checkpointing
-from engine.config import RunConfig
-from engine.run import run
-from models import ModelError
+from tfloop import models
+from tfloop.engine import checkpointing
+from tfloop.engine.config import RunConfig
+from tfloop.engine.run import run
+from tfloop.models import ModelError
 from helpers import write_image_folder
 
 

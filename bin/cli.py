@@ -1,8 +1,8 @@
 """What every binary in `bin/` shares: quiet TensorFlow, readable logs, and
 user mistakes reported as one line instead of a traceback.
 
-Kept free of flags (those live in `bin/`); a binary calls `cli.run(main)`
-instead of `absl.app.run(main)`.
+A binary calls `cli.run(main)` instead of `absl.app.run(main)`. The flags
+themselves are in the binaries and `bin/flag_defs.py`.
 """
 
 from __future__ import annotations
@@ -17,49 +17,14 @@ from typing import Callable, Optional
 # brings it back.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-
-def _reexec_in_project_venv() -> None:
-    """Run by a Python without the dependencies (`bin/train` from a plain shell):
-    hand over to the project's .venv, which `./dev` creates, if there is one."""
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    venv_python = os.path.join(repo, ".venv", "bin", "python")
-    if os.path.exists(venv_python) and os.path.realpath(sys.prefix) != os.path.realpath(
-        os.path.join(repo, ".venv")
-    ):
-        os.execv(venv_python, [venv_python, *sys.argv])
-    print(
-        f"{os.path.basename(sys.argv[0])}: error: TensorFlow and absl-py are not installed "
-        "for this Python; run ./dev train once (it creates .venv), or pip install -e .",
-        file=sys.stderr,
-    )
-    sys.exit(2)
-
-
-try:
-    import absl  # noqa: F401
-except ImportError:
-    _reexec_in_project_venv()
-
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
-from absl import logging as absl_logging  # noqa: E402
+
+from tfloop.engine import logs  # noqa: E402  (imports no TensorFlow)
 
 EXIT_FAILURE = 1  # the run failed, e.g. a multi-worker peer was lost
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
-
-
-def _configure_logging() -> None:
-    # absl.app turns INFO on for everything, TensorFlow's per-op chatter included.
-    absl_logging.set_verbosity(absl_logging.WARNING)
-    logging.getLogger("tensorflow").setLevel(logging.WARNING)
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(logging.Formatter("%(asctime)s  %(message)s", datefmt="%H:%M:%S"))
-    for name in ("engine", "collectives"):
-        log = logging.getLogger(name)
-        log.handlers[:] = [handler]
-        log.setLevel(logging.INFO)
-        log.propagate = False
 
 
 def user_error_types() -> tuple[type[Exception], ...]:
@@ -67,11 +32,11 @@ def user_error_types() -> tuple[type[Exception], ...]:
 
     Imports TensorFlow (through `collectives`), hence only after flag parsing.
     """
-    from collectives import CollectiveError
-    from engine.errors import ConfigError
-    from inputs import InputError
-    from launch import TFConfigError
-    from models import ModelError
+    from tfloop.collectives import CollectiveError
+    from tfloop.engine.errors import ConfigError
+    from tfloop.inputs import InputError
+    from tfloop.launch import TFConfigError
+    from tfloop.models import ModelError
 
     return (ConfigError, CollectiveError, InputError, ModelError, TFConfigError)
 
@@ -123,12 +88,12 @@ def run(
         return [argv[0], *command]
 
     def guarded(argv: list[str]) -> Optional[int]:
-        _configure_logging()
+        logs.configure_logging()
         errors, preempted, failures = user_errors, (), ()
         if errors is None:  # these import TensorFlow: only after flag parsing
             errors = user_error_types()
-            from engine.errors import ClusterFailure
-            from engine.preemption import Preempted
+            from tfloop.engine.errors import ClusterFailure
+            from tfloop.engine.preemption import Preempted
 
             preempted, failures = (Preempted,), (ClusterFailure,)
         try:

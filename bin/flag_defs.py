@@ -1,0 +1,45 @@
+"""Flags written once, for every binary that takes them.
+
+A flag that sets a `RunConfig` field takes its default and help from the field
+(`engine.config.option`), so `bin/train`, `bin/bench_train` and
+`bin/bench_collectives` cannot drift apart on `--devices`, `--seed` or
+`--intra_op_threads`. A binary may give another default where its job differs
+(the benchmarks default to four logical CPUs) and add a sentence to the help.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable, Mapping, Optional
+
+from absl import flags
+
+from tfloop.engine.config import RunConfig  # imports no TensorFlow
+
+_DEFINE = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float,
+           str: flags.DEFINE_string}
+
+
+def define_run_flags(names: Optional[Iterable[str]] = None, *,
+                     defaults: Mapping[str, object] = {},
+                     extra_help: Mapping[str, str] = {}) -> list[str]:
+    """Defines `--<field>` for the named `RunConfig` fields (all when None);
+    returns the names defined."""
+    fields = {field.name: field for field in dataclasses.fields(RunConfig)}
+    names = list(fields) if names is None else list(names)
+    for name in names:
+        field = fields[name]
+        help_text = field.metadata["help"]
+        if name in extra_help:
+            help_text = f"{help_text} {extra_help[name]}"
+        _DEFINE[type(field.default)](name, defaults.get(name, field.default), help_text)
+    return names
+
+
+def run_flag_values(names: Iterable[str]) -> dict:
+    """`{name: value}` of flags defined by `define_run_flags`, after parsing."""
+    return {name: flags.FLAGS[name].value for name in names}
+
+
+def define_output_dir(default: str, what: str) -> None:
+    flags.DEFINE_string("output_dir", default, f"Where {what} go.")
