@@ -9,7 +9,7 @@ checkpoint left off::
             checkpoint or eval boundary, or what a train action asks for
         metrics = trainer.train(n)                 # one tf.function call
         run the train actions (progress, summaries, profiler, stop request, hooks)
-        _maybe_save_checkpoint(); _maybe_evaluate()
+        save a checkpoint / evaluate if this loop crossed their interval
     save the final checkpoint; evaluate (with eval_interval)
 
 Loops are cut at every boundary, so checkpoints land exactly on multiples of

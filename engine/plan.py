@@ -25,9 +25,8 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
-from tfloop import collectives
-from tfloop import inputs
-from tfloop import models
+from tfloop import collectives, inputs, models
+from tfloop.collectives import device_names
 from tfloop.engine import devices, optimizers, strategies
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
@@ -69,9 +68,17 @@ class Plan:
     connection: Any = None
     intra_op_threads: Optional[int] = None
 
-    @property
-    def strategy_name(self) -> str:
-        return "evaluator" if self.role.is_evaluator else self.spec.name
+    def describe(self, num_replicas: int) -> str:
+        """The start-up line: who runs what, on which devices, reduced how."""
+        batch = self.config.global_batch_size
+        return "".join([
+            f"{self.role.name}: " if self.role.in_cluster else "",
+            "evaluator" if self.role.is_evaluator else self.spec.name,
+            f" over {num_replicas} replica(s) [{device_names.short_list(self.devices)}], ",
+            f"collective {self.collective.describe() if self.collective else 'none'}, ",
+            f"global batch {batch} ({batch // num_replicas} per replica)",
+            f", {self.intra_op_threads} intra-op thread(s) per op" if self.intra_op_threads else "",
+        ])
 
 
 def make_plan(config: RunConfig, *, custom_model: bool = False) -> Plan:

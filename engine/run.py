@@ -19,7 +19,6 @@ here asks for a strategy by name.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -29,10 +28,8 @@ from typing import Any, Callable, Optional
 import keras
 import tensorflow as tf
 
-from tfloop import inputs
-from tfloop import models
-from tfloop.collectives import device_names
-from tfloop.engine import actions, checkpointing, optimizers, precision, preemption
+from tfloop import inputs, models
+from tfloop.engine import actions, checkpointing, optimizers, precision, preemption, run_record
 from tfloop.engine.config import RunConfig
 from tfloop.engine.controller import Controller
 from tfloop.engine.errors import ClusterFailure
@@ -106,16 +103,9 @@ def run(
 
 
 def _build_strategy(plan: Plan) -> tf.distribute.Strategy:
-    config = plan.config
-    strategy = plan.spec.build(plan.devices, config=config, role=plan.role,
+    strategy = plan.spec.build(plan.devices, config=plan.config, role=plan.role,
                                connection=plan.connection)
-    logger.info(
-        "%s%s over %d replica(s) [%s], collective %s, global batch %d (%d per replica)%s",
-        f"{plan.role.name}: " if plan.role.in_cluster else "", plan.strategy_name,
-        strategy.num_replicas_in_sync, device_names.short_list(plan.devices),
-        plan.collective.describe() if plan.collective else "none", config.global_batch_size,
-        config.global_batch_size // strategy.num_replicas_in_sync,
-        f", {plan.intra_op_threads} intra-op thread(s) per op" if plan.intra_op_threads else "")
+    logger.info(plan.describe(strategy.num_replicas_in_sync))
     return strategy
 
 
@@ -193,11 +183,11 @@ def _run_controller(plan: Plan, strategy, global_step, trainer, evaluator, manag
         for writer in (train_summaries, eval_summaries):
             if writer is not None:
                 writer.close()
-        summary = _run_summary(plan, controller, strategy, restored=restored,
-                               start_step=start_step, interrupted=interrupted,
-                               wall_seconds=time.time() - began)
+        summary = run_record.summarize(
+            plan, controller, num_replicas=strategy.num_replicas_in_sync, restored=restored,
+            start_step=start_step, interrupted=interrupted, wall_seconds=time.time() - began)
         if role.is_chief:
-            _write_metrics(config.metrics_path, summary)
+            run_record.write(config.metrics_path, summary)
     return summary
 
 
@@ -214,35 +204,6 @@ def _train_or_evaluate(plan: Plan, controller: Controller, start_step: int) -> N
         eval_interval=(config.eval_interval or config.train_steps)
         if plan.mode == "train_and_evaluate" else 0,
         eval_steps=config.eval_steps)
-
-
-def _run_summary(plan: Plan, controller: Controller, strategy, *, restored, start_step,
-                 interrupted: bool, wall_seconds: float) -> dict:
-    """What metrics.json holds."""
-    summary = {
-        "step": controller.step,
-        "start_step": start_step,
-        "resumed_from": restored,
-        "mode": plan.mode,
-        "interrupted": interrupted,
-        "examples_per_second": round(
-            controller.steps_per_second * plan.config.global_batch_size, 1),
-        "num_replicas": strategy.num_replicas_in_sync,
-        "collective": plan.collective.describe(),
-        "wall_seconds": round(wall_seconds, 2),
-        "config": plan.config.as_dict(),
-    }
-    summary.update({f"train/{k}": v for k, v in controller.last_train_metrics.items()})
-    summary.update({f"eval/{k}": v for k, v in controller.last_eval_metrics.items()})
-    return summary
-
-
-def _write_metrics(path: str, payload: dict) -> None:
-    temporary = path + ".tmp"
-    with open(temporary, "w") as f:
-        json.dump(payload, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(temporary, path)
 
 
 def evaluate_each_checkpoint(

@@ -203,7 +203,7 @@ def test_register_misuse(monkeypatch):
     with pytest.raises(collectives.CollectiveError) as raised:
         collectives.register("ring")(type("Other", (collectives.Collective,), {
             "batch_all_reduce": lambda self, v, d: list(v)}))
-    assert "the name is taken by collectives.ring.Ring; pick another name" in str(raised.value)
+    assert "the name is taken by tfloop.collectives.ring.Ring; pick another name" in str(raised.value)
     with pytest.raises(collectives.CollectiveError) as raised:
         collectives.register("not a name")
     assert "must be an identifier" in str(raised.value)

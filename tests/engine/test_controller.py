@@ -58,7 +58,7 @@ def test_no_new_checkpoint_within_the_timeout_stops_with_one_line(tmp_path, capl
     evaluator = FakeEvaluator(step)
     controller = Controller(global_step=step, evaluator=evaluator,
                             checkpoint_manager=_watch(tmp_path, global_step=step))
-    with caplog.at_level(logging.INFO, logger="engine"):
+    with caplog.at_level(logging.INFO, logger="tfloop"):
         metrics = controller.evaluate_continuously(timeout=1, last_step=10)
     assert evaluator.evaluated == [5]
     assert metrics["loss"] == 5.0

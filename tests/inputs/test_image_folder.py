@@ -70,7 +70,7 @@ def test_unreadable_files_are_skipped_with_a_logged_count(tmp_path, caplog):
             f.write(data)
     with open(os.path.join(root, "dogs", "notes.txt"), "w") as f:
         f.write("not an image name: ignored, not counted")
-    with caplog.at_level(logging.WARNING, logger="engine"):
+    with caplog.at_level(logging.WARNING, logger="tfloop"):
         splits = inputs.load("image_folder", data_dir=root, image_size=8, eval_fraction=0)
     assert len(splits.train) == 4
     assert sorted(os.path.basename(p) for p in image_folder.scan(root).skipped) == sorted(bad)
