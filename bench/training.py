@@ -145,6 +145,7 @@ def train_flops_per_example(model: keras.Model, input_shape: Sequence[int]) -> f
 
 def _collective(config: TrainBenchConfig):
     from tfloop import collectives
+
     return collectives.create(config.collective, devices=list(config.devices))
 
 
@@ -163,6 +164,7 @@ def baseline_strategy(config: TrainBenchConfig) -> tf.distribute.Strategy:
 
 def _train_dataset(config: TrainBenchConfig):
     from tfloop import inputs
+
     splits = inputs.load(config.dataset, seed=config.seed)
     return splits, inputs.train_batches(splits.train, global_batch_size=config.global_batch_size,
                                         seed=config.seed)
@@ -343,6 +345,7 @@ def run(config: TrainBenchConfig, *, progress: Progress = print) -> TrainBenchRe
     """Times every variant in `config.variants`; writes JSON and prints the table."""
     from tfloop import inputs
     from tfloop import models
+
     tf.get_logger().setLevel("ERROR")
     splits = inputs.load(config.dataset, seed=config.seed)
     flops = train_flops_per_example(

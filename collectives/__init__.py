@@ -1,6 +1,7 @@
 """Gradient all-reduce implementations behind one interface and one registry.
 
     from tfloop import collectives
+
     collective = collectives.create("ring", devices=["/cpu:0", "/cpu:1"])
     reduced = collective.batch_all_reduce(per_replica_grads, variables)
 

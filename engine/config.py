@@ -149,6 +149,7 @@ class RunConfig:
         # Imported here, not at the top: bin/train defines its flags from this
         # module before TensorFlow (which `collectives` imports) loads.
         from tfloop import collectives
+
         collectives.check_options(num_packs=self.num_packs, pack_bytes=self.pack_bytes,
                                   gradient_dtype=self.gradient_dtype)
         if self.eval_steps == 0 or self.eval_steps < -1:

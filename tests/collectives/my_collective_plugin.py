@@ -9,6 +9,18 @@ whole, as plug-ins written before that template do."""
 import tensorflow as tf
 
 from tfloop import collectives
+
+
+def _sum_on_every_device(value):
+    """A PerReplica value's sum, computed on (and mirrored onto) every replica's device."""
+    parts = collectives.components(value)
+    sums = []
+    for part in parts:
+        with tf.device(part.device):
+            sums.append(tf.add_n(list(parts)))
+    return collectives.mirrored(sums)
+
+
 class AllToAllSum(collectives.Collective):
     """Every device adds up all replicas' copies itself (no tree, no ring)."""
 
@@ -16,30 +28,14 @@ class AllToAllSum(collectives.Collective):
         values = list(values)
         if not values or not collectives.is_distributed(values[0]):
             return values  # one replica: nothing to sum
-        reduced = []
-        for value in values:
-            parts = collectives.components(value)
-            sums = []
-            for part in parts:
-                with tf.device(part.device):
-                    sums.append(tf.add_n(list(parts)))
-            reduced.append(collectives.mirrored(sums))
-        return reduced
+        return [_sum_on_every_device(value) for value in values]
 
 
 class TemplateAllToAllSum(collectives.Collective):
     """`AllToAllSum` on the template: only the sum of distributed values."""
 
     def _sum_replicas(self, values, destinations):
-        reduced = []
-        for value in values:
-            parts = collectives.components(value)
-            sums = []
-            for part in parts:
-                with tf.device(part.device):
-                    sums.append(tf.add_n(list(parts)))
-            reduced.append(collectives.mirrored(sums))
-        return reduced
+        return [_sum_on_every_device(value) for value in values]
 
 
 class WithNativePacking(AllToAllSum):

@@ -4,6 +4,8 @@
 import pytest
 
 from tfloop import collectives
+
+
 def test_valid_options_come_back_normalized():
     assert collectives.check_options() == (0, 0, "float32")
     assert collectives.check_options(num_packs=None, pack_bytes=None) == (0, 0, "float32")
