@@ -18,6 +18,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from tfloop.engine.errors import ConfigError
 from tfloop.engine.losses import LossFn, LossOutput
 
 
@@ -29,14 +30,47 @@ def per_replica_spec(element_spec: Any) -> Any:
 
 
 def metric_names(loss_fn: LossFn, model: Any, element_spec: Any) -> list[str]:
-    """Traces `loss_fn` once symbolically to learn which metrics it reports.
+    """Traces `loss_fn` once symbolically to learn which metrics it reports,
+    and checks there that it keeps the `LossOutput` contract.
 
     The running sums must exist before the compiled loop is traced, and the
     names are only known from the user's function.
     """
-    probe = tf.function(lambda batch: loss_fn(model, batch, training=False).metrics)
-    outputs = probe.get_concrete_function(per_replica_spec(element_spec)).structured_outputs
-    return sorted(outputs)
+    def probe(batch):
+        output = loss_fn(model, batch, training=False)
+        return output.per_example_loss, dict(output.metrics)
+
+    per_example_loss, metrics = tf.function(probe).get_concrete_function(
+        per_replica_spec(element_spec)).structured_outputs
+    check_per_example("per_example_loss", per_example_loss)
+    for name, value in metrics.items():
+        check_per_example(f"metrics[{name!r}]", value)
+    return sorted(metrics)
+
+
+def check_per_example(name: str, value: Any) -> None:
+    """Refuses a loss-function output that is not one value per example.
+
+    Traced with the batch dimension open, a per-example value has shape
+    `(None,)`. A scalar is the tutorials' mean, which the engine would divide
+    by the global batch a second time; `(None, None)` is almost always a
+    broadcasting slip, `(batch, 1)` against `(batch,)`, which trains on
+    garbage and reports an accuracy above 1.
+    """
+    shape = value.shape
+    if shape.rank == 1 and shape[0] is None:
+        return
+    if shape.rank == 0:
+        fix = ("return one value per example, not their mean: the engine divides their sum "
+               "by the global batch (tf.nn.compute_average_loss)")
+    elif shape.rank is not None and shape.rank > 1:
+        fix = ("a (batch, 1) tensor against a (batch,) one broadcasts to (batch, batch): "
+               "squeeze the trailing 1 (tf.squeeze(x, -1)) before combining them")
+    else:
+        fix = "return one value per example of the replica's batch"
+    shown = "unknown" if shape.rank is None else "({})".format(
+        ", ".join("batch" if d is None else str(d) for d in shape.as_list()))
+    raise ConfigError(f"loss_fn's {name} has shape {shown}, not (batch,); {fix}")
 
 
 def replica_gradients(loss_fn: LossFn, model: Any, batch: Any, variables: list, *,

@@ -2,10 +2,15 @@
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tfloop import collectives
 from tfloop import inputs
+from tfloop.engine.config import RunConfig
+from tfloop.engine.errors import ConfigError
+from tfloop.engine.losses import LossOutput, classification_loss
+from tfloop.engine.run import run
 from tfloop.engine.trainer import Trainer
 from examples import two_heads
 
@@ -50,3 +55,41 @@ def test_custom_step_on_four_replicas_matches_one_device(cpu_devices):
         weights.append([v.numpy() for v in model.trainable_variables])
     for one, four in zip(*weights):
         assert np.max(np.abs(one - four)) / np.max(np.abs(one)) < 1e-5
+
+
+def _broadcasting_loss(model, batch, *, training):
+    images, labels = batch
+    logits = model(images, training=training)
+    targets = tf.cast(labels, tf.float32)[:, None]              # (batch, 1)
+    predicted = tf.cast(tf.argmax(logits, -1), tf.float32)      # (batch,)
+    return LossOutput(per_example_loss=tf.square(targets - predicted))  # (batch, batch)
+
+
+def _mean_loss(model, batch, *, training):
+    images, labels = batch
+    logits = model(images, training=training)
+    return LossOutput(per_example_loss=tf.reduce_mean(
+        keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)))
+
+
+def _broadcasting_metric(model, batch, *, training):
+    output = classification_loss(model, batch, training=training)
+    correct = output.metrics["accuracy"]
+    return LossOutput(per_example_loss=output.per_example_loss,
+                      metrics={"accuracy": correct[:, None] * correct})
+
+
+@pytest.mark.parametrize("loss_fn, says", [
+    (_broadcasting_loss, "per_example_loss has shape (batch, batch), not (batch,); "
+                         "a (batch, 1) tensor against a (batch,) one broadcasts"),
+    (_mean_loss, "per_example_loss has shape (), not (batch,); return one value per example, "
+                 "not their mean"),
+    (_broadcasting_metric, "metrics['accuracy'] has shape (batch, batch)"),
+])
+def test_a_loss_function_that_breaks_the_contract_is_one_line(tmp_path, loss_fn, says):
+    model_dir = tmp_path / "run"
+    with pytest.raises(ConfigError) as error:
+        run(RunConfig(strategy="mirrored", devices="cpu:0,cpu:1", global_batch_size=32,
+                      train_steps=2, model_dir=str(model_dir)), loss_fn=loss_fn)
+    assert says in str(error.value) and "\n" not in str(error.value)
+    assert not model_dir.exists()
