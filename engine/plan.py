@@ -145,6 +145,9 @@ def _load_data(config: RunConfig, custom_model: bool) -> inputs.Splits:
                          image_size=config.image_size, eval_fraction=config.eval_fraction)
     if not custom_model:
         models.check(config.model, splits.input_shape)  # e.g. mobilenet_v2 needs >= 32x32
+    logger.info("dataset %s: %s to train on, %s", config.dataset, _describe_split(splits.train),
+                f"{_describe_split(splits.eval)} to evaluate" if splits.eval is not None
+                else "no eval split")
     return splits
 
 

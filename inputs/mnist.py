@@ -1,11 +1,13 @@
 """MNIST from a local `mnist.npz` in the Keras layout (no download, ever).
 
 The file holds `x_train (N, 28, 28) uint8, y_train (N,), x_test, y_test`, as
-written by `keras.datasets.mnist.load_data()`'s cache or `np.savez`.
+written by `keras.datasets.mnist.load_data()`'s cache or `np.savez`. Float
+pixels in [0, 1] (a preprocessed copy) are scaled back to 0..255.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import zipfile
 
@@ -14,8 +16,31 @@ import numpy as np
 from tfloop.inputs.errors import InputError
 from tfloop.inputs.splits import Examples, Splits
 
+logger = logging.getLogger(__name__)
+
 FILENAME = "mnist.npz"
 _KEYS = ("x_train", "y_train", "x_test", "y_test")
+
+
+def _as_uint8(path: str, name: str, x: np.ndarray) -> np.ndarray:
+    """Pixels as uint8 0..255, the one layout the pipeline reads (it divides by 255).
+
+    Float pixels in [0, 1] (how the multi-worker tutorial preprocesses MNIST)
+    are scaled, not truncated: a plain cast would turn them into 0s and 1s.
+    """
+    if np.issubdtype(x.dtype, np.floating):
+        bad = int(np.count_nonzero(~np.isfinite(x)))
+        if bad:
+            raise InputError(f"{path}: {name} holds {bad} NaN or infinite pixel(s); "
+                             "fix or drop those images")
+    low, high = float(x.min()), float(x.max())
+    if low < 0 or high > 255:
+        raise InputError(f"{path}: {name} pixels lie in {low:g}..{high:g}; write them as "
+                         "0..255 (uint8) or as floats in [0, 1]")
+    if np.issubdtype(x.dtype, np.floating) and high <= 1.0:
+        logger.info("%s: %s holds float pixels in [0, 1]; scaling them to 0..255", path, name)
+        return np.round(x * 255.0).astype(np.uint8)
+    return np.round(x).astype(np.uint8)
 
 
 def _examples(path: str, x: np.ndarray, y: np.ndarray, split: str) -> Examples:
@@ -29,9 +54,7 @@ def _examples(path: str, x: np.ndarray, y: np.ndarray, split: str) -> Examples:
     if not np.issubdtype(y.dtype, np.integer):
         raise InputError(f"{path}: y_{split} must hold integer labels, found {y.dtype}")
     if x.dtype != np.uint8:
-        if x.min() < 0 or x.max() > 255:
-            raise InputError(f"{path}: x_{split} pixels must lie in 0..255 (uint8)")
-        x = x.astype(np.uint8)
+        x = _as_uint8(path, f"x_{split}", x)
     return Examples(x=np.ascontiguousarray(x), y=y.astype(np.int64))
 
 
