@@ -76,7 +76,8 @@ def worker_save_dir(model_dir: str, role_name: str) -> str:
     start of the same task of the same run: the name carries the task and a
     digest of `model_dir`, and one task of one run cannot run twice at once.
     """
-    digest = hashlib.sha1(os.path.abspath(model_dir).encode()).hexdigest()[:10]
+    where = model_dir if "://" in model_dir else os.path.abspath(model_dir)
+    digest = hashlib.sha1(where.encode()).hexdigest()[:10]
     prefix = f"tfloop-{role_name.replace(':', '')}-{digest}-"
     for stale in glob.glob(os.path.join(tempfile.gettempdir(), prefix + "*")):
         logger.info("removing %s, left by an earlier %s of this run", stale, role_name)

@@ -109,7 +109,8 @@ def make_plan(config: RunConfig, *, custom_model: bool = False) -> Plan:
     check_model_dir(config.model_dir)
     if role.in_cluster and not role.is_evaluator:
         tf_config.check_port_free(role)
-    latest = tf.train.latest_checkpoint(config.model_dir) if os.path.isdir(config.model_dir) else None
+    latest = (tf.train.latest_checkpoint(config.model_dir)
+              if tf.io.gfile.isdir(config.model_dir) else None)
     if mode == "evaluate" and not latest:
         raise ConfigError(
             f"--mode=evaluate found no checkpoint in --model_dir={config.model_dir}; "
@@ -168,7 +169,15 @@ def _resolve_mode(config: RunConfig, has_eval: bool, role: tf_config.Role) -> st
 
 
 def check_model_dir(path: str) -> None:
-    """Refuses a `model_dir` that cannot be written, before anything is created."""
+    """Refuses a `model_dir` that cannot be written, before anything is created.
+
+    A URL (`gs://...`, `ram://...`: any filesystem TensorFlow has registered)
+    is only checked for being a file; writability shows at the first save.
+    """
+    if "://" in path:
+        if tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path):
+            raise ConfigError(f"--model_dir={path} is a file; name a directory")
+        return
     path = os.path.abspath(path)
     if os.path.exists(path) and not os.path.isdir(path):
         raise ConfigError(f"--model_dir={path} is a file; name a directory")

@@ -20,7 +20,6 @@ here asks for a strategy by name.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import time
 from typing import Any, Callable, Optional
@@ -148,7 +147,7 @@ def _run_controller(plan: Plan, strategy, global_step, trainer, evaluator, manag
     however the run ends."""
     config, role = plan.config, plan.role
     if role.is_chief:
-        os.makedirs(config.model_dir, exist_ok=True)
+        tf.io.gfile.makedirs(config.model_dir)
     train_summaries = SummaryWriter(config.train_summary_dir) if role.is_chief else None
     eval_summaries = SummaryWriter(config.eval_summary_dir) if role.is_chief else None
     stop_request = preemption.StopRequest(

@@ -7,8 +7,9 @@ interrupted, or failed), atomically: a reader never sees half a file.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any, Optional
+
+import tensorflow as tf
 
 
 def summarize(plan: Any, controller: Any, *, num_replicas: int, restored: Optional[str],
@@ -34,8 +35,8 @@ def summarize(plan: Any, controller: Any, *, num_replicas: int, restored: Option
 
 
 def write(path: str, payload: dict) -> None:
+    """Through `tf.io.gfile`, so `model_dir` may be on any TF filesystem (gs://, ...)."""
     temporary = path + ".tmp"
-    with open(temporary, "w") as f:
-        json.dump(payload, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(temporary, path)
+    with tf.io.gfile.GFile(temporary, "w") as f:
+        f.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    tf.io.gfile.rename(temporary, path, overwrite=True)

@@ -88,3 +88,22 @@ def test_evaluate_mode_reads_the_latest_checkpoint(tmp_path):
     evaluated = run(_config(tmp_path, mode="evaluate"))
     assert evaluated["step"] == 10
     assert evaluated["eval/examples"] == 2048
+
+
+def test_a_run_on_another_tf_filesystem_trains_resumes_and_reads_back():
+    """--model_dir may be any registered TF filesystem (gs://, ...): here TensorFlow's
+    in-memory ram://, read back only through tf.io.gfile."""
+    model_dir = "ram://tfloop-test/run"
+    flags = dict(strategy="mirrored", devices="cpu:0,cpu:1", global_batch_size=64,
+                 steps_per_loop=10, checkpoint_interval=10, summary_interval=10,
+                 model_dir=model_dir)
+    first = run(RunConfig(train_steps=20, **flags))
+    second = run(RunConfig(train_steps=30, **flags))
+    assert (first["step"], second["step"]) == (20, 30)
+    assert second["resumed_from"] == f"{model_dir}/ckpt-20"
+    assert tf.train.latest_checkpoint(model_dir) == f"{model_dir}/ckpt-30"
+    with tf.io.gfile.GFile(f"{model_dir}/metrics.json") as f:
+        record = json.load(f)
+    assert record["step"] == 30 and record["start_step"] == 20 and "eval/accuracy" in record
+    for kind in ("train", "eval"):
+        assert tf.io.gfile.glob(f"{model_dir}/summaries/{kind}/events.out.tfevents.*")
