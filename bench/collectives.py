@@ -456,6 +456,8 @@ def main(*, devices: str, collectives: Sequence[str], sizes: str, intra_op_threa
     # TF's per-trace INFO lines ("batch_all_reduce: ...") would bury the table.
     tf.get_logger().setLevel("ERROR")
     names = engine_devices.parse_devices(devices)
+    if sizes.strip() and not report.can_plot():
+        progress(f"bench: {report.NO_PLOT}")
     config = CollectiveBenchConfig(
         devices=tuple(names),
         collectives=tuple(c.strip() for c in collectives if c.strip()),

@@ -49,6 +49,20 @@ def write_csv(path: str, rows: Sequence[Any]) -> str:
     return path
 
 
+#: Said before a run that would plot, when it cannot: the CSV/JSON still come.
+NO_PLOT = ("matplotlib is not installed, so no PNG plot this run (pip install 'tfloop[bench]'); "
+           "the CSV and JSON are written as usual")
+
+
+def can_plot() -> bool:
+    """matplotlib is an extra (`[bench]`), not a dependency of the engine."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _figure():
     """A fresh 8x5 figure and its axes, drawn without a display."""
     import matplotlib
@@ -163,7 +177,7 @@ def write_collectives_outputs(results: CollectiveBenchResults) -> list[str]:
         auto_vs_fastest=results.auto_vs_fastest(),
         model=[dataclasses.asdict(r) for r in results.model],
     )))
-    if results.sweep:
+    if results.sweep and can_plot():
         files.append(plot_busbw(results, os.path.join(out_dir, "bench_collectives_busbw.png")))
     return files
 
@@ -232,6 +246,8 @@ def write_training_result(result: TrainBenchResult, output_dir: str) -> str:
 def write_training_sweep(results: Sequence[dict], output_dir: str) -> list[str]:
     """`bench_train.json` (every device count's result) and `bench_train.png`."""
     path = write_json(os.path.join(output_dir, "bench_train.json"), list(results))
+    if not can_plot():
+        return [path]
     return [path, plot_training_scaling(results, os.path.join(output_dir, "bench_train.png"))]
 
 

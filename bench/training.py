@@ -381,6 +381,8 @@ def main(*, devices: str, device_counts: Sequence[str] = (), intra_op_threads: i
     global_batch_size = options["global_batch_size"]
     if device_counts:
         counts = sweep.parse_device_counts(device_counts, global_batch_size=global_batch_size)
+        if not report.can_plot():
+            progress(f"bench: {report.NO_PLOT}")
         sweep.sweep(counts, device_names.kind(names[0]), sweep.child_args(argv),
                     options["output_dir"], script=script, progress=progress)
         return

@@ -40,3 +40,23 @@ def test_write_csv_and_json(tmp_path):
     assert open(path).read().splitlines() == ["size,ok", "1,True", "2,False"]
     path = report.write_json(str(tmp_path / "sub" / "a.json"), {"a": [1]})
     assert json.loads(open(path).read()) == {"a": [1]}
+
+
+def test_without_matplotlib_the_json_is_still_written(tmp_path, monkeypatch):
+    """A plain `pip install .` has no matplotlib: the sweep's files come, the PNG does not."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            raise ImportError("No module named 'matplotlib'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    assert not report.can_plot()
+    results = [_train_result(1, 1000.0), _train_result(2, 1800.0)]
+    files = report.write_training_sweep(results, str(tmp_path / "out"))
+    assert [path.rsplit("/", 1)[-1] for path in files] == ["bench_train.json"]
+    assert not (tmp_path / "out" / "bench_train.png").exists()
+    assert "pip install 'tfloop[bench]'" in report.NO_PLOT
