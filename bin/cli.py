@@ -27,6 +27,16 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
+def program_name() -> str:
+    """What the user typed: `train` for `bin/train`, `tfloop-train` for the console
+    script. sys.argv[0] alone would say `train` for both: the console script runs
+    the file through `runpy.run_path`, which puts the file's path there."""
+    started = sys.orig_argv[1:2]
+    if started and not started[0].startswith("-"):
+        return os.path.basename(started[0])
+    return os.path.basename(sys.argv[0])
+
+
 def user_error_types() -> tuple[type[Exception], ...]:
     """Each package's own user-error type: what the binaries print as one line.
 
@@ -63,7 +73,7 @@ def run(
       user_errors: exceptions reported as one line; default `user_error_types()`
         (importing it imports TensorFlow, which `bin/launch` avoids).
     """
-    program = os.path.basename(sys.argv[0])
+    program = program_name()
     own_args = sys.argv[1:]
     if command_after_dashdash and "--" in own_args:
         own_args = own_args[: own_args.index("--")]

@@ -51,7 +51,7 @@ class RunConfig:
     """Everything one training or evaluation run needs.
 
     Each field's help (`dataclasses.fields(RunConfig)[i].metadata["help"]`)
-    is also the help of its `bin/train` flag; `flag_help(name)` returns it.
+    is also the help of its flag (`bin/flag_defs.py` defines them).
     """
 
     # Distribution.
@@ -204,8 +204,3 @@ class RunConfig:
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-def flag_help(name: str) -> str:
-    """The help of `RunConfig.<name>` (and of its flag)."""
-    return RunConfig.__dataclass_fields__[name].metadata["help"]

@@ -75,9 +75,18 @@ def test_a_user_script_beside_its_own_models_and_engine_trains(installed, tmp_pa
 
 
 def test_the_console_entry_point_runs_the_installed_binary(installed, tmp_path):
+    script = installed / "bin" / "tfloop-train"  # what pip put on PATH
     env = {**os.environ, "PYTHONPATH": str(installed)}
-    code = "import sys; sys.argv = ['tfloop-train', '--help']; from tfloop.bin import train; train()"
-    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "--strategy" in result.stdout and "--collective" in result.stdout
+
+    def run(*args):
+        return subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    helped = run("--help")
+    assert helped.returncode == 0, helped.stderr[-2000:]
+    assert "--strategy" in helped.stdout and "--collective" in helped.stdout
+    mistaken = run("--strategi=mirrored")
+    assert mistaken.returncode == 2
+    assert mistaken.stderr.strip().splitlines()[-1].startswith(
+        "tfloop-train: error: Unknown command line flag 'strategi'")
+    assert "see tfloop-train --help" in mistaken.stderr
