@@ -1,0 +1,73 @@
+"""What a dataset builder is told about the run it feeds.
+
+A task's `train_dataset(context)` and `eval_dataset(context)` (see
+`engine.task`) receive one `InputContext`. It lives here, below the engine, so
+input helpers (`inputs.arrays`, `inputs.records`) can take it without importing
+the engine.
+
+Batches are *global*: a dataset yields batches of `global_batch_size`
+examples and the engine splits each one across the replicas
+(`strategy.experimental_distribute_dataset`), so one device and N replicas see
+the same examples in the same steps. In a cluster every worker builds its own
+pipeline (`input_pipeline_id` of `num_input_pipelines`) and the engine shards
+it by `--auto_shard_policy`.
+
+Exact resume: a restored run starts at `start_step`, and its train stream must
+begin where the interrupted one stopped. A builder that reads
+`context.start_step` takes that on itself (cheapest before decoding:
+`ds.skip(start_step * global_batch_size)` on the shuffled, repeated examples,
+as `inputs.pipeline` does); one that never reads it gets its first
+`start_step` batches skipped by the engine, which says so in the log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class InputContext:
+    """The run as a dataset builder sees it.
+
+    Attributes:
+      global_batch_size: examples per batch the dataset must yield (every
+        train batch exactly this many; eval batches at most this many).
+      num_replicas: replicas in sync; each gets `per_replica_batch_size`.
+      num_input_pipelines: processes building this input (cluster workers; 1
+        outside a cluster).
+      input_pipeline_id: this process's index among them.
+      seed: the run's seed; shuffle with it so a resumed run sees the same order.
+      shard_policy: how the engine shards this dataset between workers
+        (`data`, `file`, `off`); irrelevant outside a cluster.
+    """
+
+    global_batch_size: int
+    num_replicas: int = 1
+    num_input_pipelines: int = 1
+    input_pipeline_id: int = 0
+    seed: int = 0
+    shard_policy: str = "data"
+    _start_step: int = dataclasses.field(default=0, repr=False)
+    _read: list = dataclasses.field(default_factory=list, repr=False, compare=False)
+
+    @classmethod
+    def create(cls, *, start_step: int = 0, **fields) -> "InputContext":
+        """An `InputContext` resuming at `start_step` (the field itself is private
+        so that reading it can be noticed)."""
+        return cls(_start_step=start_step, **fields)
+
+    @property
+    def start_step(self) -> int:
+        """The global step training resumes from (0 for a new run). Reading it
+        tells the engine this dataset already starts there."""
+        self._read.append(True)
+        return self._start_step
+
+    @property
+    def start_step_read(self) -> bool:
+        """Whether the builder read `start_step` (so skips by itself)."""
+        return bool(self._read)
+
+    @property
+    def per_replica_batch_size(self) -> int:
+        return self.global_batch_size // self.num_replicas
