@@ -23,6 +23,7 @@ as `inputs.pipeline` does); one that never reads it gets its first
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,17 +37,21 @@ class InputContext:
       num_input_pipelines: processes building this input (cluster workers; 1
         outside a cluster).
       input_pipeline_id: this process's index among them.
-      seed: the run's seed; shuffle with it so a resumed run sees the same order.
+      seed: the run's seed; shuffle with it so a resumed run sees the same order
+        (None where each worker must draw its own: parameter-server workers).
       shard_policy: how the engine shards this dataset between workers
         (`data`, `file`, `off`); irrelevant outside a cluster.
+      deterministic: whether stages that do not decide which batch a step
+        sees may yield out of order (`--deterministic=false` is faster).
     """
 
     global_batch_size: int
     num_replicas: int = 1
     num_input_pipelines: int = 1
     input_pipeline_id: int = 0
-    seed: int = 0
+    seed: Optional[int] = 0
     shard_policy: str = "data"
+    deterministic: bool = True
     _start_step: int = dataclasses.field(default=0, repr=False)
     _read: list = dataclasses.field(default_factory=list, repr=False, compare=False)
 
