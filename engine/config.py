@@ -76,6 +76,9 @@ class RunConfig:
     collective_timeout: float = option(
         0.0, "multi_worker: seconds a collective waits for its peers before failing (0: none).")
     # Model and data.
+    task: str = option(
+        "", "Your own task, module:Class (a tfloop.engine.task.Task subclass, imported from the "
+        "working directory or PYTHONPATH); it supplies the model, data and loss.")
     model: str = option("mlp", "Model name: mlp | cnn | resnet_small | mobilenet_v2 | resnet50.")
     dataset: str = option("synthetic", "Dataset name: synthetic | mnist | tfrecord | image_folder.")
     data_dir: str = option(

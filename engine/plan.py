@@ -10,7 +10,7 @@ only reads::
     spec.check(config, role); connect (tpu)
     devices, replicas, batch divisibility
     logical CPUs and thread pools                # before anything else touches TF
-    collective, model name, optimizer name, the data's splits, mode
+    collective, optimizer name, the task (its data, its model name), mode
     model_dir writable; the latest checkpoint in it
 
 The result, a `Plan`, is all that `engine.run` needs to build the run.
@@ -25,11 +25,12 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
-from tfloop import collectives, inputs, models
+from tfloop import collectives
 from tfloop.collectives import device_names
 from tfloop.engine import devices, optimizers, strategies
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
+from tfloop.engine.task import ClassificationTask, Task
 from tfloop.launch import tf_config
 
 logger = logging.getLogger(__name__)
@@ -47,9 +48,10 @@ class Plan:
       devices: canonical device names this process uses.
       replicas: replicas in sync.
       collective: the trainer's all-reduce; None for the evaluator task.
-      splits: the dataset's train and eval splits.
+      task: what to train (`engine.task`), prepared: its data checked.
       mode: `train`, `evaluate`, `train_and_evaluate` or `continuous_evaluate`.
       input_workers: processes the input is sharded over.
+      shard_policy: how (`data`, `file`, `off`), `auto` resolved for the task's data.
       latest_checkpoint: the newest checkpoint in `model_dir`, if any.
       connection: what `spec.connect` found (tpu: resolver and cores).
       intra_op_threads: the intra-op pool size, None for TensorFlow's default.
@@ -61,9 +63,10 @@ class Plan:
     devices: list
     replicas: int
     collective: Optional[collectives.Collective]
-    splits: inputs.Splits
+    task: Task
     mode: str
     input_workers: int
+    shard_policy: str
     latest_checkpoint: Optional[str]
     connection: Any = None
     intra_op_threads: Optional[int] = None
@@ -81,11 +84,9 @@ class Plan:
         ])
 
 
-def make_plan(config: RunConfig, *, custom_model: bool = False) -> Plan:
-    """Runs every check that can fail; see the module docstring.
-
-    `custom_model`: the caller builds its own model, so `--model` is not checked.
-    """
+def make_plan(config: RunConfig, task: Task) -> Plan:
+    """Runs every check that can fail (`task.prepare()` among them); see the
+    module docstring."""
     role = tf_config.current_role()
     spec, connection = _strategy_for(config, role)
     device_names = devices.parse_devices(config.devices)
@@ -98,14 +99,13 @@ def make_plan(config: RunConfig, *, custom_model: bool = False) -> Plan:
     devices.prepare_devices(device_names)
     intra_op_threads = devices.configure_threads(device_names, config.intra_op_threads)
     collective = None if role.is_evaluator else spec.create_collective(config, device_names)
-    splits = _load_data(config, custom_model)
+    _prepare_task(config, task)
     input_workers = 1 if role.is_evaluator else spec.input_workers(role)
-    shard_policy = inputs.resolve_shard_policy(splits.train, config.auto_shard_policy,
-                                               input_workers)
+    shard_policy = task.resolve_shard_policy(config.auto_shard_policy, input_workers)
     if input_workers > 1:
-        logger.info("%s: input sharded by %s over %d workers (%s)", role.name, shard_policy,
-                    input_workers, _describe_split(splits.train))
-    mode = _resolve_mode(config, splits.eval is not None, role)
+        logger.info("%s: input sharded by %s over %d workers", role.name, shard_policy,
+                    input_workers)
+    mode = _resolve_mode(config, task, role)
     check_model_dir(config.model_dir)
     if role.in_cluster and not role.is_evaluator:
         tf_config.check_port_free(role)
@@ -116,8 +116,8 @@ def make_plan(config: RunConfig, *, custom_model: bool = False) -> Plan:
             f"--mode=evaluate found no checkpoint in --model_dir={config.model_dir}; "
             "train first or point --model_dir at a trained run")
     return Plan(config=config, role=role, spec=spec, devices=device_names, replicas=replicas,
-                collective=collective, splits=splits, mode=mode, input_workers=input_workers,
-                latest_checkpoint=latest, connection=connection,
+                collective=collective, task=task, mode=mode, input_workers=input_workers,
+                shard_policy=shard_policy, latest_checkpoint=latest, connection=connection,
                 intra_op_threads=intra_op_threads)
 
 
@@ -138,32 +138,26 @@ def _check_divisible(global_batch_size: int, replicas: int) -> None:
             f"{max(replicas, global_batch_size // replicas * replicas)}")
 
 
-def _load_data(config: RunConfig, custom_model: bool) -> inputs.Splits:
-    if not custom_model:
-        models.check(config.model)
+def _prepare_task(config: RunConfig, task: Task) -> None:
     optimizers.check(config.optimizer)
-    splits = inputs.load(config.dataset, data_dir=config.data_dir, seed=config.seed,
-                         image_size=config.image_size, eval_fraction=config.eval_fraction)
-    if not custom_model:
-        models.check(config.model, splits.input_shape)  # e.g. mobilenet_v2 needs >= 32x32
-    logger.info("dataset %s: %s to train on, %s", config.dataset, _describe_split(splits.train),
-                f"{_describe_split(splits.eval)} to evaluate" if splits.eval is not None
-                else "no eval split")
-    return splits
+    task.prepare()
+    logger.info(task.describe())
 
 
-def _resolve_mode(config: RunConfig, has_eval: bool, role: tf_config.Role) -> str:
+def _resolve_mode(config: RunConfig, task: Task, role: tf_config.Role) -> str:
+    has_eval = task.has_eval
+    data = (f"--dataset={config.dataset}" if isinstance(task, ClassificationTask)
+            else f"task {task.describe()}")
     if role.is_evaluator:
         if not has_eval:
-            raise ConfigError(f"the evaluator task needs an eval split, and "
-                              f"--dataset={config.dataset} has none")
+            raise ConfigError(f"the evaluator task needs an eval split, and {data} has none")
         return "continuous_evaluate"
     # In a cluster the sidecar evaluator evaluates; the workers train.
     default = "train_and_evaluate" if has_eval and not role.in_cluster else "train"
     mode = config.mode or default
     if mode != "train" and not has_eval:
         raise ConfigError(
-            f"--mode={mode} needs an eval split, and --dataset={config.dataset} has none; "
+            f"--mode={mode} needs an eval split, and {data} has none; "
             "use --mode=train")
     return mode
 
@@ -188,8 +182,3 @@ def check_model_dir(path: str) -> None:
         raise ConfigError(
             f"--model_dir={path} cannot be written ({existing} is not a writable directory); "
             "choose a directory you can write to")
-
-
-def _describe_split(split) -> str:
-    files = getattr(split, "files", None)
-    return f"{len(files)} files" if files is not None else f"{len(split)} examples"

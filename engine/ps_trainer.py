@@ -46,7 +46,6 @@ from typing import Any, Optional
 import keras
 import tensorflow as tf
 
-from tfloop import inputs
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.losses import LossFn, classification_loss
 from tfloop.engine.replica_step import metric_names, replica_gradients
@@ -97,7 +96,8 @@ class ParameterServerTrainer(AbstractTrainer):
     Args:
       strategy: the `ParameterServerStrategy` model and optimizer were built under.
       model, optimizer: built under `strategy.scope()`.
-      train_split: what `inputs.train_batches` reads (in memory or files).
+      train_dataset_fn: `batch_size -> tf.data.Dataset` of endless batches of
+        that size, built on each worker (seedless: see below).
       global_batch_size: examples per step (each step is one worker's).
       global_step: the int64 step counter, a ps variable.
       num_workers: the cluster's workers; each loop gets one closure per worker.
@@ -106,7 +106,7 @@ class ParameterServerTrainer(AbstractTrainer):
     """
 
     def __init__(self, *, strategy: tf.distribute.Strategy, model: Any,
-                 optimizer: keras.optimizers.Optimizer, train_split: Any,
+                 optimizer: keras.optimizers.Optimizer, train_dataset_fn: Any,
                  global_batch_size: int, global_step: tf.Variable,
                  num_workers: int, loss_fn: Optional[LossFn] = None, seed: int = 0):
         self.strategy = strategy
@@ -120,9 +120,7 @@ class ParameterServerTrainer(AbstractTrainer):
         self._num_workers = num_workers
 
         def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
-            return inputs.train_batches(
-                train_split, seed=None,
-                global_batch_size=context.get_per_replica_batch_size(global_batch_size))
+            return train_dataset_fn(context.get_per_replica_batch_size(global_batch_size))
 
         spec = dataset_fn(tf.distribute.InputContext()).element_spec
         self._names = [EXAMPLES, "loss"] + [

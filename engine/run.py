@@ -7,7 +7,7 @@ being when the first loop is about to run::
 
     plan = make_plan(config)                     # checks only; writes nothing
     strategy = plan.spec.build(...)              # logical CPUs were made first
-    with strategy.scope(): model, optimizer, global_step
+    with strategy.scope(): task.build_model(), objectives and optimizers, global_step
     restore the latest checkpoint in model_dir   # "resuming from ckpt-N"
     trainer (skipping the batches already trained on), evaluator
     Controller(...).train / .evaluate
@@ -27,15 +27,18 @@ from typing import Any, Callable, Optional
 import keras
 import tensorflow as tf
 
-from tfloop import inputs, models
-from tfloop.engine import actions, checkpointing, optimizers, precision, preemption, run_record
+from tfloop.engine import actions, checkpointing, logs, precision, preemption, run_record
+from tfloop.engine import objectives as objectives_lib
+from tfloop.engine import task as task_lib
+from tfloop.engine import task_inputs
 from tfloop.engine.config import RunConfig
 from tfloop.engine.controller import Controller
-from tfloop.engine.errors import ClusterFailure
+from tfloop.engine.errors import ClusterFailure, ConfigError
 from tfloop.engine.evaluator import Evaluator
 from tfloop.engine.plan import Plan, make_plan
 from tfloop.engine.losses import LossFn
 from tfloop.engine.summaries import SummaryWriter
+from tfloop.engine.task import ClassificationTask, Task
 
 logger = logging.getLogger(__name__)
 
@@ -43,19 +46,33 @@ logger = logging.getLogger(__name__)
 ModelFn = Callable[[tuple, int], Any]
 
 
+class RunResult(dict):
+    """What `run()` returns: the metrics.json record (a dict, as before), and
+    the trained `model` and the `task`, for a caller that goes on in Python."""
+
+    def __init__(self, record: dict, *, model: Any = None, task: Optional[Task] = None):
+        super().__init__(record)
+        self.model = model
+        self.task = task
+
+
 def run(
     config: RunConfig,
     *,
+    task: Optional[Task] = None,
     loss_fn: Optional[LossFn] = None,
     model_fn: Optional[ModelFn] = None,
     on_loop_end: Optional[Callable[[int, dict], None]] = None,
-) -> dict:
+    verbose: bool = False,
+) -> RunResult:
     """Trains and/or evaluates as `config` says; returns what metrics.json holds.
 
-    `loss_fn` and `model_fn` replace the default classification loss and the
-    `--model` registry lookup, for custom steps (see `examples/`).
+    `task` (`engine.task.Task`) supplies the model, data and loss; without
+    one, the built-in `--model`/`--dataset` classification runs, with
+    `loss_fn` and `model_fn` (if given) replacing its loss and model.
     `on_loop_end(step, metrics)` is called after every train loop (e.g. by
-    the training benchmark, to time loops from outside).
+    the training benchmark, to time loops from outside). `verbose` prints
+    the progress lines `bin/train` prints (`engine.logs.configure_logging`).
 
     In a `TF_CONFIG` cluster only the chief writes to `model_dir`; the other
     workers save into temporary directories (saving is collective) that are
@@ -69,36 +86,59 @@ def run(
       ClusterFailure: a multi-worker peer was lost mid-run.
       KeyboardInterrupt: on a second Ctrl-C, without saving.
     """
-    plan = make_plan(config, custom_model=model_fn is not None)
+    if verbose:
+        logs.configure_logging()
+    task = _task_for(config, task, loss_fn=loss_fn, model_fn=model_fn)
+    plan = make_plan(config, task)
     if plan.spec.serves_only(plan.role):
-        return plan.spec.serve(plan.role)  # until stopped: the chief trains
+        return RunResult(plan.spec.serve(plan.role))  # until stopped: the chief trains
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
     strategy = _build_strategy(plan)
-    model, optimizer, global_step = _build_model_and_optimizer(plan, strategy, model_fn)
-    evaluator = _build_evaluator(plan, strategy, model, loss_fn)
+    model, objectives, global_step = _build_model_and_objectives(plan, strategy)
+    evaluator = _build_evaluator(plan, strategy, model, objectives)
     if plan.role.is_evaluator:
-        return evaluate_each_checkpoint(config, strategy=strategy, model=model,
-                                        global_step=global_step, evaluator=evaluator)
+        return RunResult(
+            evaluate_each_checkpoint(config, strategy=strategy, model=model,
+                                     global_step=global_step, evaluator=evaluator),
+            model=model, task=task)
     # Workers other than the chief take part in saving, into a directory of their own.
     write_dir = (config.model_dir if plan.role.is_chief
                  else checkpointing.worker_save_dir(config.model_dir, plan.role.name))
     checkpoint, manager = checkpointing.create(
-        model=model, optimizer=optimizer, global_step=global_step, directory=write_dir,
-        max_to_keep=config.max_checkpoints if plan.role.is_chief else 1)
+        model=model, optimizer=objectives_lib.checkpointed(objectives), global_step=global_step,
+        directory=write_dir, max_to_keep=config.max_checkpoints if plan.role.is_chief else 1)
     restored = checkpointing.restore(checkpoint, plan.latest_checkpoint, config.model_dir)
     start_step = int(global_step.numpy())
     if restored:
         logger.info("resuming from %s at step %d", restored, start_step)
     trainer = None if plan.mode == "evaluate" else plan.spec.build_trainer(
-        plan, strategy=strategy, model=model, optimizer=optimizer, global_step=global_step,
-        start_step=start_step, loss_fn=loss_fn)
+        plan, strategy=strategy, model=model, objectives=objectives, global_step=global_step,
+        start_step=start_step, task=task)
     try:
-        return _run_controller(plan, strategy, global_step, trainer, evaluator, manager,
-                               restored=restored, start_step=start_step, on_loop_end=on_loop_end)
+        record = _run_controller(plan, strategy, global_step, trainer, evaluator, manager,
+                                 restored=restored, start_step=start_step,
+                                 on_loop_end=on_loop_end)
     finally:
         if not plan.role.is_chief:
             shutil.rmtree(write_dir, ignore_errors=True)
+    return RunResult(record, model=model, task=task)
+
+
+def _task_for(config: RunConfig, task: Optional[Task], *, loss_fn, model_fn) -> Task:
+    if task is None and config.task:
+        task = task_lib.load(config.task, config)
+    elif task is not None and config.task:
+        raise ConfigError(f"run() got a task and --task={config.task}; give one")
+    if task is None:
+        return ClassificationTask.from_config(config, model_fn=model_fn, loss_fn=loss_fn)
+    if loss_fn is not None or model_fn is not None:
+        raise ConfigError("pass either a task or loss_fn/model_fn, not both: "
+                          "a task's loss and build_model are its own")
+    if not isinstance(task, Task):
+        raise ConfigError(f"task must be a tfloop Task (subclass tfloop.engine.task.Task), "
+                          f"got {type(task).__name__}")
+    return task
 
 
 def _build_strategy(plan: Plan) -> tf.distribute.Strategy:
@@ -108,37 +148,30 @@ def _build_strategy(plan: Plan) -> tf.distribute.Strategy:
     return strategy
 
 
-def _build_model_and_optimizer(plan: Plan, strategy: tf.distribute.Strategy,
-                               model_fn: Optional[ModelFn]):
-    """The model, its optimizer (slots built) and the global step, under the scope."""
-    config, splits = plan.config, plan.splits
+def _build_model_and_objectives(plan: Plan, strategy: tf.distribute.Strategy):
+    """The model, its objectives (optimizers built, slots too) and the global
+    step, under the scope."""
+    config, task = plan.config, plan.task
     keras.utils.set_random_seed(config.seed)
     with strategy.scope():
         with precision.model_policy(config.mixed_precision):
-            if model_fn is not None:
-                model = model_fn(splits.input_shape, splits.num_classes)
-            else:
-                model = models.build(config.model, input_shape=splits.input_shape,
-                                     num_classes=splits.num_classes)
-        build_optimizer = optimizers.build_fused if config.fused_optimizer else optimizers.build
-        optimizer = precision.wrap_optimizer(
-            build_optimizer(config.optimizer, config.learning_rate), config.mixed_precision)
+            model = task.build_model()
+        if getattr(model, "compiled", False):
+            logger.info("the model arrives compile()d: its compiled optimizer, loss and metrics "
+                        "are not used; %s's objectives and optimizers train it", type(task).__name__)
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
                                   aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-        # Slots exist before the restore, so it restores them at once.
-        optimizer.build(model.trainable_variables)
-    return model, optimizer, global_step
+        objectives = objectives_lib.bind(task, model, config,
+                                         default_optimizer=task.build_optimizer())
+    return model, objectives, global_step
 
 
-def _build_evaluator(plan: Plan, strategy, model, loss_fn) -> Optional[Evaluator]:
+def _build_evaluator(plan: Plan, strategy, model, objectives) -> Optional[Evaluator]:
     if plan.mode == "train":
         return None
-    config = plan.config
-    eval_dataset = inputs.eval_batches(
-        plan.splits.eval, global_batch_size=config.global_batch_size,
-        shard_policy=config.auto_shard_policy, num_workers=plan.input_workers,
-        deterministic=config.deterministic)
-    return Evaluator(strategy=strategy, model=model, loss_fn=loss_fn, eval_dataset=eval_dataset)
+    eval_dataset = task_inputs.eval_dataset(plan.task, task_inputs.context_for(plan))
+    return Evaluator(strategy=strategy, model=model, eval_dataset=eval_dataset,
+                     loss_fn=objectives_lib.combined_loss(objectives))
 
 
 def _run_controller(plan: Plan, strategy, global_step, trainer, evaluator, manager, *,

@@ -5,16 +5,19 @@ call whose body is a `tf.while_loop`, so Python runs once per loop, not once
 per step::
 
     for _ in tf.range(num_steps):                  # inside one tf.function
-        strategy.run(replica_step, next(iterator))
+        batch = next(iterator)
+        for objective in objectives:               # usually one; a GAN's two
+            if global_step % objective.every == 0:
+                strategy.run(replica_step, objective, batch)
         global_step += 1
 
-    replica_step(batch):                           # on every replica
+    replica_step(objective, batch):                # on every replica
         out  = loss_fn(model, batch, training=True)        # these four lines are
         loss = compute_average_loss(out.per_example_loss, global_batch_size)
                + scale_regularization_loss(model.losses)
-        grads = tape.gradient(optimizer.scale_loss(loss), variables)   # XLA's (jit_compile)
+        grads = tape.gradient(optimizer.scale_loss(loss), objective's variables)  # XLA's
         grads = all-reduce(grads)                  # the one all-reduce, via the collective
-        optimizer.apply_gradients(grads)           # applies; does not reduce again
+        objective's optimizer.apply_gradients(grads)  # applies; does not reduce again
 
 The forward and backward lines are `engine.replica_step.replica_gradients`,
 which the parameter-server trainer shares.
@@ -34,33 +37,45 @@ Under `mixed_float16` the optimizer is a `LossScaleOptimizer`:
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import functools
+from typing import Any, Optional, Sequence
 
 import keras
 import tensorflow as tf
 
 from tfloop.collectives.interface import Collective
 from tfloop.engine import keras_bridge
+from tfloop.engine import objectives as objectives_lib
 from tfloop.engine.losses import LossFn, classification_loss
 from tfloop.engine.replica_step import metric_names, replica_gradients
-from tfloop.engine.replica_sums import ReplicaSums
+from tfloop.engine.objectives import BoundObjective
+from tfloop.engine.replica_sums import EXAMPLES, ReplicaSums
 from tfloop.engine.runner import AbstractTrainer, Metrics
 
 
 class Trainer(AbstractTrainer):
     """Owns the replicated train step and its compiled loop of steps.
 
+    A step takes one global batch and runs each objective on it in order
+    (most tasks have one; a GAN has a discriminator's and a generator's):
+    forward and backward on every replica, the one all-reduce of its
+    gradients through `collective`, and its optimizer's update. An objective
+    with `every=k` runs on steps where `global_step % k == 0`.
+
     Args:
       strategy: the `tf.distribute.Strategy` the model and optimizer were
         created under.
       model: a Keras model, or any trackable with `trainable_variables` (a
-        `tf.Module` holding several models); passed to `loss_fn` as is.
-      optimizer: a Keras 3 optimizer created under `strategy.scope()`.
+        `tf.Module` holding several models); passed to the loss as is.
       collective: how gradients are summed across replicas.
       train_dataset: a `tf.data.Dataset` of *global* batches.
       global_batch_size: examples per step across all replicas.
       global_step: the int64 step counter saved in checkpoints.
-      loss_fn: the user's per-example loss (see `engine.losses`).
+      objectives: what each step minimizes (`engine.objectives.bind`); or,
+        for the one-objective case built by hand,
+      optimizer: a Keras 3 optimizer created under `strategy.scope()`, and
+      loss_fn: the user's per-example loss (see `engine.losses`; default
+        classification).
       jit_compile: compile each replica's forward and backward pass with XLA.
     """
 
@@ -69,11 +84,12 @@ class Trainer(AbstractTrainer):
         *,
         strategy: tf.distribute.Strategy,
         model: Any,
-        optimizer: keras.optimizers.Optimizer,
         collective: Collective,
         train_dataset: tf.data.Dataset,
         global_batch_size: int,
         global_step: tf.Variable,
+        objectives: Optional[Sequence[BoundObjective]] = None,
+        optimizer: Optional[keras.optimizers.Optimizer] = None,
         loss_fn: Optional[LossFn] = None,
         jit_compile: bool = False,
     ):
@@ -81,25 +97,35 @@ class Trainer(AbstractTrainer):
             raise ValueError(f"`global_batch_size` ({global_batch_size}) must be positive")
         self.strategy = strategy
         self.model = model
-        self.optimizer = optimizer
         self.collective = collective
         self.global_step = global_step
         self.global_batch_size = global_batch_size
-        self._loss_fn = loss_fn or classification_loss
-        self._variables = list(model.trainable_variables)
+        if objectives is None:
+            objectives = self._one_objective(strategy, model, optimizer, loss_fn)
+        self.objectives = list(objectives)
+        self.optimizer = self.objectives[0].optimizer
+        self._sums = [
+            ReplicaSums(strategy, ["loss"] + metric_names(o.loss, model, train_dataset.element_spec))
+            for o in self.objectives
+        ]
+        self._iterator = iter(strategy.experimental_distribute_dataset(train_dataset))
+        compile_fn = (lambda f: tf.function(f, jit_compile=True)) if jit_compile else (lambda f: f)
+        self._gradients = [compile_fn(functools.partial(self._compute_gradients, o))
+                           for o in self.objectives]
+        self._loop = tf.function(self._train_loop)
+
+    @staticmethod
+    def _one_objective(strategy, model, optimizer, loss_fn) -> list[BoundObjective]:
+        if optimizer is None:
+            raise ValueError("Trainer needs `objectives`, or an `optimizer` (and a `loss_fn`)")
+        variables = list(model.trainable_variables)
         if not optimizer.built:  # engine.run builds it before restoring a checkpoint
             with strategy.scope():
                 # Slots exist before the first step (and before a checkpoint restore).
                 # Once only: LossScaleOptimizer.build makes new scale variables each call.
-                optimizer.build(self._variables)
+                optimizer.build(variables)
         keras_bridge.disable_implicit_gradient_reduction(optimizer)
-        self._sums = ReplicaSums(
-            strategy, ["loss"] + metric_names(self._loss_fn, model, train_dataset.element_spec)
-        )
-        self._iterator = iter(strategy.experimental_distribute_dataset(train_dataset))
-        self._gradients = (tf.function(self._compute_gradients, jit_compile=True)
-                           if jit_compile else self._compute_gradients)
-        self._loop = tf.function(self._train_loop)
+        return objectives_lib.single(loss_fn or classification_loss, variables, optimizer)
 
     def train(self, num_steps: int) -> Metrics:
         """Runs one compiled loop of `num_steps` steps; returns its mean metrics."""
@@ -107,29 +133,50 @@ class Trainer(AbstractTrainer):
         return {name: float(value) for name, value in results.items()}
 
     def _train_loop(self, iterator, num_steps):
-        self._sums.reset()
+        for sums in self._sums:
+            sums.reset()
         for _ in tf.range(num_steps):
-            self.strategy.run(self._replica_step, args=(next(iterator),))
+            batch = next(iterator)
+            for index, objective in enumerate(self.objectives):
+                step = functools.partial(self._replica_step, index)
+                if objective.every == 1:
+                    self.strategy.run(step, args=(batch,))
+                elif self.global_step % objective.every == 0:
+                    self.strategy.run(step, args=(batch,))
             self.global_step.assign_add(1)
-        return self._sums.means()
+        return self._means()
 
-    def _compute_gradients(self, batch):
+    def _means(self):
+        if len(self.objectives) == 1:
+            return self._sums[0].means()
+        means = {}
+        for objective, sums in zip(self.objectives, self._sums):
+            for name, value in sums.means().items():
+                if name == EXAMPLES:
+                    means[EXAMPLES] = tf.maximum(means.get(EXAMPLES, 0.0), value)
+                else:
+                    means[objectives_lib.metric_name(self.objectives, objective, name)] = value
+        return means
+
+    def _compute_gradients(self, objective, batch):
         """Forward and backward pass of one replica (XLA-compiled with jit_compile)."""
-        return replica_gradients(self._loss_fn, self.model, batch, self._variables,
-                                 optimizer=self.optimizer,
+        return replica_gradients(objective.loss, self.model, batch, list(objective.variables),
+                                 optimizer=objective.optimizer,
                                  global_batch_size=self.global_batch_size)
 
-    def _replica_step(self, batch):
-        grads, reported_loss, metrics = self._gradients(batch)
+    def _replica_step(self, index, batch):
+        objective = self.objectives[index]
+        variables = list(objective.variables)
+        grads, reported_loss, metrics = self._gradients[index](batch)
         present = [i for i, g in enumerate(grads) if g is not None]
-        # The one gradient all-reduce of the step, through the selected collective.
+        # The one all-reduce of this objective's gradients, through the selected collective.
         reduced = tf.distribute.get_replica_context().merge_call(
-            self._all_reduce, args=([grads[i] for i in present], [self._variables[i] for i in present])
+            self._all_reduce, args=([grads[i] for i in present], [variables[i] for i in present])
         )
-        self.optimizer.apply_gradients(zip(reduced, [self._variables[i] for i in present]))
+        objective.optimizer.apply_gradients(zip(reduced, [variables[i] for i in present]))
 
         count = tf.shape(reported_loss)[0]
-        self._sums.add(count, {"loss": reported_loss, **metrics})
+        self._sums[index].add(count, {"loss": reported_loss, **metrics})
 
     @tf.autograph.experimental.do_not_convert  # graph-building Python, not a loop body
     def _all_reduce(self, strategy, grads, destinations):

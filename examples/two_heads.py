@@ -6,9 +6,13 @@ two says whether it is even; the objective weighs both::
 
     loss = crossentropy(digit) + 0.5 * binary_crossentropy(parity)
 
-Run it (four logical CPU replicas, synthetic digits)::
+As a task it is the built-in digits data (`ClassificationTask`: `--dataset`,
+exact resume, sharding) with a model and a loss of its own. Run it (four
+logical CPU replicas, synthetic digits)::
 
     python examples/two_heads.py [model_dir]
+    bin/train --task=examples.two_heads:TwoHeads --strategy=mirrored \\
+        --devices=cpu:0,cpu:1,cpu:2,cpu:3 --model_dir=runs/two_heads
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import keras
 import tensorflow as tf
 
 from tfloop.engine.losses import LossOutput
+from tfloop.engine.task import ClassificationTask
 
 PARITY_WEIGHT = 0.5
 
@@ -52,16 +57,26 @@ def loss_fn(model, batch, *, training: bool) -> LossOutput:
     )
 
 
+class TwoHeads(ClassificationTask):
+    """Digits (`--dataset`, synthetic by default) through one trunk and two heads."""
+
+    name = "two heads on digits"
+
+    def build_model(self) -> keras.Model:
+        return build_model(self.splits.input_shape, self.splits.num_classes)
+
+    def loss(self, model, batch, *, training: bool) -> LossOutput:
+        return loss_fn(model, batch, training=training)
+
+
 def main(model_dir: str) -> None:
     from tfloop.engine.config import RunConfig
-    from tfloop.engine.logs import configure_logging
     from tfloop.engine.run import run
 
-    configure_logging()  # progress lines on stdout, as bin/train prints them
     result = run(
         RunConfig(strategy="mirrored", devices="cpu:0,cpu:1,cpu:2,cpu:3", model_dir=model_dir,
                   train_steps=300, steps_per_loop=50, global_batch_size=128),
-        loss_fn=loss_fn, model_fn=build_model,
+        task=TwoHeads(), verbose=True,
     )
     print({k: v for k, v in result.items() if k.startswith(("train/", "eval/"))})
 

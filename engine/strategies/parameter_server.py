@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfloop.engine import ps_trainer
+from tfloop.engine import ps_trainer, task_inputs
+from tfloop.engine.errors import ConfigError
 from tfloop.engine.strategies.registry import register
 from tfloop.engine.strategies.spec import NO_CLUSTER, ReducesItself, local_replicas_of_a_cluster_task
 
@@ -40,10 +41,22 @@ class ParameterServer(ReducesItself):
         return tf.distribute.experimental.ParameterServerStrategy(
             tf.distribute.cluster_resolver.TFConfigClusterResolver())
 
-    def build_trainer(self, plan, *, strategy, model, optimizer, global_step, start_step,
-                      loss_fn):
+    def build_trainer(self, plan, *, strategy, model, objectives, global_step, start_step,
+                      task):
         config = plan.config
+        if len(objectives) > 1:
+            raise ConfigError(
+                f"--strategy=parameter_server trains one objective, and {type(task).__name__} "
+                f"has {len(objectives)} ({', '.join(o.name for o in objectives)}); "
+                "use --strategy=multi_worker")
+
+        def train_dataset_fn(batch_size: int) -> tf.data.Dataset:
+            # Seedless: each worker draws its own order (see ps_trainer).
+            context = task_inputs.context_for(plan, global_batch_size=batch_size, seed=None)
+            return task_inputs.train_dataset(task, context)
+
         return ps_trainer.ParameterServerTrainer(
-            strategy=strategy, model=model, optimizer=optimizer, train_split=plan.splits.train,
-            global_batch_size=config.global_batch_size, global_step=global_step,
-            num_workers=len(plan.role.cluster["worker"]), loss_fn=loss_fn, seed=config.seed)
+            strategy=strategy, model=model, optimizer=objectives[0].optimizer,
+            train_dataset_fn=train_dataset_fn, global_batch_size=config.global_batch_size,
+            global_step=global_step, num_workers=len(plan.role.cluster["worker"]),
+            loss_fn=objectives[0].loss, seed=config.seed)

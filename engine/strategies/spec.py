@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Optional, Sequence
 import tensorflow as tf
 
 from tfloop import collectives
-from tfloop import inputs
+from tfloop.engine import task_inputs
 from tfloop.collectives import device_names
 from tfloop.launch import tf_config
 from tfloop.engine.errors import ConfigError
@@ -117,18 +117,16 @@ class StrategySpec(abc.ABC):
         raise NotImplementedError(f"--strategy={self.name} has no serving tasks")
 
     def build_trainer(self, plan: Any, *, strategy: tf.distribute.Strategy, model: Any,
-                      optimizer: Any, global_step: tf.Variable, start_step: int,
-                      loss_fn: Optional[Any]) -> Any:
-        """The train loop: the engine's replicated step over the distributed input."""
+                      objectives: Any, global_step: tf.Variable, start_step: int,
+                      task: Any) -> Any:
+        """The train loop: the engine's replicated step over the task's distributed input."""
         config = plan.config
+        context = task_inputs.context_for(plan, start_step=start_step)
         return Trainer(
-            strategy=strategy, model=model, optimizer=optimizer, collective=plan.collective,
-            train_dataset=inputs.train_batches(
-                plan.splits.train, global_batch_size=config.global_batch_size,
-                seed=config.seed, start_step=start_step, shard_policy=config.auto_shard_policy,
-                num_workers=plan.input_workers, deterministic=config.deterministic),
+            strategy=strategy, model=model, objectives=objectives, collective=plan.collective,
+            train_dataset=task_inputs.train_dataset(task, context),
             global_batch_size=config.global_batch_size, global_step=global_step,
-            loss_fn=loss_fn, jit_compile=config.jit_compile)
+            jit_compile=config.jit_compile)
 
 
 class ReducesItself(StrategySpec):

@@ -1,0 +1,262 @@
+"""The task plug-in: a user's model, data and step, run by every part of the engine.
+
+A `Task` says *what* to train; the engine decides *how* (strategy,
+collective, compiled loops, checkpoints, evaluation, export, multi-worker
+roles). Subclass it and define three methods; the rest is optional::
+
+    class Regression(Task):
+        def build_model(self):                    # called inside strategy.scope()
+            return keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+
+        def train_dataset(self, context):         # global batches, endless
+            ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(1024, seed=context.seed)
+            return ds.repeat().batch(context.global_batch_size, drop_remainder=True)
+
+        def loss(self, model, batch, *, training):  # per-example values
+            features, target = batch
+            error = model(features, training=training)[:, 0] - target
+            return LossOutput(per_example_loss=error**2, metrics={"mae": tf.abs(error)})
+
+    run(config, task=Regression())        # or: bin/train --task=my_module:Regression
+
+Optional: `eval_dataset(context)` (one pass, last batch may be partial),
+`build_optimizer()` (else `--optimizer`/`--learning_rate`), `objectives(model)`
+(several losses with their own variables and optimizers: a GAN),
+`serving_spec(element_spec)` and `serve(model, features)` (what the export's
+`serving_default` signature takes and returns).
+
+The dataset builders get an `InputContext` (`inputs.context`): global and
+per-replica batch size, input pipelines and this one's index, the seed, and
+`start_step`, the step a restored run resumes from. Reading `start_step`
+promises the stream starts there; a builder that never reads it has its first
+`start_step` batches skipped by the engine (`engine.task_inputs`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import os
+import sys
+from typing import Any, Callable, Optional, Sequence, Union
+
+import keras
+import tensorflow as tf
+
+from tfloop import inputs, models
+from tfloop.engine.errors import ConfigError
+from tfloop.engine.losses import LossFn, LossOutput, classification_loss
+from tfloop.inputs import InputContext
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    """One loss of a step, minimized over its own variables by its own optimizer.
+
+    Attributes:
+      name: names its metrics (`<name>/loss`) and its optimizer in checkpoints.
+      loss: `(model, batch, *, training) -> LossOutput`, per-example values.
+      variables: `model -> list of variables` this objective updates.
+      optimizer: a Keras optimizer (created inside `build_model`'s scope is not
+        needed: the engine calls `objectives` under the strategy scope), an
+        optimizer name (`sgd`, `momentum`, `adam`, at `--learning_rate`), or
+        None for the run's `--optimizer`.
+      every: update on steps where `step % every == 0` (a discriminator
+        trained every step, a generator every second step: `every=2`).
+    """
+
+    name: str
+    loss: LossFn
+    variables: Callable[[Any], Sequence[tf.Variable]]
+    optimizer: Union[None, str, keras.optimizers.Optimizer] = None
+    every: int = 1
+
+    def __post_init__(self):
+        if self.every < 1:
+            raise ValueError(f"Objective {self.name!r}: every={self.every} must be >= 1")
+
+
+class Task:
+    """What to train: the model, its data and its per-example loss.
+
+    Subclasses define `build_model`, `train_dataset` and `loss`; see the
+    module docstring. One instance serves one run.
+    """
+
+    #: Shown in the start-up line and recorded in `model_dir`; the class name by default.
+    name: str = ""
+
+    @classmethod
+    def from_config(cls, config: Any) -> "Task":
+        """How `bin/train --task=module:Class` makes the task from the run's
+        `RunConfig`; `Class()` unless a subclass reads flags (`--dataset`...)."""
+        return cls()
+
+    def prepare(self) -> None:
+        """Checks that can fail (files, names), run before anything is built
+        or written so a mistake costs one line; nothing by default."""
+
+    def build_model(self) -> Any:
+        """The model (a Keras model, or a `tf.Module` holding several), built
+        inside `strategy.scope()` so its variables are distributed."""
+        raise NotImplementedError(f"{type(self).__name__} must define build_model()")
+
+    def train_dataset(self, context: InputContext) -> tf.data.Dataset:
+        """Endless global batches of exactly `context.global_batch_size`
+        (`drop_remainder=True`), shuffled with `context.seed`."""
+        raise NotImplementedError(f"{type(self).__name__} must define train_dataset(context)")
+
+    def eval_dataset(self, context: InputContext) -> Optional[tf.data.Dataset]:
+        """One pass over the eval data in global batches (the last may be
+        partial), or None for a task without an eval split."""
+        return None
+
+    def loss(self, model: Any, batch: Any, *, training: bool) -> LossOutput:
+        """Per-example loss and metrics for one replica's batch (`engine.losses`)."""
+        raise NotImplementedError(f"{type(self).__name__} must define loss(model, batch, training)")
+
+    def build_optimizer(self) -> Optional[keras.optimizers.Optimizer]:
+        """The optimizer, under the strategy scope; None for `--optimizer`."""
+        return None
+
+    def objectives(self, model: Any) -> Sequence[Objective]:
+        """The losses a step minimizes; by default one, `loss`, over every
+        trainable variable with the run's optimizer."""
+        return [Objective("loss", self.loss, lambda m: m.trainable_variables)]
+
+    def serving_spec(self, element_spec: Any) -> Any:
+        """What the export's `serving_default` takes: by default the features
+        of a train batch (its first element), any batch size."""
+        features = element_spec[0] if isinstance(element_spec, tuple) else element_spec
+        return tf.nest.map_structure(
+            lambda s: tf.TensorSpec([None, *s.shape[1:]], s.dtype, name=None), features)
+
+    def serve(self, model: Any, features: Any) -> Any:
+        """Inference for the export: the model's outputs on `features`."""
+        return model(features, training=False)
+
+    @property
+    def has_eval(self) -> bool:
+        """Whether the task evaluates (it overrides `eval_dataset`)."""
+        return type(self).eval_dataset is not Task.eval_dataset
+
+    def describe(self) -> str:
+        """The task's part of the start-up log (its data, say)."""
+        return self.name or type(self).__name__
+
+    def resolve_shard_policy(self, requested: str, num_workers: int) -> str:
+        """`--auto_shard_policy` for this task's data: `auto` is `data`, the
+        one that keeps the order independent of the file layout (so resume is
+        exact); tasks whose data is files may do better."""
+        return "data" if requested == "auto" else requested
+
+
+class ClassificationTask(Task):
+    """The built-in `--model`/`--dataset` image classification, as a task.
+
+    `model_fn(input_shape, num_classes)` and `loss_fn` replace the registry
+    model and the cross-entropy loss (the older `run(loss_fn=, model_fn=)`).
+    """
+
+    def __init__(self, *, dataset: str = "synthetic", model: str = "mlp", data_dir: str = "",
+                 image_size: int = 224, eval_fraction: float = 0.1, seed: int = 0,
+                 model_fn: Optional[Callable[[tuple, int], Any]] = None,
+                 loss_fn: Optional[LossFn] = None):
+        self.dataset, self.model_name = dataset, model
+        self._data = dict(data_dir=data_dir, seed=seed, image_size=image_size,
+                          eval_fraction=eval_fraction)
+        self._model_fn, self._loss_fn = model_fn, loss_fn or classification_loss
+        self.splits: Optional[inputs.Splits] = None
+        self.name = type(self).name or (
+            f"{model if model_fn is None else 'custom model'} on {dataset}")
+
+    @classmethod
+    def from_config(cls, config: Any, *, model_fn=None, loss_fn=None) -> "ClassificationTask":
+        """`--dataset`, `--data_dir`, `--model`, `--image_size`, `--eval_fraction`, `--seed`."""
+        return cls(dataset=config.dataset, model=config.model, data_dir=config.data_dir,
+                   image_size=config.image_size, eval_fraction=config.eval_fraction,
+                   seed=config.seed, model_fn=model_fn, loss_fn=loss_fn)
+
+    def prepare(self) -> None:
+        """Checks the model name and loads the splits (no TensorFlow runtime
+        needed): the plan calls this before anything is built."""
+        if self._model_fn is None:
+            models.check(self.model_name)
+        self.splits = inputs.load(self.dataset, **self._data)
+        if self._model_fn is None:
+            models.check(self.model_name, self.splits.input_shape)  # mobilenet_v2: >= 32x32
+
+    def describe(self) -> str:
+        splits = self.splits
+        evaluated = (f"{_split_size(splits.eval)} to evaluate" if splits.eval is not None
+                     else "no eval split")
+        classes = (f", classes {', '.join(splits.class_names)}" if splits.class_names else "")
+        return (f"dataset {self.dataset}: {_split_size(splits.train)} to train on, "
+                f"{evaluated}{classes}")
+
+    @property
+    def has_eval(self) -> bool:
+        return self.splits.eval is not None
+
+    def build_model(self):
+        shape, classes = self.splits.input_shape, self.splits.num_classes
+        if self._model_fn is not None:
+            return self._model_fn(shape, classes)
+        return models.build(self.model_name, input_shape=shape, num_classes=classes)
+
+    def train_dataset(self, context: InputContext) -> tf.data.Dataset:
+        return inputs.train_batches(
+            self.splits.train, global_batch_size=context.global_batch_size, seed=context.seed,
+            start_step=context.start_step, shard_policy=context.shard_policy,
+            num_workers=context.num_input_pipelines, deterministic=context.deterministic)
+
+    def eval_dataset(self, context: InputContext) -> tf.data.Dataset:
+        return inputs.eval_batches(
+            self.splits.eval, global_batch_size=context.global_batch_size,
+            shard_policy=context.shard_policy, num_workers=context.num_input_pipelines,
+            deterministic=context.deterministic)
+
+    def loss(self, model, batch, *, training: bool) -> LossOutput:
+        return self._loss_fn(model, batch, training=training)
+
+    def resolve_shard_policy(self, requested: str, num_workers: int) -> str:
+        return inputs.resolve_shard_policy(self.splits.train, requested, num_workers)
+
+
+def _split_size(split) -> str:
+    files = getattr(split, "files", None)
+    return f"{len(files)} files ({len(split)} examples)" if files is not None else (
+        f"{len(split)} examples")
+
+
+def load(reference: str, config: Any) -> Task:
+    """`--task=module:Class`: imports `module` (the working directory is on the
+    path, as for `python -m`), then `Class.from_config(config)`.
+
+    Raises:
+      ConfigError: not `module:Class`, the module does not import, or the
+        attribute is missing or not a `Task` subclass.
+    """
+    module_name, _, attr = reference.partition(":")
+    if not module_name or not attr or ":" in attr:
+        raise ConfigError(f"--task={reference!r} is not module:Class; write e.g. "
+                          "--task=my_package.my_module:MyTask")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # the user's module: any failure to import is theirs
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        raise ConfigError(f"--task={reference!r}: cannot import module {module_name!r} "
+                          f"({reason}); run from the folder that holds it or add it to "
+                          "PYTHONPATH") from None
+    cls = getattr(module, attr, None)
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        what = "has no attribute" if cls is None else f"has {type(cls).__name__}"
+        raise ConfigError(f"--task={reference!r}: module {module_name!r} {what} {attr!r}, "
+                          "not a Task; subclass tfloop.engine.task.Task and define "
+                          "build_model, train_dataset and loss")
+    return cls.from_config(config)

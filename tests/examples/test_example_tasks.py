@@ -1,0 +1,95 @@
+"""The example tasks (examples/): four replicas equal one device, and a
+stopped or killed run resumes to the uninterrupted weights."""
+
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from examples import gan, regression, two_heads
+from helpers import REPO, wait_for_output
+from tfloop.engine.config import RunConfig
+from tfloop.engine.run import run
+
+TASKS = {
+    "regression": regression.Regression,
+    "two_heads": two_heads.TwoHeads,
+    "gan": gan.RingGAN,
+}
+
+
+def _config(model_dir, *, devices="cpu:0,cpu:1,cpu:2,cpu:3", **overrides):
+    settings = dict(strategy="mirrored" if "," in devices else "one_device", devices=devices,
+                    model_dir=str(model_dir), global_batch_size=64, train_steps=20,
+                    steps_per_loop=10, checkpoint_interval=10, learning_rate=0.01, seed=3,
+                    mode="train")
+    settings.update(overrides)
+    return RunConfig(**settings)
+
+
+def _weights(result):
+    return [np.asarray(w) for w in result.model.get_weights()]
+
+
+def _assert_same_weights(a, b, atol):
+    assert len(a) == len(b)
+    worst = max(float(np.max(np.abs(x - y))) for x, y in zip(a, b))
+    assert worst <= atol, f"max abs difference {worst}"
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_four_replicas_equal_one_device(tmp_path, name):
+    one = run(_config(tmp_path / "one", devices="cpu:0"), task=TASKS[name]())
+    four = run(_config(tmp_path / "four"), task=TASKS[name]())
+    assert four["num_replicas"] == 4 and one["num_replicas"] == 1
+    initial = run(_config(tmp_path / "init", train_steps=0), task=TASKS[name]())
+    moved = max(float(np.max(np.abs(x - y))) for x, y in zip(_weights(one), _weights(initial)))
+    assert moved > 1e-3  # the comparison is about trained weights
+    _assert_same_weights(_weights(four), _weights(one), atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["two_heads", "gan"])
+def test_stopped_and_resumed_equals_uninterrupted(tmp_path, name):
+    run(_config(tmp_path / "resumed", train_steps=20), task=TASKS[name]())
+    resumed = run(_config(tmp_path / "resumed", train_steps=40), task=TASKS[name]())
+    assert resumed["start_step"] == 20 and resumed["step"] == 40
+    straight = run(_config(tmp_path / "straight", train_steps=40), task=TASKS[name]())
+    _assert_same_weights(_weights(resumed), _weights(straight), atol=1e-6)
+
+
+def test_the_gan_updates_its_generator_every_second_step(tmp_path):
+    result = run(_config(tmp_path / "gan", train_steps=10, steps_per_loop=10), task=gan.RingGAN())
+    assert "train/generator/loss" in result and "train/discriminator/accuracy" in result
+    # Each optimizer counts its own updates, and the checkpoint holds both.
+    reader = tf.train.load_checkpoint(str(tmp_path / "gan"))
+    iterations = {name: int(reader.get_tensor(f"optimizer/{name}/_iterations/.ATTRIBUTES/"
+                                              "VARIABLE_VALUE"))
+                  for name in ("discriminator", "generator")}
+    assert iterations == {"discriminator": 10, "generator": 5}
+
+
+def test_a_killed_run_resumes_to_the_uninterrupted_weights(tmp_path):
+    """bin/train --task, SIGKILLed after a checkpoint, resumed in this process."""
+    model_dir = tmp_path / "killed"
+    process = subprocess.Popen(
+        [sys.executable, os.path.join(REPO, "bin", "train"),
+         "--task=examples.regression:Regression", "--strategy=mirrored",
+         "--devices=cpu:0,cpu:1,cpu:2,cpu:3", f"--model_dir={model_dir}", "--global_batch_size=64",
+         "--train_steps=1000000", "--steps_per_loop=10", "--checkpoint_interval=10",
+         "--learning_rate=0.01", "--seed=3", "--mode=train"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for_output(process, "ckpt-30", timeout=180)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=60)
+    killed_at = int(tf.train.latest_checkpoint(str(model_dir)).rsplit("-", 1)[1])
+    target = killed_at + 20
+    resumed = run(_config(model_dir, train_steps=target), task=regression.Regression())
+    assert resumed["start_step"] == killed_at
+    straight = run(_config(tmp_path / "straight", train_steps=target), task=regression.Regression())
+    _assert_same_weights(_weights(resumed), _weights(straight), atol=1e-6)
