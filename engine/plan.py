@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from tfloop import collectives
 from tfloop.collectives import device_names
-from tfloop.engine import devices, optimizers, strategies
+from tfloop.engine import devices, optimizers, run_identity, strategies
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.task import ClassificationTask, Task
@@ -107,10 +107,13 @@ def make_plan(config: RunConfig, task: Task) -> Plan:
                     input_workers)
     mode = _resolve_mode(config, task, role)
     check_model_dir(config.model_dir)
+    exists = tf.io.gfile.isdir(config.model_dir)
+    run_identity.check(config, run_identity.load(config.model_dir) if exists else None,
+                       task_object=not config.task
+                       and not isinstance(task, ClassificationTask))
     if role.in_cluster and not role.is_evaluator:
         tf_config.check_port_free(role)
-    latest = (tf.train.latest_checkpoint(config.model_dir)
-              if tf.io.gfile.isdir(config.model_dir) else None)
+    latest = tf.train.latest_checkpoint(config.model_dir) if exists else None
     if mode == "evaluate" and not latest:
         raise ConfigError(
             f"--mode=evaluate found no checkpoint in --model_dir={config.model_dir}; "
@@ -147,7 +150,7 @@ def _prepare_task(config: RunConfig, task: Task) -> None:
 def _resolve_mode(config: RunConfig, task: Task, role: tf_config.Role) -> str:
     has_eval = task.has_eval
     data = (f"--dataset={config.dataset}" if isinstance(task, ClassificationTask)
-            else f"task {task.describe()}")
+            else f"task {type(task).__name__}")
     if role.is_evaluator:
         if not has_eval:
             raise ConfigError(f"the evaluator task needs an eval split, and {data} has none")

@@ -144,8 +144,8 @@ class Task:
         return type(self).eval_dataset is not Task.eval_dataset
 
     def describe(self) -> str:
-        """The task's part of the start-up log (its data, say)."""
-        return self.name or type(self).__name__
+        """The task's line in the start-up log (what it trains on, say)."""
+        return f"task {type(self).__name__}" + (f": {self.name}" if self.name else "")
 
     def resolve_shard_policy(self, requested: str, num_workers: int) -> str:
         """`--auto_shard_policy` for this task's data: `auto` is `data`, the

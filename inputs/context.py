@@ -74,5 +74,10 @@ class InputContext:
         return bool(self._read)
 
     @property
+    def unread_start_step(self) -> int:
+        """`start_step` if the builder never read it (the engine must skip), else 0."""
+        return 0 if self._read else self._start_step
+
+    @property
     def per_replica_batch_size(self) -> int:
         return self.global_batch_size // self.num_replicas
