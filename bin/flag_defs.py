@@ -41,5 +41,16 @@ def run_flag_values(names: Iterable[str]) -> dict:
     return {name: flags.FLAGS[name].value for name in names}
 
 
+def remembered_run_values(names: Iterable[str]) -> dict:
+    """`run_flag_values`, with the task/model/data flags not given on the
+    command line taken from what trained `--model_dir` (its run.json), so
+    resuming, evaluating and exporting need only `--model_dir`."""
+    from tfloop.engine import run_identity  # loads TensorFlow: not at flag definition
+
+    values = run_flag_values(names)
+    given = {name for name in values if flags.FLAGS[name].present}
+    return run_identity.fill(values, given, run_identity.load(values["model_dir"]))
+
+
 def define_output_dir(default: str, what: str) -> None:
     flags.DEFINE_string("output_dir", default, f"Where {what} go.")

@@ -33,7 +33,7 @@ from typing import Callable, Mapping, NamedTuple, Optional
 
 import tensorflow as tf
 
-from tfloop.engine import checkpointing
+from tfloop.engine import checkpointing, run_record
 from tfloop.engine.preemption import Preempted, StopRequest
 from tfloop.engine.summaries import SummaryWriter
 
@@ -261,11 +261,25 @@ class RunActions(NamedTuple):
     eval: list[Action]
 
 
-def for_evaluation(eval_summaries: Optional[SummaryWriter]) -> list[Action]:
-    """A run's eval actions: the progress line, and summaries where there is a writer."""
+class RecordEvaluation(Action):
+    """Appends each evaluation to `evaluations.json` (`engine.run_record`)."""
+
+    def __init__(self, *, path: str, by: str):
+        self.path, self.by = path, by
+
+    def __call__(self, loop: LoopEnd) -> None:
+        run_record.add_evaluation(self.path, step=loop.step, by=self.by, metrics=loop.metrics)
+
+
+def for_evaluation(eval_summaries: Optional[SummaryWriter],
+                   record: Optional[RecordEvaluation] = None) -> list[Action]:
+    """A run's eval actions: the progress line, summaries where there is a
+    writer, and the record of each evaluation where asked."""
     actions: list[Action] = [EvalProgress()]
     if eval_summaries is not None:
         actions.append(EvalSummaries(writer=eval_summaries))
+    if record is not None:
+        actions.append(record)
     return actions
 
 

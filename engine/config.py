@@ -205,5 +205,11 @@ class RunConfig:
     def metrics_path(self) -> str:
         return os.path.join(self.model_dir, "metrics.json")
 
+    @property
+    def evaluations_path(self) -> str:
+        """Where `--mode=evaluate` and the evaluator task add their results,
+        beside the training record in metrics.json, which they leave alone."""
+        return os.path.join(self.model_dir, "evaluations.json")
+
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -27,7 +27,8 @@ from typing import Any, Callable, Optional
 import keras
 import tensorflow as tf
 
-from tfloop.engine import actions, checkpointing, logs, precision, preemption, run_record
+from tfloop.engine import (actions, checkpointing, logs, precision, preemption, run_identity,
+                           run_record)
 from tfloop.engine import objectives as objectives_lib
 from tfloop.engine import task as task_lib
 from tfloop.engine import task_inputs
@@ -181,6 +182,8 @@ def _run_controller(plan: Plan, strategy, global_step, trainer, evaluator, manag
     config, role = plan.config, plan.role
     if role.is_chief:
         tf.io.gfile.makedirs(config.model_dir)
+        if plan.mode != "evaluate":
+            run_identity.write(config)
     train_summaries = SummaryWriter(config.train_summary_dir) if role.is_chief else None
     eval_summaries = SummaryWriter(config.eval_summary_dir) if role.is_chief else None
     stop_request = preemption.StopRequest(
@@ -218,7 +221,12 @@ def _run_controller(plan: Plan, strategy, global_step, trainer, evaluator, manag
         summary = run_record.summarize(
             plan, controller, num_replicas=strategy.num_replicas_in_sync, restored=restored,
             start_step=start_step, interrupted=interrupted, wall_seconds=time.time() - began)
-        if role.is_chief:
+        if role.is_chief and plan.mode == "evaluate":
+            if not interrupted:
+                run_record.add_evaluation(config.evaluations_path, step=controller.step,
+                                          by="--mode=evaluate",
+                                          metrics=controller.last_eval_metrics)
+        elif role.is_chief:
             run_record.write(config.metrics_path, summary)
     return summary
 
@@ -251,7 +259,9 @@ def evaluate_each_checkpoint(
         directory=config.model_dir, max_to_keep=None)
     writer = SummaryWriter(config.eval_summary_dir)
     controller = Controller(global_step=global_step, evaluator=evaluator,
-                            checkpoint_manager=watched, eval_actions=actions.for_evaluation(writer))
+                            checkpoint_manager=watched,
+                            eval_actions=actions.for_evaluation(writer, actions.RecordEvaluation(
+                                path=config.evaluations_path, by="evaluator")))
     try:
         last = controller.evaluate_continuously(
             config.eval_steps, timeout=config.eval_timeout, last_step=config.train_steps)

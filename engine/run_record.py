@@ -2,11 +2,15 @@
 
 The chief writes it once, at the end of `engine.run.run` (finished,
 interrupted, or failed), atomically: a reader never sees half a file.
+Evaluations made afterwards (`--mode=evaluate`, the evaluator task) are
+appended to `evaluations.json` beside it, so they never erase the training
+record: `{"evaluations": [{"step": ..., "by": ..., "eval/loss": ...}, ...]}`.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, Optional
 
 import tensorflow as tf
@@ -40,3 +44,15 @@ def write(path: str, payload: dict) -> None:
     with tf.io.gfile.GFile(temporary, "w") as f:
         f.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
     tf.io.gfile.rename(temporary, path, overwrite=True)
+
+
+def add_evaluation(path: str, *, step: int, by: str, metrics: dict) -> None:
+    """Appends one evaluation's results to `evaluations.json`."""
+    record = {"evaluations": []}
+    if tf.io.gfile.exists(path):
+        with tf.io.gfile.GFile(path) as f:
+            record = json.load(f)
+    record["evaluations"].append({
+        "step": step, "by": by, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        **{f"eval/{k}": v for k, v in metrics.items()}})
+    write(path, record)
