@@ -71,7 +71,8 @@ _COMPRESSIONS = ("", "GZIP", "ZLIB")
 
 
 def to_spec(name: str, spec: Spec):
-    """A short spec (`"float"`, `("int64", [8])`) → `tf.io.FixedLenFeature`; a tf.io spec as is."""
+    """A short spec (`"float"`, `("int64", [8])`) → `tf.io.FixedLenFeature`;
+    a tf.io spec as it is."""
     if isinstance(spec, (tf.io.FixedLenFeature, tf.io.VarLenFeature, tf.io.RaggedFeature,
                          tf.io.SparseFeature, tf.io.FixedLenSequenceFeature)):
         return spec
