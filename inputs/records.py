@@ -70,7 +70,7 @@ _COMPRESSIONS = ("", "GZIP", "ZLIB")
 # --- Specs. ---
 
 
-def to_spec(name: str, spec: Spec):
+def _to_spec(name: str, spec: Spec):
     """A short spec (`"float"`, `("int64", [8])`) → `tf.io.FixedLenFeature`;
     a tf.io spec as it is."""
     if isinstance(spec, (tf.io.FixedLenFeature, tf.io.VarLenFeature, tf.io.RaggedFeature,
@@ -78,7 +78,7 @@ def to_spec(name: str, spec: Spec):
         return spec
     type_name, shape = (spec, []) if isinstance(spec, str) else (
         tuple(spec) if isinstance(spec, (tuple, list)) and len(spec) == 2 else (None, None))
-    if type_name not in _TYPES:
+    if not isinstance(type_name, str) or type_name not in _TYPES:
         raise InputError(
             f"{name}: {spec!r} is not a feature spec; give 'float', 'int64' or 'bytes', "
             "(type, shape) such as ('int64', [8]), or a tf.io spec (tf.io.FixedLenFeature, ...)")
@@ -149,7 +149,7 @@ class _ZlibReader:
         return out
 
 
-def first_record(path: str, compression: str = "") -> Optional[bytes]:
+def _first_record(path: str, compression: str = "") -> Optional[bytes]:
     """The first serialized record of a TFRecord file, or None if it has none.
 
     Plain Python over `tf.io.gfile` (TFRecord framing: little-endian uint64
@@ -209,9 +209,9 @@ class RecordData:
                                  "an input or the label/weight, not both")
         if weight_key is not None and weight_key == label_key:
             raise InputError(f"weight_key and label_key are both {label_key!r}")
-        self._specs = {key: to_spec(f"features[{key!r}]", spec) for key, spec in features.items()}
+        self._specs = {key: _to_spec(f"features[{key!r}]", spec) for key, spec in features.items()}
         self._label_key, self._weight_key = label_key, weight_key
-        self._specs[label_key] = to_spec(f"label_spec (for {label_key!r})", label_spec)
+        self._specs[label_key] = _to_spec(f"label_spec (for {label_key!r})", label_spec)
         if weight_key is not None:
             self._specs[weight_key] = tf.io.FixedLenFeature([], tf.float32)
         self._compression = compression
@@ -227,7 +227,7 @@ class RecordData:
         returns its size in bytes."""
         record, path = None, files[0]
         for path in files:  # the first file that holds a record
-            record = first_record(path, self._compression)
+            record = _first_record(path, self._compression)
             if record is not None:
                 break
         if record is None:

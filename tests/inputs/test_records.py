@@ -139,6 +139,8 @@ def test_mistakes_are_one_line_at_construction(files, tmp_path):
         train_files=train, eval_files=["/no/such/file"])
     assert "features['age']: 'double' is not a feature spec" in _refusal(
         train_files=train, features={"age": "double"})
+    assert "features['age']: tf.float32 is not a feature spec" in _refusal(
+        train_files=train, features={"age": tf.float32})
     assert "features['tokens']: shape [0] must be a list of positive integers" in _refusal(
         train_files=train, features={"tokens": ("int64", [0])})
     assert ("the first record has no feature 'height'; it has: age, id, tags, tokens, w, y"
