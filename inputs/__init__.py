@@ -1,12 +1,17 @@
-"""Input pipelines: datasets by name, and `tf.data` global-batch pipelines."""
+"""Input pipelines: datasets by name, `tf.data` global-batch pipelines, and
+a task's data as users have it (NumPy arrays: `ArrayData`, `from_npz`; their
+own TFRecords of `tf.train.Example`s: `RecordData`)."""
 
+from tfloop.inputs.arrays import ArrayData, from_npz
 from tfloop.inputs.context import InputContext
 from tfloop.inputs.errors import InputError
 from tfloop.inputs.splits import Examples, ImageFiles, RecordFiles, Split, Splits
 from tfloop.inputs.pipeline import eval_batches, resolve_shard_policy, train_batches
+from tfloop.inputs.records import RecordData
 from tfloop.inputs.registry import available, load, register
 
 __all__ = [
-    "Examples", "ImageFiles", "InputContext", "InputError", "RecordFiles", "Split", "Splits", "available",
-    "eval_batches", "load", "register", "resolve_shard_policy", "train_batches",
+    "ArrayData", "Examples", "ImageFiles", "InputContext", "InputError", "RecordData",
+    "RecordFiles", "Split", "Splits", "available", "eval_batches", "from_npz", "load",
+    "register", "resolve_shard_policy", "train_batches",
 ]

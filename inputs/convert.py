@@ -6,8 +6,12 @@ splits they make. The folder's format (names, features, metadata.json) is
 `inputs.tfrecord`'s, which reads it back; this module only writes, so the
 loaders never depend on the converter.
 
-The writer is atomic: it writes into a temporary sibling folder and renames
-it into place, so a crash leaves no half-written dataset behind.
+The writer is atomic on a local disk: it writes into a temporary sibling
+folder and renames it into place, so a crash leaves no half-written dataset
+behind. Everything is written through `tf.io.gfile`, so `--output_dir` may
+also be `gs://...` or `ram://...`; there (no atomic folder rename) the files
+are moved into place one by one, `metadata.json` last, and a folder without
+it is refused by the loader.
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ import logging
 import os
 import shutil
 import tempfile
+import uuid
 from typing import Iterator
 
 import numpy as np
+import tensorflow as tf
 
 from tfloop.inputs import image_folder, registry, tfrecord
 from tfloop.inputs.errors import InputError
@@ -28,23 +34,71 @@ from tfloop.inputs.splits import Examples, ImageFiles, Split, Splits
 logger = logging.getLogger(__name__)
 
 
+def _is_local(path: str) -> bool:
+    """A path on this machine's disk, not a `scheme://` filesystem (gs, ram, hdfs, ...)."""
+    return "://" not in path
+
+
 def _check_output_dir(output_dir: str) -> str:
     if not output_dir:
         raise InputError("--output_dir is empty; name the folder to write the TFRecords into")
-    output_dir = os.path.abspath(output_dir)
-    if os.path.exists(output_dir):
-        if not os.path.isdir(output_dir):
+    output_dir = os.path.abspath(output_dir) if _is_local(output_dir) else output_dir.rstrip("/")
+    if tf.io.gfile.exists(output_dir):
+        if not tf.io.gfile.isdir(output_dir):
             raise InputError(f"--output_dir={output_dir} is a file; name a new directory")
-        if os.listdir(output_dir):
+        if tf.io.gfile.listdir(output_dir):
             raise InputError(
                 f"--output_dir={output_dir} is not empty; name a new or empty directory "
                 "(the converter never overwrites a dataset)"
             )
-    parent = os.path.dirname(output_dir)
-    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"--output_dir={output_dir} cannot be created: {parent} is not a "
-                         "writable directory")
+    if _is_local(output_dir):
+        parent = os.path.dirname(output_dir)
+        if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+            raise InputError(f"--output_dir={output_dir} cannot be created: {parent} is not a "
+                             "writable directory")
     return output_dir
+
+
+def _make_staging(output_dir: str) -> str:
+    """An empty hidden sibling of `output_dir` to write into (`.<name>.tmp-<random>`)."""
+    if _is_local(output_dir):
+        parent, name = os.path.split(output_dir)
+        staging = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=parent)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(staging, 0o777 & ~umask)  # mkdtemp's 0700 is for the temporary name only
+        return staging
+    parent, _, name = output_dir.rpartition("/")
+    staging = f"{parent}/.{name}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        tf.io.gfile.makedirs(staging)
+    except tf.errors.OpError as error:
+        raise InputError(f"--output_dir={output_dir} cannot be written: {staging} cannot be "
+                         f"created ({type(error).__name__})") from None
+    return staging
+
+
+def _move_into_place(staging: str, output_dir: str) -> None:
+    if _is_local(output_dir):
+        if os.path.isdir(output_dir):
+            os.rmdir(output_dir)  # empty, checked before writing
+        os.rename(staging, output_dir)
+        return
+    tf.io.gfile.makedirs(output_dir)
+    names = sorted(tf.io.gfile.listdir(staging), key=lambda n: n == tfrecord.METADATA)
+    for name in names:  # metadata.json last: without it the loader refuses the folder
+        tf.io.gfile.rename(f"{staging}/{name}", f"{output_dir}/{name}")
+    tf.io.gfile.rmtree(staging)
+
+
+def _remove(staging: str) -> None:
+    if _is_local(staging):
+        shutil.rmtree(staging, ignore_errors=True)
+        return
+    try:
+        tf.io.gfile.rmtree(staging)
+    except tf.errors.OpError:
+        pass
 
 
 def _examples(split: Split, batch: int = 256) -> Iterator[tuple[np.ndarray, int]]:
@@ -62,8 +116,6 @@ def _examples(split: Split, batch: int = 256) -> Iterator[tuple[np.ndarray, int]
 
 
 def _serialize(image: np.ndarray, label: int) -> bytes:
-    import tensorflow as tf
-
     encoded = tf.io.encode_png(image).numpy()
     return tf.train.Example(features=tf.train.Features(feature={
         tfrecord.IMAGE_KEY: tf.train.Feature(bytes_list=tf.train.BytesList(value=[encoded])),
@@ -74,8 +126,6 @@ def _serialize(image: np.ndarray, label: int) -> bytes:
 def _write_split(directory: str, name: str, split: Split, num_shards: int) -> dict:
     """Contiguous shards: example i goes to shard i * num_shards // count, so
     reading the files in name order gives the source order back."""
-    import tensorflow as tf
-
     count = len(split)
     num_shards = min(num_shards, count) if name != "train" else num_shards
     files = [tfrecord.shard_name(name, i, num_shards) for i in range(num_shards)]
@@ -100,9 +150,9 @@ def _write_split(directory: str, name: str, split: Split, num_shards: int) -> di
 def write(splits: Splits, output_dir: str, *, num_shards: int, source: str = "") -> str:
     """Writes `splits` as sharded TFRecords + metadata.json into `output_dir`.
 
-    `output_dir` must not exist or be empty. Everything is written into a
-    temporary sibling first and renamed into place at the end. Returns the
-    absolute output path.
+    `output_dir` (a local path, or any `tf.io.gfile` one) must not exist or
+    be empty. Everything is written into a temporary sibling first and moved
+    into place at the end. Returns the output path (absolute when local).
 
     This is also the way to make a TFRecord folder in a test::
 
@@ -117,11 +167,7 @@ def write(splits: Splits, output_dir: str, *, num_shards: int, source: str = "")
             "use fewer shards"
         )
     output_dir = _check_output_dir(output_dir)
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(output_dir)}.tmp-",
-                               dir=os.path.dirname(output_dir))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(staging, 0o777 & ~umask)  # mkdtemp's 0700 is for the temporary name only
+    staging = _make_staging(output_dir)
     try:
         meta = {
             "format": tfrecord.FORMAT, "version": tfrecord.VERSION, "source": source,
@@ -135,14 +181,11 @@ def write(splits: Splits, output_dir: str, *, num_shards: int, source: str = "")
         for name, split in (("train", splits.train), ("eval", splits.eval)):
             if split is not None and len(split):
                 meta["splits"][name] = _write_split(staging, name, split, num_shards)
-        with open(os.path.join(staging, tfrecord.METADATA), "w") as f:
-            json.dump(meta, f, indent=2)
-            f.write("\n")
-        if os.path.isdir(output_dir):
-            os.rmdir(output_dir)  # empty, checked above
-        os.rename(staging, output_dir)
+        with tf.io.gfile.GFile(os.path.join(staging, tfrecord.METADATA), "w") as f:
+            f.write(json.dumps(meta, indent=2) + "\n")
+        _move_into_place(staging, output_dir)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        _remove(staging)
         raise
     logger.info("wrote %s: %s", output_dir, ", ".join(
         f"{name} {entry['count']} examples in {len(entry['files'])} files"

@@ -15,15 +15,18 @@ evaluate on the same images.
 Unreadable files are *skipped, with a logged count*, when the folder is
 loaded: empty files, and files whose first bytes are not a JPEG, PNG, GIF or
 BMP signature (or a PNG without its end chunk, i.e. truncated). The check
-reads a few bytes per file in plain Python, so it costs little on 25 000
-images and runs before TensorFlow starts. An image that passes it but still
-fails to decode (a JPEG corrupted inside) stops the run with TensorFlow's
+reads a few bytes per file, so it costs little on 25 000 images and runs
+before TensorFlow's runtime starts. An image that passes it but still fails
+to decode (a JPEG corrupted inside) stops the run with TensorFlow's
 `InvalidArgumentError` at the batch that holds it: dropping it at run time
 (`ignore_errors`) would shift every later batch, and exact resume skips
 batches by count before decoding.
 
 Decoding and resizing (bilinear, to `--image_size` square, RGB) happen in
 `tf.data` with a parallel map, after shuffling and skipping the file names.
+
+Folders are listed and files read through `tf.io.gfile` (which starts no
+runtime either), so `--data_dir` may be `gs://...` or `ram://...`.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import logging
 import os
 
 import numpy as np
+import tensorflow as tf
 
 from tfloop.inputs.errors import InputError
 from tfloop.inputs.splits import ImageFiles, Splits
@@ -59,22 +63,22 @@ class Scan:
 def readable(path: str) -> bool:
     """Cheap plausibility check: a known image signature (and, for PNG, its end chunk)."""
     try:
-        with open(path, "rb") as f:
+        with tf.io.gfile.GFile(path, "rb") as f:
             head = f.read(8)
             if not head.startswith(_SIGNATURES):
                 return False
             if head.startswith(b"\x89PNG"):
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - 12))
+                f.seek(max(0, f.size() - 12))
                 return _PNG_END in f.read()
             return True
-    except OSError:
+    except (OSError, tf.errors.OpError):
         return False
 
 
 def _class_folders(root: str) -> list[str]:
-    return sorted(d for d in os.listdir(root)
-                  if not d.startswith(".") and os.path.isdir(os.path.join(root, d)))
+    names = (d.rstrip("/") for d in tf.io.gfile.listdir(root))  # gs:// marks folders with '/'
+    return sorted(d for d in names
+                  if not d.startswith(".") and tf.io.gfile.isdir(os.path.join(root, d)))
 
 
 def scan(root: str) -> Scan:
@@ -93,8 +97,7 @@ def scan(root: str) -> Scan:
     paths, labels, skipped = [], [], []
     for label, name in enumerate(classes):
         found = 0
-        for folder, subfolders, files in sorted(os.walk(os.path.join(root, name))):
-            subfolders.sort()
+        for folder, _, files in sorted(tf.io.gfile.walk(os.path.join(root, name))):
             for file in sorted(files):
                 if file.startswith(".") or not file.lower().endswith(EXTENSIONS):
                     continue
@@ -124,15 +127,15 @@ def load(*, data_dir: str, image_size: int, eval_fraction: float) -> Splits:
             "--dataset=image_folder needs --data_dir, a folder with one sub-folder of "
             "JPEG/PNG images per class"
         )
-    if not os.path.isdir(data_dir):
+    if not tf.io.gfile.isdir(data_dir):
         raise InputError(f"--data_dir={data_dir} is not a directory; point it at a folder "
                          "with one sub-folder of images per class")
     if not 0 <= eval_fraction < 1:
         raise InputError(f"--eval_fraction={eval_fraction} must be at least 0 and below 1")
     shape = (image_size, image_size, 3)
     eval_root = next((os.path.join(data_dir, d) for d in EVAL_FOLDERS
-                      if os.path.isdir(os.path.join(data_dir, d))), None)
-    if os.path.isdir(os.path.join(data_dir, "train")) and eval_root:
+                      if tf.io.gfile.isdir(os.path.join(data_dir, d))), None)
+    if tf.io.gfile.isdir(os.path.join(data_dir, "train")) and eval_root:
         train, evaluation = scan(os.path.join(data_dir, "train")), scan(eval_root)
         if evaluation.class_names != train.class_names:
             raise InputError(
@@ -171,8 +174,6 @@ def decode(path, label, image_shape: tuple[int, int, int]):
     Bilinear resize without cropping, as `keras.utils.image_dataset_from_directory`
     does; rounded back to uint8 so every split kind batches the same way.
     """
-    import tensorflow as tf
-
     image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
     image = tf.image.resize(image, image_shape[:2])
     image = tf.cast(tf.clip_by_value(tf.round(image), 0.0, 255.0), tf.uint8)
@@ -182,8 +183,6 @@ def decode(path, label, image_shape: tuple[int, int, int]):
 
 def decoded(split: ImageFiles):
     """The split's images decoded in order (the converter reads them this way)."""
-    import tensorflow as tf
-
     ds = tf.data.Dataset.from_tensor_slices((list(split.paths), list(split.labels)))
     return ds.map(lambda p, l: decode(p, l, split.image_shape),
                   num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

@@ -2,7 +2,9 @@
 
 The file holds `x_train (N, 28, 28) uint8, y_train (N,), x_test, y_test`, as
 written by `keras.datasets.mnist.load_data()`'s cache or `np.savez`. Float
-pixels in [0, 1] (a preprocessed copy) are scaled back to 0..255.
+pixels in [0, 1] (a preprocessed copy) are scaled back to 0..255. The file is
+read through `tf.io.gfile`, so `--data_dir` may be `gs://...` or `ram://...`
+(this starts no TensorFlow runtime).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import zipfile
 
 import numpy as np
+import tensorflow as tf
 
 from tfloop.inputs.errors import InputError
 from tfloop.inputs.splits import Examples, Splits
@@ -65,21 +68,25 @@ def load(*, data_dir: str) -> Splits:
             "(x_train, y_train, x_test, y_test)"
         )
     path = os.path.join(data_dir, FILENAME)
-    if not os.path.isfile(path):
+    if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
         raise InputError(
             f"{path} does not exist; put the Keras-layout {FILENAME} (x_train, y_train, "
             "x_test, y_test) in --data_dir"
         )
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            missing = [k for k in _KEYS if k not in npz.files]
-            if missing:
-                raise InputError(
-                    f"{path} lacks {', '.join(missing)}; it needs the arrays "
-                    f"{', '.join(_KEYS)}"
-                )
-            arrays = {k: npz[k] for k in _KEYS}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            npz = np.load(f, allow_pickle=False)
+            if not isinstance(npz, np.lib.npyio.NpzFile):  # a single .npy array
+                raise ValueError("one array, not an .npz archive")
+            with npz:
+                missing = [k for k in _KEYS if k not in npz.files]
+                if missing:
+                    raise InputError(
+                        f"{path} lacks {', '.join(missing)}; it needs the arrays "
+                        f"{', '.join(_KEYS)}"
+                    )
+                arrays = {k: npz[k] for k in _KEYS}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, tf.errors.OpError) as error:
         if isinstance(error, InputError):
             raise
         raise InputError(

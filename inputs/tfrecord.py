@@ -13,7 +13,9 @@ PNG: lossless, and how TensorFlow's own image TFRecords store pixels) and
 `image/class/label` (int64), the feature names of TF Model Garden's image
 datasets. The metadata lets the loader check the folder without reading a
 record, and without starting TensorFlow's runtime (multi-worker collectives
-must be configured first).
+must be configured first). Files are listed and read through `tf.io.gfile`
+(which starts no runtime either), so the folder may be `gs://...` or
+`ram://...`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import json
 import os
 
 import numpy as np
+import tensorflow as tf
 
 from tfloop.inputs.errors import InputError
 from tfloop.inputs.splits import Examples, RecordFiles, Splits
@@ -47,8 +50,6 @@ def parse(serialized, image_shape: tuple[int, int, int]):
     A record whose image has another shape fails here, at the first batch,
     rather than as a shape error deep inside the model.
     """
-    import tensorflow as tf
-
     features = tf.io.parse_single_example(serialized, {
         IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
         LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
@@ -57,7 +58,7 @@ def parse(serialized, image_shape: tuple[int, int, int]):
     return tf.ensure_shape(image, image_shape), features[LABEL_KEY]
 
 
-# --- Loading (plain Python: no TensorFlow runtime). ---
+# --- Loading (plain Python and tf.io.gfile: no TensorFlow runtime). ---
 
 
 def _bad(data_dir: str, reason: str) -> InputError:
@@ -72,7 +73,7 @@ def _split(data_dir: str, name: str, entry, image_shape) -> RecordFiles:
             or not isinstance(entry.get("count"), int) or entry["count"] < 1:
         raise _bad(data_dir, f"splits.{name} needs a positive 'count' and a 'files' list")
     listed = sorted(entry["files"])
-    found = sorted(f for f in os.listdir(data_dir)
+    found = sorted(f for f in tf.io.gfile.listdir(data_dir)
                    if f.startswith(f"{name}-") and f.endswith(".tfrecord"))
     if not found:
         raise InputError(
@@ -86,7 +87,7 @@ def _split(data_dir: str, name: str, entry, image_shape) -> RecordFiles:
             f"(e.g. {missing[0]}); re-create the folder with bin/convert_to_tfrecord"
         )
     paths = tuple(os.path.join(data_dir, f) for f in listed)
-    total_bytes = sum(os.path.getsize(p) for p in paths)
+    total_bytes = sum(tf.io.gfile.stat(p).length for p in paths)
     return RecordFiles(files=paths, count=entry["count"], image_shape=image_shape,
                        record_bytes=max(1, total_bytes // entry["count"]))
 
@@ -97,21 +98,21 @@ def load(*, data_dir: str) -> Splits:
         raise InputError(
             "--dataset=tfrecord needs --data_dir, a folder written by bin/convert_to_tfrecord"
         )
-    if not os.path.isdir(data_dir):
+    if not tf.io.gfile.isdir(data_dir):
         raise InputError(
             f"--data_dir={data_dir} is not a directory; write one with "
             "bin/convert_to_tfrecord --output_dir=..."
         )
     path = os.path.join(data_dir, METADATA)
-    if not os.path.isfile(path):
+    if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
         raise InputError(
             f"--data_dir={data_dir} has no {METADATA}; write the folder with "
             "bin/convert_to_tfrecord"
         )
     try:
-        with open(path) as f:
+        with tf.io.gfile.GFile(path, "r") as f:
             meta = json.load(f)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, tf.errors.OpError) as error:
         raise _bad(data_dir, f"{type(error).__name__}: {str(error)[:80]}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise _bad(data_dir, f"'format' is not {FORMAT!r}")
@@ -137,8 +138,6 @@ def load(*, data_dir: str) -> Splits:
 
 def read_all(split: RecordFiles) -> Examples:
     """Every example of `split` in file order (tests and small tools)."""
-    import tensorflow as tf
-
     ds = tf.data.TFRecordDataset(list(split.files)).map(lambda r: parse(r, split.image_shape))
     images, labels = [], []
     for image, label in ds.batch(1024):

@@ -117,3 +117,37 @@ def test_image_folder_converts_to_the_same_examples_as_tfrecords(tmp_path):
         back = tfrecord.read_all(getattr(records, name))
         np.testing.assert_array_equal(back.x, decoded[0])
         np.testing.assert_array_equal(back.y, decoded[1])
+
+
+def _copy_tree(local_root, target):
+    for folder, _, files in os.walk(local_root):
+        for name in files:
+            relative = os.path.relpath(os.path.join(folder, name), local_root)
+            tf.io.gfile.makedirs(os.path.dirname(f"{target}/{relative}"))
+            tf.io.gfile.copy(os.path.join(folder, name), f"{target}/{relative}")
+
+
+def test_a_folder_on_a_ram_filesystem_loads_decodes_and_converts_like_a_local_one(tmp_path):
+    """Scanning and checking go through tf.io.gfile: ram:// here, gs:// for users."""
+    root = write_image_folder(tmp_path / "pets", per_class=2)
+    good = open(os.path.join(root, "cats", "cats.0.png"), "rb").read()
+    with open(os.path.join(root, "dogs", "truncated.png"), "wb") as f:
+        f.write(good[: len(good) // 2])
+    _copy_tree(root, "ram://image_folder_test/pets")
+    local = inputs.load("image_folder", data_dir=root, image_size=12, eval_fraction=0.3)
+    remote = inputs.load("image_folder", data_dir="ram://image_folder_test/pets", image_size=12,
+                         eval_fraction=0.3)
+    assert remote.class_names == local.class_names
+    for a, b in ((local.train, remote.train), (local.eval, remote.eval)):
+        assert [p.replace(root, "ram://image_folder_test/pets") for p in a.paths] == list(b.paths)
+        assert a.labels == b.labels
+    assert [os.path.basename(p) for p in
+            image_folder.scan("ram://image_folder_test/pets").skipped] == ["truncated.png"]
+    out = convert.convert("image_folder", data_dir="ram://image_folder_test/pets",
+                          output_dir="ram://image_folder_test/records", num_shards=2,
+                          image_size=12, eval_fraction=0.3)
+    back = tfrecord.read_all(inputs.load("tfrecord", data_dir=out).train)
+    decoded = [(x.numpy(), y.numpy()) for x, y in image_folder.decoded(local.train).batch(100)][0]
+    np.testing.assert_array_equal(back.x, decoded[0])
+    np.testing.assert_array_equal(back.y, decoded[1])
+    assert sorted(tf.io.gfile.listdir("ram://image_folder_test")) == ["pets", "records"]

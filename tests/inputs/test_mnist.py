@@ -53,3 +53,21 @@ def test_pixels_that_cannot_be_images_are_one_line(tmp_path, damage, says):
     with pytest.raises(InputError) as error:
         mnist.load(data_dir=str(tmp_path))
     assert says in str(error.value) and "\n" not in str(error.value)
+
+
+def test_mnist_npz_on_a_ram_filesystem_loads_like_a_local_one(tmp_path):
+    """--data_dir is read through tf.io.gfile: ram:// here, gs:// for users."""
+    import tensorflow as tf
+
+    from tfloop import inputs
+
+    path = write_digits_npz(str(tmp_path))
+    with open(path, "rb") as f, tf.io.gfile.GFile("ram://mnist_test/mnist.npz", "wb") as g:
+        g.write(f.read())
+    local = mnist.load(data_dir=str(tmp_path))
+    remote = inputs.load("mnist", data_dir="ram://mnist_test")
+    for a, b in ((local.train, remote.train), (local.eval, remote.eval)):
+        np.testing.assert_array_equal(a.x, b.x)
+        np.testing.assert_array_equal(a.y, b.y)
+    with pytest.raises(InputError, match="ram://nothing/mnist.npz does not exist"):
+        mnist.load(data_dir="ram://nothing")

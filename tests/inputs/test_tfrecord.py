@@ -163,3 +163,21 @@ def test_loader_mistakes_are_one_line_input_errors(records, tmp_path):
         inputs.resolve_shard_policy(synthetic.load(seed=0, num_train=8, num_eval=0).train,
                                     "file", 2)
 
+
+
+def test_a_folder_written_to_a_ram_filesystem_reads_back_and_batches_the_same(source, records):
+    """Converter and loader go through tf.io.gfile: ram:// here, gs:// for users."""
+    out = convert.write(source, "ram://tfrecord_test/synthetic", num_shards=4)
+    assert out == "ram://tfrecord_test/synthetic"
+    assert tf.io.gfile.listdir("ram://tfrecord_test") == ["synthetic"]  # no temporary left
+    assert sorted(tf.io.gfile.listdir(out)) == sorted(os.listdir(records))
+    loaded = inputs.load("tfrecord", data_dir=out)
+    np.testing.assert_array_equal(tfrecord.read_all(loaded.eval).x, source.eval.x)
+    local = inputs.load("tfrecord", data_dir=records).train
+    for (x1, y1), (x2, y2) in zip(
+            _batches(inputs.train_batches(loaded.train, global_batch_size=24, seed=1), 3),
+            _batches(inputs.train_batches(local, global_batch_size=24, seed=1), 3)):
+        np.testing.assert_array_equal(x1, x2)
+        np.testing.assert_array_equal(y1, y2)
+    with pytest.raises(InputError, match="ram://tfrecord_test/synthetic is not empty"):
+        convert.write(source, out, num_shards=2)

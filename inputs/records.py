@@ -1,0 +1,338 @@
+"""A user's own TFRecord files of `tf.train.Example`s as a task's datasets.
+
+::
+
+    data = inputs.RecordData(
+        train_files="gs://bucket/train-*.tfrecord", eval_files="gs://bucket/eval-*",
+        features={"age": "float", "tokens": ("int64", [8]),
+                  "tags": tf.io.VarLenFeature(tf.string)},
+        label_key="clicked", weight_key="importance")
+    data.train_dataset(context)   # ({"age": (B,), "tokens": (B, 8), "tags": sparse}, (B,), (B,))
+    data.eval_dataset(context)
+
+Feature specs come in two forms:
+
+- short: a type name `"float"` (float32), `"int64"` or `"bytes"` for one value
+  per record, or `(type name, shape)` for a fixed-size array, e.g.
+  `("int64", [8])`; each becomes a `tf.io.FixedLenFeature`;
+- any `tf.io` parsing spec (`FixedLenFeature`, `VarLenFeature`,
+  `RaggedFeature`, `SparseFeature`, `FixedLenSequenceFeature`), as
+  `tf.io.parse_example` takes it.
+
+The label is the feature `label_key` (spec `label_spec`, default `"int64"`);
+the optional per-example weight is the float feature `weight_key`. Elements
+follow Keras: `(features, label)` or `(features, label, weight)`.
+
+Files: a glob pattern, or a list of paths and patterns, resolved with
+`tf.io.gfile.glob` (so `gs://` and `ram://` work) and sorted; a pattern that
+matches nothing is one line. The train stream is `inputs.pipeline`'s for
+TFRecords: the file list shuffled with the seed (every epoch anew),
+interleaved with a fixed cycle length (so the order depends only on the seed,
+not on the machine), the serialized records shuffled, repeated, skipped by
+`context.start_step` global batches before any parsing, batched (full batches
+only) and parsed a batch at a time (`tf.io.parse_example`, much faster than
+per record). Multi-worker `file` sharding deals the sorted files out.
+
+At construction the first record of the train files (and of the eval files)
+is read in plain Python (a `tf.train.Example` protobuf; TensorFlow's runtime
+is not started, so this may happen before the strategy exists) and checked
+against the specs: a missing key, a value type or a fixed size that does not
+match is one line naming the key and what the record has. Later records are
+parsed only at run time, where a bad one stops the run with TensorFlow's error.
+Nothing counts the records (that would read every file).
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import struct
+import zlib
+from typing import Mapping, Optional, Sequence, Union
+
+import tensorflow as tf
+
+from tfloop.inputs.errors import InputError
+from tfloop.inputs.pipeline import _CYCLE_LENGTH, _SHUFFLE_BUFFER, _SHUFFLE_BYTES
+
+logger = logging.getLogger(__name__)
+
+Files = Union[str, Sequence[str]]
+Spec = Union[str, tuple, tf.io.FixedLenFeature, tf.io.VarLenFeature, tf.io.RaggedFeature,
+             tf.io.SparseFeature, tf.io.FixedLenSequenceFeature]
+
+_TYPES = {"float": tf.float32, "float32": tf.float32, "int64": tf.int64, "int": tf.int64,
+          "bytes": tf.string, "string": tf.string}
+_LIST_OF = {tf.float32: "float_list", tf.int64: "int64_list", tf.string: "bytes_list"}
+_COMPRESSIONS = ("", "GZIP", "ZLIB")
+
+
+# --- Specs. ---
+
+
+def _to_spec(name: str, spec: Spec):
+    """A short spec (`"float"`, `("int64", [8])`) → `tf.io.FixedLenFeature`;
+    a tf.io spec as it is."""
+    if isinstance(spec, (tf.io.FixedLenFeature, tf.io.VarLenFeature, tf.io.RaggedFeature,
+                         tf.io.SparseFeature, tf.io.FixedLenSequenceFeature)):
+        return spec
+    type_name, shape = (spec, []) if isinstance(spec, str) else (
+        tuple(spec) if isinstance(spec, (tuple, list)) and len(spec) == 2 else (None, None))
+    if not isinstance(type_name, str) or type_name not in _TYPES:
+        raise InputError(
+            f"{name}: {spec!r} is not a feature spec; give 'float', 'int64' or 'bytes', "
+            "(type, shape) such as ('int64', [8]), or a tf.io spec (tf.io.FixedLenFeature, ...)")
+    try:
+        shape = [int(d) for d in shape]
+    except (TypeError, ValueError):
+        shape = None
+    if shape is None or any(d < 1 for d in shape):
+        raise InputError(f"{name}: shape {spec[1]!r} must be a list of positive integers")
+    return tf.io.FixedLenFeature(shape, _TYPES[type_name])
+
+
+def _keys_read(key: str, spec) -> list[tuple[str, object, bool]]:
+    """[(record key, dtype, required)] that parsing `spec` under `key` reads."""
+    if isinstance(spec, tf.io.FixedLenFeature):
+        return [(key, spec.dtype, spec.default_value is None)]
+    if isinstance(spec, tf.io.FixedLenSequenceFeature):
+        return [(key, spec.dtype, not spec.allow_missing)]
+    if isinstance(spec, tf.io.VarLenFeature):
+        return [(key, spec.dtype, False)]
+    if isinstance(spec, tf.io.RaggedFeature):
+        return [(spec.value_key or key, spec.dtype, False)]
+    if isinstance(spec, tf.io.SparseFeature):
+        index_keys = [spec.index_key] if isinstance(spec.index_key, str) else spec.index_key
+        return [(spec.value_key, spec.dtype, False)] + [(k, tf.int64, False) for k in index_keys]
+    return []
+
+
+# --- Files. ---
+
+
+def _resolve(argument: str, files: Files) -> tuple[str, ...]:
+    """Sorted, de-duplicated paths matched by `files` (a pattern or a list of them)."""
+    patterns = [files] if isinstance(files, str) else list(files)
+    if not patterns:
+        raise InputError(f"{argument} is empty; give a glob pattern or a list of TFRecord files")
+    found = set()
+    for pattern in patterns:
+        if not isinstance(pattern, str):
+            raise InputError(f"{argument}: {pattern!r} is not a path or glob pattern")
+        try:
+            matches = tf.io.gfile.glob(pattern)
+        except tf.errors.OpError as error:
+            raise InputError(f"{argument}={pattern!r} cannot be listed "
+                             f"({type(error).__name__}: {error.message[:80]})") from None
+        matches = [m for m in matches if not tf.io.gfile.isdir(m)]
+        if not matches:
+            raise InputError(f"{argument}={pattern!r} matches no file; give a glob pattern "
+                             "or paths of existing TFRecord files")
+        found.update(matches)
+    return tuple(sorted(found))
+
+
+class _ZlibReader:
+    """A read(n) stream over a ZLIB-compressed file (TFRecordOptions('ZLIB'))."""
+
+    def __init__(self, raw):
+        self._raw, self._inflate, self._buffer = raw, zlib.decompressobj(), b""
+
+    def read(self, n: int) -> bytes:
+        while len(self._buffer) < n:
+            chunk = self._raw.read(1 << 16)
+            if not chunk:
+                self._buffer += self._inflate.flush()
+                break
+            self._buffer += self._inflate.decompress(chunk)
+        out, self._buffer = self._buffer[:n], self._buffer[n:]
+        return out
+
+
+def _first_record(path: str, compression: str = "") -> Optional[bytes]:
+    """The first serialized record of a TFRecord file, or None if it has none.
+
+    Plain Python over `tf.io.gfile` (TFRecord framing: little-endian uint64
+    length, its 4-byte CRC, the data, its 4-byte CRC; CRCs not checked), so
+    TensorFlow's runtime stays unstarted.
+    """
+    with tf.io.gfile.GFile(path, "rb") as raw:
+        stream = (gzip.GzipFile(fileobj=raw) if compression == "GZIP"
+                  else _ZlibReader(raw) if compression == "ZLIB" else raw)
+        header = stream.read(12)
+        if not header:
+            return None
+        if len(header) < 12:
+            raise InputError(f"{path} is not a TFRecord file (it ends inside the first header)")
+        (length,) = struct.unpack("<Q", header[:8])
+        data = stream.read(length)
+        if len(data) < length:
+            raise InputError(f"{path} is not a TFRecord file (the first record is cut short)"
+                             f"{'' if compression else '; if it is compressed, pass compression='}")
+        return data
+
+
+class RecordData:
+    """Train (and optionally eval) examples in the user's own TFRecord files.
+
+    Args:
+      train_files: a glob pattern, or a list of paths and patterns.
+      eval_files: the same for an eval split; None for none.
+      features: model input name (= record key) → spec (see the module doc).
+      label_key: the record key of the label.
+      label_spec: its spec; `"int64"` (a class index) unless given.
+      weight_key: the record key of a float per-example weight, or None.
+      compression: `""`, `"GZIP"` or `"ZLIB"`, as the files were written.
+      shuffle_buffer: records held for the record-level shuffle (bounded
+        also to about 256 MB, judged by the size of the first record).
+
+    Raises:
+      InputError: one line: a pattern that matches nothing, a malformed spec,
+        a first record that lacks a key or does not parse as specified.
+    """
+
+    def __init__(self, *, train_files: Files, features: Mapping[str, Spec], label_key: str,
+                 eval_files: Optional[Files] = None, label_spec: Spec = "int64",
+                 weight_key: Optional[str] = None, compression: str = "",
+                 shuffle_buffer: int = _SHUFFLE_BUFFER):
+        if compression not in _COMPRESSIONS:
+            raise InputError(f"compression={compression!r} is not one of: "
+                             f"{', '.join(map(repr, _COMPRESSIONS))}")
+        if not isinstance(features, Mapping) or not features:
+            raise InputError("features must be a non-empty dict: record key → spec "
+                             "(e.g. {'age': 'float'})")
+        if not isinstance(shuffle_buffer, int) or shuffle_buffer < 1:
+            raise InputError(f"shuffle_buffer={shuffle_buffer!r} must be a positive integer")
+        for role, key in (("label_key", label_key), ("weight_key", weight_key)):
+            if key is not None and key in features:
+                raise InputError(f"{role}={key!r} is also in features; a record key is either "
+                                 "an input or the label/weight, not both")
+        if weight_key is not None and weight_key == label_key:
+            raise InputError(f"weight_key and label_key are both {label_key!r}")
+        self._specs = {key: _to_spec(f"features[{key!r}]", spec) for key, spec in features.items()}
+        self._label_key, self._weight_key = label_key, weight_key
+        self._specs[label_key] = _to_spec(f"label_spec (for {label_key!r})", label_spec)
+        if weight_key is not None:
+            self._specs[weight_key] = tf.io.FixedLenFeature([], tf.float32)
+        self._compression = compression
+        self._train_files = _resolve("train_files", train_files)
+        self._eval_files = None if eval_files is None else _resolve("eval_files", eval_files)
+        record_bytes = self._check("train_files", self._train_files)
+        if self._eval_files is not None:
+            self._check("eval_files", self._eval_files)
+        self._shuffle_buffer = max(1, min(shuffle_buffer, _SHUFFLE_BYTES // record_bytes))
+
+    def _check(self, argument: str, files: tuple[str, ...]) -> int:
+        """Reads the first record of `files` and checks it against the specs;
+        returns its size in bytes."""
+        record, path = None, files[0]
+        for path in files:  # the first file that holds a record
+            record = _first_record(path, self._compression)
+            if record is not None:
+                break
+        if record is None:
+            raise InputError(f"{argument}: the {len(files)} file(s) hold no record "
+                             f"(e.g. {files[0]})")
+        try:
+            example = tf.train.Example.FromString(record)
+        except Exception:  # protobuf's DecodeError; its module path varies by implementation
+            raise InputError(f"{path}: the first record is not a tf.train.Example; "
+                             "RecordData reads tf.train.Example records") from None
+        have = example.features.feature
+        for key, spec in self._specs.items():
+            for record_key, dtype, required in _keys_read(key, spec):
+                if record_key not in have:
+                    if not required:
+                        continue
+                    raise InputError(
+                        f"{path}: the first record has no feature {record_key!r}; it has: "
+                        f"{', '.join(sorted(have)) or 'none'}")
+                kind = have[record_key].WhichOneof("kind")  # None: present, no values
+                if kind is not None and kind != _LIST_OF.get(dtype, kind):
+                    raise InputError(
+                        f"{path}: feature {record_key!r} holds a {kind} but its spec asks "
+                        f"for {dtype.name} ({_LIST_OF[dtype]}); fix the spec")
+                if isinstance(spec, tf.io.FixedLenFeature):
+                    size = len(getattr(have[record_key], kind).value) if kind else 0
+                    needed = 1
+                    for d in spec.shape:
+                        needed *= int(d)
+                    if size != needed:
+                        raise InputError(
+                            f"{path}: feature {record_key!r} holds {size} value(s) but its "
+                            f"fixed shape {list(spec.shape)} needs {needed}; fix the shape "
+                            "or use tf.io.VarLenFeature")
+        return max(1, len(record))
+
+    # --- What it holds. ---
+
+    @property
+    def train_files(self) -> tuple[str, ...]:
+        return self._train_files
+
+    @property
+    def eval_files(self) -> Optional[tuple[str, ...]]:
+        return self._eval_files
+
+    @property
+    def has_eval(self) -> bool:
+        return self._eval_files is not None
+
+    def describe(self) -> str:
+        """One line for the start-up log (files, not records: counting reads everything)."""
+        train = f"{len(self._train_files)} train file(s)"
+        if self._eval_files is None:
+            return f"{train} (no eval split)"
+        return f"{train} / {len(self._eval_files)} eval file(s)"
+
+    def __repr__(self) -> str:
+        return f"RecordData({self.describe()})"
+
+    # --- Datasets. ---
+
+    def _read(self, files: tf.data.Dataset, cycle_length: int) -> tf.data.Dataset:
+        return files.interleave(
+            lambda path: tf.data.TFRecordDataset(path, compression_type=self._compression),
+            cycle_length=cycle_length, block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True)
+
+    def _parse(self, serialized):
+        """A batch of serialized records → (features, label[, weight])."""
+        parsed = tf.io.parse_example(serialized, self._specs)
+        label = parsed.pop(self._label_key)
+        if self._weight_key is None:
+            return parsed, label
+        weight = parsed.pop(self._weight_key)
+        return parsed, label, weight
+
+    def train_dataset(self, context) -> tf.data.Dataset:
+        """Endless full global batches, reshuffled every epoch with
+        `context.seed`, starting at `context.start_step` (exact resume; with
+        `file`/`off` sharding a worker's stream feeds it global_batch /
+        num_input_pipelines records a step, and the skip follows that)."""
+        files = tf.data.Dataset.from_tensor_slices(list(self._train_files))
+        files = files.shuffle(len(self._train_files), seed=context.seed,
+                              reshuffle_each_iteration=True)
+        records = self._read(files, min(len(self._train_files), _CYCLE_LENGTH))
+        records = records.shuffle(self._shuffle_buffer, seed=context.seed,
+                                  reshuffle_each_iteration=True)
+        ds = records.repeat()
+        start_step = context.start_step
+        if start_step:
+            batch = context.global_batch_size
+            per_step = (batch // context.num_input_pipelines
+                        if context.shard_policy in ("file", "off") else batch)
+            ds = ds.skip(start_step * per_step)
+        ds = ds.batch(context.global_batch_size, drop_remainder=True)
+        ds = ds.map(self._parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return ds.prefetch(tf.data.AUTOTUNE)
+
+    def eval_dataset(self, context) -> Optional[tf.data.Dataset]:
+        """The eval files once, in sorted order, records in file order; the
+        last batch may be partial. None when there are no eval files."""
+        if self._eval_files is None:
+            return None
+        ds = self._read(tf.data.Dataset.from_tensor_slices(list(self._eval_files)), 1)
+        ds = ds.batch(context.global_batch_size)
+        ds = ds.map(self._parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return ds.prefetch(tf.data.AUTOTUNE)
