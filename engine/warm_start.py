@@ -1,0 +1,443 @@
+"""`--init_from=PATH`: a new run that starts from another model's weights.
+
+The fine-tuning pattern of the transfer-learning tutorials: step 0, a fresh
+optimizer, a fresh global step, and only the model's weights taken from
+elsewhere. `load_initial_weights(model, path)` copies them into the model the
+engine has just built under its strategy (variables may be MirroredVariables:
+each is written with `variable.assign`, which updates every replica's copy).
+
+What PATH may name, detected in this order (all through `tf.io.gfile`, so any
+filesystem TensorFlow reads, `ram://` and `gs://` included, works):
+
+  a. a run's `--model_dir` (it has a `checkpoint` file: its newest checkpoint)
+     or a checkpoint prefix (`.../ckpt-400`: `ckpt-400.index` exists);
+  b. an export: `.../export/<step>/` (a SavedModel folder holding `model.keras`
+     when the model was a Keras model), or the export root `.../export/` (its
+     highest step);
+  c. a `.keras` file or a `.weights.h5` file (Keras models only).
+
+How variables are matched, per source:
+
+  * Checkpoint: by path in the model's object graph, as `tf.train.Checkpoint`
+    restores. The live model is walked (`tf.train.TrackableView`) beside the
+    checkpoint's `model` node (`tf.train.CheckpointView`); each variable found
+    at the same path takes the value stored there. Only that subtree is read:
+    the checkpoint's optimizer, global step and save counter are never looked
+    at. (A value is stored once, under its shortest path from the checkpoint's
+    root, e.g. `model_weights/000_kernel/...` in the engine's checkpoints; the
+    key is found by the same breadth-first walk the saver made.) This works for
+    a `tf.Module` holding several Keras models as well as for one Keras model.
+  * Export without `model.keras`: the SavedModel's `variables/variables` is
+    matched the same way from its root, and used only if every variable of the
+    model is found there and nothing is left over; otherwise the run's
+    checkpoint is the way.
+  * `.keras` / `.weights.h5`: Keras' own structure (`layers/dense_1/vars/0`,
+    ...). The model's expected structure is written by Keras itself
+    (`save_weights` into a temporary file) and compared entry by entry with the
+    source; only then does `model.load_weights` copy the values.
+
+Mismatches (a variable with no value, a shape or dtype that differs, values
+the model has no place for) are one line naming the first offending variable,
+a `ConfigError`; everything is checked before the first variable is written,
+so a refused source leaves the model as it was.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import os
+import re
+import tempfile
+import zipfile
+from typing import Any, Callable
+
+import keras
+import tensorflow as tf
+
+from tfloop.engine.errors import ConfigError
+
+_VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
+_KERAS_WEIGHTS_IN_ARCHIVE = "model.weights.h5"
+_SOURCES = ("a run's --model_dir, a checkpoint prefix (.../ckpt-400), an export folder "
+            "(.../export or .../export/<step>), a .keras file or a .weights.h5 file")
+_FIT_HINT = "--init_from needs weights of this same architecture (same model and sizes)"
+
+
+def load_initial_weights(model: Any, path: str) -> str:
+    """Copies the model weights found at `path` into `model`; returns a log phrase.
+
+    Args:
+      model: the freshly built model: a `keras.Model`, or a `tf.Module` (any
+        trackable) holding several Keras models (checkpoint and export sources
+        only).
+      path: what `--init_from` names (see the module docstring).
+
+    Returns:
+      e.g. "model weights of runs/a/ckpt-400 (6 variables)".
+
+    Raises:
+      ConfigError: one line, when `path` holds nothing usable or does not fit
+        the model; nothing has been written then.
+    """
+    kind, where = _find_source(path)
+    if kind == "checkpoint":
+        count = _load_from_checkpoint(model, path, where, start="model")
+    elif kind == "savedmodel":
+        count = _load_from_checkpoint(model, path, _join(where, "variables", "variables"),
+                                      start="root")
+    else:
+        count = _load_keras_file(model, path, where, is_archive=(kind == "keras"))
+    return f"model weights of {where} ({count} variables)"
+
+
+# ---------------------------------------------------------------------------
+# What PATH names.
+
+def _find_source(path: str) -> tuple[str, str]:
+    """`(kind, location)`: kind is "checkpoint", "savedmodel", "keras" or "h5"."""
+    gfile = tf.io.gfile
+    prefix = re.sub(r"\.(index|data-\d{5}-of-\d{5})$", "", path)
+    if gfile.exists(prefix + ".index"):  # first: ram:// calls any prefix of a file a folder
+        return "checkpoint", prefix
+    if gfile.isdir(path):
+        if gfile.exists(_join(path, "checkpoint")) and not gfile.isdir(_join(path, "checkpoint")):
+            latest = tf.train.latest_checkpoint(path)
+            if latest is None:
+                raise ConfigError(
+                    f"--init_from={path} has a 'checkpoint' file but none of the checkpoints "
+                    "it lists is there; point --init_from at a checkpoint prefix (.../ckpt-N) "
+                    "or an export")
+            return "checkpoint", latest
+        if gfile.exists(_join(path, "saved_model.pb")):
+            return _export_step(path)
+        steps = _export_steps(path)
+        if steps:
+            return _export_step(_join(path, str(max(steps))))
+    else:
+        if path.endswith(".keras") and gfile.exists(path):
+            return "keras", path
+        if path.endswith(".weights.h5") and gfile.exists(path):
+            return "h5", path
+        if not gfile.exists(path):
+            raise ConfigError(f"--init_from={path} does not exist; point it at {_SOURCES}")
+    raise ConfigError(
+        f"--init_from={path} holds no checkpoint, export, .keras or .weights.h5 file; "
+        f"point it at {_SOURCES}")
+
+
+def _export_steps(folder: str) -> list[int]:
+    """The integer-named subfolders of `folder` that hold a SavedModel."""
+    names = (name.rstrip("/") for name in tf.io.gfile.listdir(folder))
+    return [int(name) for name in names if name.isdigit()
+            and tf.io.gfile.exists(_join(folder, name, "saved_model.pb"))]
+
+
+def _export_step(folder: str) -> tuple[str, str]:
+    keras_file = _join(folder, "model.keras")
+    if tf.io.gfile.exists(keras_file):
+        return "keras", keras_file
+    return "savedmodel", folder
+
+
+def _join(*parts: str) -> str:
+    return "/".join(part.rstrip("/") for part in parts)
+
+
+# ---------------------------------------------------------------------------
+# Checkpoints (and a SavedModel's variables): matched by object-graph path.
+
+def _load_from_checkpoint(model: Any, path: str, prefix: str, *, start: str) -> int:
+    """Checks, then assigns, every variable of `model` from checkpoint `prefix`.
+
+    `start` is "model" for the engine's checkpoints (only the root's `model`
+    subtree is read) and "root" for a SavedModel's variables (the saved object
+    must be the model itself). All values are read before the first is
+    written: the model's size in host memory, once.
+    """
+    try:
+        # Not tf.train.load_checkpoint: it takes a ram:// prefix for a folder.
+        reader = tf.compat.v1.train.NewCheckpointReader(prefix)
+        view = tf.train.CheckpointView(prefix)
+    except (ValueError, tf.errors.OpError) as error:
+        raise ConfigError(f"--init_from={path}: {prefix} cannot be read as a TF2 checkpoint "
+                          f"({_first_line(error)})") from None
+    shapes = reader.get_variable_to_shape_map()
+    dtypes = reader.get_variable_to_dtype_map()
+    if start == "model":
+        root = view.children(0).get("model")
+        if root is None:
+            raise ConfigError(f"--init_from={path}: {prefix} holds no model (it was not "
+                              "written by this engine); point it at a run's --model_dir")
+    else:
+        root = 0
+    keys = _checkpoint_keys(view, shapes)
+    wanted = _model_variables(model)
+    if not wanted:
+        raise ConfigError(f"--init_from={path}: this model has no variables to load into")
+    found = _match(view, root, model, keys)
+    stored = _subtree_values(view, root, keys)
+
+    def misfit(detail: str) -> ConfigError:
+        if start == "root":  # a SavedModel whose root is not the model itself
+            return ConfigError(
+                f"--init_from={path} is an export without model.keras whose variables do not "
+                f"match this model ({detail}); point --init_from at the run's --model_dir "
+                "(its checkpoint) instead")
+        return ConfigError(f"--init_from={path} does not fit this model: {detail}; {_FIT_HINT}")
+
+    for label, variable in wanted:
+        key = found.get(id(variable))
+        if key is None:
+            raise misfit(f"{_source_name(prefix, path)} has no value for {label} "
+                         f"(it holds {len(stored)} variables, the model has {len(wanted)})")
+        there, here = tuple(shapes[key]), tuple(variable.shape)
+        if there != here:
+            raise misfit(f"{label} is {there} there but {here} here")
+        if dtypes[key] != tf.as_dtype(variable.dtype):
+            raise misfit(f"{label} is {dtypes[key].name} there but "
+                         f"{tf.as_dtype(variable.dtype).name} here")
+    used = set(found.values())
+    extra = [key for key in stored if key not in used]
+    if extra:
+        raise misfit(f"it holds {len(stored)} variables, the model has {len(wanted)} "
+                     f"(nothing here takes {extra[0][:-len(_VALUE)]})")
+    values = [reader.get_tensor(found[id(variable)]) for _, variable in wanted]
+    for (_, variable), value in zip(wanted, values):
+        variable.assign(value)
+    return len(wanted)
+
+
+def _checkpoint_keys(view: tf.train.CheckpointView, shapes: dict) -> dict[int, str]:
+    """`{node_id: key of its stored value}` for every node that stores a variable.
+
+    The saver stores a value under the object's shortest path from the root:
+    the first path a breadth-first walk over the children, in the order the
+    object graph lists them, reaches it by. The same walk here finds the key.
+    """
+    paths = {0: ""}
+    queue = collections.deque([0])
+    while queue:
+        node = queue.popleft()
+        for name, child in view.children(node).items():
+            if child not in paths:
+                paths[child] = f"{paths[node]}/{_escape(name)}".lstrip("/")
+                queue.append(child)
+    return {node: path + _VALUE for node, path in paths.items() if path + _VALUE in shapes}
+
+
+def _escape(name: str) -> str:
+    # How a checkpoint writes one step of a path ('.' doubled, '/' as '.S').
+    return name.replace(".", "..").replace("/", ".S")
+
+
+def _is_variable(obj: Any) -> bool:
+    return isinstance(obj, (tf.Variable, keras.Variable))
+
+
+def _model_variables(model: Any) -> list[tuple[str, Any]]:
+    """`(label, variable)` for every variable in the model's object graph, in walk order.
+
+    The label is the Keras path (`sequential/dense_1/kernel`) when there is
+    one, else the attribute path (`head/w`).
+    """
+    found: list[tuple[str, Any]] = []
+    seen = {id(model)}
+    queue = collections.deque([(model, "")])
+    while queue:
+        obj, where = queue.popleft()
+        for name, child in tf.train.TrackableView.children(obj).items():
+            if id(child) in seen:
+                continue
+            seen.add(id(child))
+            child_path = f"{where}/{name}".lstrip("/")
+            if _is_variable(child):
+                found.append((getattr(child, "path", None) or child_path, child))
+            else:
+                queue.append((child, child_path))
+    return found
+
+
+def _match(view: tf.train.CheckpointView, root: int, model: Any,
+           keys: dict[int, str]) -> dict[int, str]:
+    """`{id(live variable): checkpoint key}`, walking both graphs from `root`/`model`."""
+    found: dict[int, str] = {}
+    seen = {root}
+    queue = collections.deque([(root, model)])
+    while queue:
+        node, obj = queue.popleft()
+        live = tf.train.TrackableView.children(obj)
+        for name, child in view.children(node).items():
+            if child in seen or name not in live:
+                continue
+            seen.add(child)
+            if _is_variable(live[name]):
+                if child in keys:
+                    found.setdefault(id(live[name]), keys[child])
+            else:
+                queue.append((child, live[name]))
+    return found
+
+
+def _subtree_values(view: tf.train.CheckpointView, root: int, keys: dict[int, str]) -> list[str]:
+    """The keys of the values stored below `root`, breadth first."""
+    seen = {root}
+    queue = collections.deque([root])
+    stored = []
+    while queue:
+        node = queue.popleft()
+        for child in view.children(node).values():
+            if child not in seen:
+                seen.add(child)
+                queue.append(child)
+                if child in keys:
+                    stored.append(keys[child])
+    return stored
+
+
+# ---------------------------------------------------------------------------
+# .keras and .weights.h5: Keras' structure, compared before Keras loads it.
+
+def _load_keras_file(model: Any, path: str, where: str, *, is_archive: bool) -> int:
+    if not isinstance(model, keras.Model):
+        raise ConfigError(
+            f"--init_from={path} is a {'.keras' if is_archive else '.weights.h5'} file, which "
+            f"only a Keras model can load, and this model is a {type(model).__name__}; point "
+            "--init_from at a run's --model_dir (its checkpoint) instead")
+    import h5py  # Keras' own dependency, needed only here
+
+    source = _read_h5_entries(path, where, is_archive, h5py)
+    with tempfile.TemporaryDirectory(prefix="tfloop-init-from-") as scratch:
+        expected_file = os.path.join(scratch, "model.weights.h5")
+        model.save_weights(expected_file)
+        with h5py.File(expected_file, "r") as expected_h5:
+            expected = _h5_entries(expected_h5)
+    # Keras visits only what the model has: entries the model has no group for
+    # (an optimizer saved with a compiled model) are not loaded, nor counted.
+    groups = {name.split("/", 1)[0] for name in expected}
+    source = {name: shape for name, shape in source.items() if name.split("/", 1)[0] in groups}
+    label = _h5_labeller(model, expected)
+    order = {w.path: index for index, w in enumerate(model.weights)}
+
+    def misfit(detail: str) -> ConfigError:
+        return ConfigError(f"--init_from={path} does not fit this model: {detail}; {_FIT_HINT}")
+
+    # The first offender is the first in the model's weight order.
+    for name in sorted(expected, key=lambda name: (order.get(label(name), len(order)), name)):
+        if name not in source:
+            raise misfit(f"{_source_name(where, path)} has no value for {label(name)} "
+                         f"(it holds {len(source)} variables, the model has {len(expected)})")
+        if source[name] != expected[name]:
+            raise misfit(f"{label(name)} is {source[name]} there but {expected[name]} here")
+    extra = sorted(set(source) - set(expected))
+    if extra:
+        raise misfit(f"it holds {len(source)} variables, the model has {len(expected)} "
+                     f"(nothing here takes {extra[0]})")
+    model.load_weights(where)
+    return len(expected)
+
+
+def _read_h5_entries(path: str, where: str, is_archive: bool, h5py) -> dict[str, tuple]:
+    """`{h5 path: shape}` of the weights in `where`, read through `tf.io.gfile`."""
+    with tf.io.gfile.GFile(where, "rb") as f:
+        data = f.read()
+    try:
+        if is_archive:
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                if _KERAS_WEIGHTS_IN_ARCHIVE not in archive.namelist():
+                    raise ConfigError(f"--init_from={path}: {where} holds no "
+                                      f"{_KERAS_WEIGHTS_IN_ARCHIVE}; save it with model.save")
+                data = archive.read(_KERAS_WEIGHTS_IN_ARCHIVE)
+        with h5py.File(io.BytesIO(data), "r") as h5:
+            return _h5_entries(h5)
+    except (zipfile.BadZipFile, OSError) as error:
+        kind = "a .keras archive" if is_archive else "an HDF5 weights file"
+        raise ConfigError(f"--init_from={path}: {where} is not {kind} "
+                          f"({_first_line(error)})") from None
+
+
+def _h5_entries(h5) -> dict[str, tuple]:
+    entries: dict[str, tuple] = {}
+
+    def visit(name, obj):
+        if hasattr(obj, "shape"):  # a dataset, not a group
+            entries[name] = tuple(obj.shape)
+
+    h5.visititems(visit)
+    return entries
+
+
+def _h5_labeller(model: keras.Model, expected: dict[str, tuple]) -> Callable[[str], str]:
+    """Names an h5 entry (`layers/dense_1/vars/0`) by its variable (`sequential/dense_4/kernel`).
+
+    Keras writes an object's own variables as `<where>/vars/<i>`; `<where>`
+    steps through attributes (`enc`, `layers`) and, inside a list, names an
+    item by its class in snake case, numbered per class (`dense`, `dense_1`:
+    the second Dense of that list, whatever the layer's own name). The layer
+    found that way lists its own variables first in its `weights`, in the
+    order they are written. Where that does not account for the entry and
+    its siblings, shapes included, the h5 path itself names it.
+    """
+    def label(name: str) -> str:
+        parts = name.split("/")
+        if len(parts) < 2 or parts[-2] != "vars" or not parts[-1].isdigit():
+            return name
+        layer = _keras_object_at(model, parts[:-2])
+        if not isinstance(layer, keras.layers.Layer):
+            return name
+        group = name.rsplit("/", 1)[0]
+        siblings = sorted((entry for entry in expected if entry.rsplit("/", 1)[0] == group),
+                          key=lambda entry: int(entry.rsplit("/", 1)[1]))
+        owned = [w for w in layer.weights if w.path.rsplit("/", 1)[0] == layer.path]
+        if [tuple(w.shape) for w in owned] != [expected[entry] for entry in siblings]:
+            return name
+        return owned[int(parts[-1])].path
+
+    return label
+
+
+_SAVEABLE = (keras.layers.Layer, keras.optimizers.Optimizer, keras.metrics.Metric,
+             keras.losses.Loss)
+
+
+def _keras_object_at(model: keras.Model, parts: list[str]) -> Any:
+    """The object Keras saves under `parts` (e.g. ["layers", "dense_1"]), or None."""
+    obj = model
+    steps = iter(parts)
+    for step in steps:
+        try:
+            obj = getattr(obj, step)
+        except Exception:  # a property that cannot be read: no label, no harm
+            return None
+        if isinstance(obj, dict):
+            obj = list(obj.values())
+        if isinstance(obj, (list, tuple)):
+            wanted, counts, items = next(steps, None), {}, obj
+            obj = None
+            for item in items:
+                if isinstance(item, _SAVEABLE):
+                    base = _snake_case(type(item).__name__)
+                    counts[base] = counts.get(base, -1) + 1
+                    if (f"{base}_{counts[base]}" if counts[base] else base) == wanted:
+                        obj = item
+                        break
+            if obj is None:
+                return None
+    return obj
+
+
+def _snake_case(name: str) -> str:
+    # As Keras names a list item in a weights file: BatchNormalization -> batch_normalization.
+    name = re.sub(r"\W+", "", name)
+    name = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", name)
+    return re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
+
+
+def _source_name(where: str, path: str) -> str:
+    # The file read, where it is not what --init_from named (a model_dir's ckpt-N).
+    return "it" if where == path else where
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return (text[0] if text else type(error).__name__)[:200]

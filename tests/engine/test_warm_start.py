@@ -1,0 +1,341 @@
+"""`--init_from`: a new run takes another model's weights and nothing else.
+
+Every source kind (a run's model_dir, a checkpoint prefix, an export folder or
+its root, a .keras file, a .weights.h5 file) loads exactly the source's
+weights into a model built under `MirroredStrategy` over the session's four
+logical CPUs, every replica's copy included, and leaves the optimizer and the
+global step as they were. Every refusal is one line that names the first
+offending variable, and leaves the model untouched.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfloop.engine import checkpointing
+from tfloop.engine.errors import ConfigError
+from tfloop.engine.warm_start import load_initial_weights
+
+
+@pytest.fixture(scope="module")
+def strategy(cpu_devices):
+    return tf.distribute.MirroredStrategy(cpu_devices)
+
+
+def mlp(hidden=8, outputs=3, extra_layer=False):
+    """Dense 4 -> hidden -> outputs (-> outputs)."""
+    layers = [keras.Input((4,)), keras.layers.Dense(hidden, activation="relu"),
+              keras.layers.Dense(outputs)]
+    if extra_layer:
+        layers.append(keras.layers.Dense(outputs))
+    return keras.Sequential(layers)
+
+
+class TwoModels(tf.Module):
+    """Several Keras models in one trackable, as a GAN task holds them."""
+
+    def __init__(self, hidden=8):
+        super().__init__()
+        self.generator = mlp(hidden)
+        self.critic = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+
+    @property
+    def trainable_variables(self):
+        return self.generator.trainable_variables + self.critic.trainable_variables
+
+
+def randomize(model, seed):
+    """Gives every weight a value of its own; returns the values."""
+    rng = np.random.default_rng(seed)
+    for variable in model_weights(model):
+        variable.assign(rng.standard_normal(variable.shape).astype(np.float32))
+    return values(model)
+
+
+def model_weights(model):
+    if isinstance(model, TwoModels):
+        return model.generator.weights + model.critic.weights
+    return model.weights
+
+
+def values(model):
+    return [np.array(variable.numpy()) for variable in model_weights(model)]
+
+
+def assert_weights(model, expected, replicas=4):
+    """`model` (built under the 4-replica strategy) holds `expected` on every device."""
+    for variable, value in zip(model_weights(model), expected, strict=True):
+        copies = variable.value.values  # the MirroredVariable's per-device variables
+        assert len(copies) == replicas
+        for copy in copies:
+            np.testing.assert_array_equal(copy.numpy(), value)
+
+
+def build_under(strategy, make):
+    """A fresh model, optimizer (slots built) and global step, as engine.run builds them."""
+    with strategy.scope():
+        model = make()
+        optimizer = keras.optimizers.Adam()
+        optimizer.build(model.trainable_variables)
+        global_step = tf.Variable(0, dtype=tf.int64, trainable=False)
+    return model, optimizer, global_step
+
+
+def write_run(model_dir, model, steps):
+    """An engine-style model_dir with ckpt-<step> for each step; returns each step's weights."""
+    optimizer = keras.optimizers.Adam()
+    optimizer.build(model.trainable_variables)
+    global_step = tf.Variable(0, dtype=tf.int64)
+    _, manager = checkpointing.create(model=model, optimizer=optimizer, global_step=global_step,
+                                      directory=str(model_dir), max_to_keep=None)
+    saved = {}
+    for step in steps:
+        saved[step] = randomize(model, seed=step)
+        global_step.assign(step)
+        optimizer.iterations.assign(step)
+        for slot in optimizer.variables[2:]:  # Adam's moments: something to not restore
+            slot.assign(tf.ones_like(slot))
+        manager.save(checkpoint_number=step)
+    return saved
+
+
+def write_export(folder, model):
+    """What the export module writes: a SavedModel folder with model.keras inside."""
+    tf.saved_model.save(model, str(folder))
+    model.save(str(folder / "model.keras"))
+
+
+def assert_fresh(optimizer, global_step):
+    assert int(optimizer.iterations.numpy()) == 0
+    assert int(global_step.numpy()) == 0
+    for slot in optimizer.variables[2:]:
+        assert not np.any(slot.numpy())
+
+
+def assert_one_line_refusal(error, *parts):
+    message = str(error.value)
+    assert "\n" not in message, message
+    for part in parts:
+        assert part in message, message
+
+
+# --- each source loads exactly the weights, and nothing else -----------------
+
+def test_model_dir_loads_the_latest_checkpoint_into_a_mirrored_model(tmp_path, strategy):
+    saved = write_run(tmp_path / "run", mlp(), steps=[10, 20, 30])
+    model, optimizer, global_step = build_under(strategy, mlp)
+    randomize(model, seed=99)
+
+    said = load_initial_weights(model, str(tmp_path / "run"))
+
+    assert said == f"model weights of {tmp_path / 'run' / 'ckpt-30'} (4 variables)"
+    assert_weights(model, saved[30])
+    assert_fresh(optimizer, global_step)
+
+
+@pytest.mark.parametrize("suffix", ["", ".index"])
+def test_checkpoint_prefix_loads_that_checkpoint(tmp_path, strategy, suffix):
+    saved = write_run(tmp_path / "run", mlp(), steps=[10, 20, 30])
+    model, optimizer, global_step = build_under(strategy, mlp)
+
+    load_initial_weights(model, str(tmp_path / "run" / "ckpt-20") + suffix)
+
+    assert_weights(model, saved[20])
+    assert_fresh(optimizer, global_step)
+
+
+def test_checkpoint_into_a_module_holding_two_keras_models(tmp_path, strategy):
+    saved = write_run(tmp_path / "run", TwoModels(), steps=[5])
+    model, optimizer, global_step = build_under(strategy, TwoModels)
+
+    said = load_initial_weights(model, str(tmp_path / "run"))
+
+    assert said.endswith("ckpt-5 (6 variables)")
+    assert_weights(model, saved[5])
+    assert_fresh(optimizer, global_step)
+
+
+def test_checkpoint_on_another_filesystem(strategy):
+    saved = write_run("ram://warm_start/run", mlp(), steps=[3])
+    model, _, _ = build_under(strategy, mlp)
+    load_initial_weights(model, "ram://warm_start/run")
+    assert_weights(model, saved[3])
+
+
+def test_export_folder_loads_its_model_keras(tmp_path, strategy):
+    source = mlp()
+    expected = randomize(source, seed=1)
+    write_export(tmp_path / "export" / "7", source)
+    model, optimizer, global_step = build_under(strategy, mlp)
+
+    said = load_initial_weights(model, str(tmp_path / "export" / "7"))
+
+    assert said == f"model weights of {tmp_path / 'export' / '7' / 'model.keras'} (4 variables)"
+    assert_weights(model, expected)
+    assert_fresh(optimizer, global_step)
+
+
+def test_export_root_picks_the_highest_step(tmp_path, strategy):
+    source = mlp()
+    randomize(source, seed=9)
+    write_export(tmp_path / "export" / "9", source)
+    expected = randomize(source, seed=10)
+    write_export(tmp_path / "export" / "10", source)  # 10 > 9, though "10" < "9"
+    model, _, _ = build_under(strategy, mlp)
+
+    said = load_initial_weights(model, str(tmp_path / "export"))
+
+    assert str(tmp_path / "export" / "10" / "model.keras") in said
+    assert_weights(model, expected)
+
+
+def test_export_without_model_keras_loads_the_savedmodel_variables(tmp_path, strategy):
+    source = TwoModels()
+    expected = randomize(source, seed=4)
+    tf.saved_model.save(source, str(tmp_path / "export" / "3"))
+    model, optimizer, global_step = build_under(strategy, TwoModels)
+
+    said = load_initial_weights(model, str(tmp_path / "export"))
+
+    assert said == f"model weights of {tmp_path / 'export' / '3'} (6 variables)"
+    assert_weights(model, expected)
+    assert_fresh(optimizer, global_step)
+
+
+def test_export_without_model_keras_that_does_not_match_is_refused(tmp_path, strategy):
+    wrapper = tf.Module()
+    wrapper.net = mlp()
+    wrapper.scale = tf.Variable(2.0)
+    tf.saved_model.save(wrapper, str(tmp_path / "export" / "3"))
+    model, _, _ = build_under(strategy, mlp)
+    before = values(model)
+
+    with pytest.raises(ConfigError) as error:
+        load_initial_weights(model, str(tmp_path / "export" / "3"))
+
+    assert_one_line_refusal(error, "export without model.keras", "the run's --model_dir")
+    assert_weights(model, before)
+
+
+@pytest.mark.parametrize("file_name", ["model.keras", "model.weights.h5"])
+def test_keras_files_load_exactly_their_weights(tmp_path, strategy, file_name):
+    source = mlp()
+    source.compile(optimizer="adam", loss="mse")  # a .keras file then holds optimizer state too
+    source.fit(np.ones((8, 4)), np.ones((8, 3)), verbose=0)
+    expected = values(source)
+    path = str(tmp_path / file_name)
+    source.save(path) if file_name.endswith(".keras") else source.save_weights(path)
+    model, optimizer, global_step = build_under(strategy, mlp)
+
+    said = load_initial_weights(model, path)
+
+    assert said == f"model weights of {path} (4 variables)"
+    assert_weights(model, expected)
+    assert_fresh(optimizer, global_step)
+
+
+# --- mismatches: one line naming the first offender, nothing written -------------
+
+def write_source(kind, tmp_path):
+    """A Dense 4 -> 8 -> 3 source of `kind`; returns what --init_from names."""
+    source = mlp()
+    randomize(source, seed=1)
+    if kind == "checkpoint":
+        write_run(tmp_path / "run", source, steps=[1])
+        return str(tmp_path / "run")
+    if kind == "export":
+        write_export(tmp_path / "export" / "1", source)
+        return str(tmp_path / "export")
+    path = str(tmp_path / ("model.keras" if kind == "keras" else "model.weights.h5"))
+    source.save(path) if kind == "keras" else source.save_weights(path)
+    return path
+
+
+KINDS = ["checkpoint", "export", "keras", "h5"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_shape_mismatch_names_the_variable(tmp_path, strategy, kind):
+    path = write_source(kind, tmp_path)
+    model, _, _ = build_under(strategy, lambda: mlp(outputs=5))  # the first layer still fits
+    before = values(model)
+
+    with pytest.raises(ConfigError) as error:
+        load_initial_weights(model, path)
+
+    kernel = model.layers[1].kernel.path
+    assert_one_line_refusal(error, f"--init_from={path} does not fit this model",
+                            f"{kernel} is (8, 3) there but (8, 5) here")
+    assert_weights(model, before)  # not even the layer that fits was written
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_variable_the_source_lacks_is_named(tmp_path, strategy, kind):
+    path = write_source(kind, tmp_path)
+    model, _, _ = build_under(strategy, lambda: mlp(extra_layer=True))
+    before = values(model)
+
+    with pytest.raises(ConfigError) as error:
+        load_initial_weights(model, path)
+
+    assert_one_line_refusal(error, f"has no value for {model.layers[2].kernel.path}",
+                            "holds 4 variables, the model has 6")
+    assert_weights(model, before)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_values_the_model_has_no_place_for_are_refused(tmp_path, strategy, kind):
+    path = write_source(kind, tmp_path)
+    smaller = lambda: keras.Sequential([keras.Input((4,)), keras.layers.Dense(8)])  # noqa: E731
+    model, _, _ = build_under(strategy, smaller)
+    before = values(model)
+
+    with pytest.raises(ConfigError) as error:
+        load_initial_weights(model, path)
+
+    assert_one_line_refusal(error, "holds 4 variables, the model has 2", "nothing here takes")
+    assert_weights(model, before)
+
+
+def test_checkpoint_into_a_module_of_another_shape_names_the_variable(tmp_path, strategy):
+    write_run(tmp_path / "run", TwoModels(), steps=[1])
+    model, _, _ = build_under(strategy, lambda: TwoModels(hidden=16))
+
+    with pytest.raises(ConfigError) as error:
+        load_initial_weights(model, str(tmp_path / "run"))
+
+    kernel = model.generator.layers[0].kernel.path
+    assert_one_line_refusal(error, f"{kernel} is (4, 8) there but (4, 16) here")
+
+
+# --- paths that hold nothing usable -------------------------------------------------
+
+def test_a_path_that_does_not_exist_is_refused(tmp_path):
+    with pytest.raises(ConfigError) as error:
+        load_initial_weights(mlp(), str(tmp_path / "nowhere"))
+    assert_one_line_refusal(error, "nowhere does not exist", "point it at a run's --model_dir")
+
+
+@pytest.mark.parametrize("name", ["empty_dir", "notes.txt"])
+def test_a_path_with_nothing_recognisable_is_refused(tmp_path, name):
+    path = tmp_path / name
+    path.mkdir() if name == "empty_dir" else path.write_text("hello")
+    with pytest.raises(ConfigError) as error:
+        load_initial_weights(mlp(), str(path))
+    assert_one_line_refusal(error, "holds no checkpoint, export, .keras or .weights.h5 file")
+
+
+def test_a_file_that_is_not_what_its_name_says_is_refused(tmp_path):
+    (tmp_path / "model.keras").write_text("not a zip")
+    with pytest.raises(ConfigError) as error:
+        load_initial_weights(mlp(), str(tmp_path / "model.keras"))
+    assert_one_line_refusal(error, "is not a .keras archive")
+
+
+def test_weights_h5_into_a_module_is_refused(tmp_path):
+    mlp().save_weights(str(tmp_path / "model.weights.h5"))
+    with pytest.raises(ConfigError) as error:
+        load_initial_weights(TwoModels(), str(tmp_path / "model.weights.h5"))
+    assert_one_line_refusal(error, "only a Keras model can load", "is a TwoModels",
+                            "a run's --model_dir (its checkpoint)")
