@@ -30,3 +30,7 @@ def bench_train() -> None:
 
 def convert_to_tfrecord() -> None:
     _run("convert_to_tfrecord")
+
+
+def export() -> None:
+    _run("export")

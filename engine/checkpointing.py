@@ -85,16 +85,21 @@ def worker_save_dir(model_dir: str, role_name: str) -> str:
     return tempfile.mkdtemp(prefix=prefix)
 
 
-def restore(checkpoint: tf.train.Checkpoint, path: Optional[str], model_dir: str) -> Optional[str]:
+def restore(checkpoint: tf.train.Checkpoint, path: Optional[str], model_dir: str, *,
+            partial: bool = False) -> Optional[str]:
     """Restores `path` (the newest checkpoint of `model_dir`), if any.
 
     A checkpoint written by another model is a user mistake (a reused
     `--model_dir`), reported as one line rather than a shape-mismatch trace.
+    `partial`: `checkpoint` holds only part of what was saved (the model,
+    not the optimizer), and the rest is not to be warned about.
     """
     if not path:
         return None
     try:
-        checkpoint.restore(path).assert_existing_objects_matched()
+        status = checkpoint.restore(path).assert_existing_objects_matched()
+        if partial:
+            status.expect_partial()
     except (AssertionError, ValueError, tf.errors.OpError) as error:
         reason = str(error).strip().splitlines()[0][:200]
         raise ConfigError(

@@ -111,6 +111,13 @@ class RunConfig:
     seed: int = option(
         0, "Seed for initial weights and data order; the same seed gives the same initial "
         "weights on any strategy.")
+    init_from: str = option(
+        "", "Start a new run from these model weights (fine-tuning): another run's --model_dir "
+        "or ckpt-N, an export/<step> folder, a .keras or .weights.h5 file. Step 0, fresh "
+        "optimizer; ignored when --model_dir already has checkpoints (it resumes).")
+    export: bool = option(
+        True, "Write model_dir/export/<step>/ (a SavedModel with a serving_default signature, "
+        "and model.keras for a Keras model) when training finishes.")
     max_checkpoints: int = option(5, "How many ckpt-<step> checkpoints to keep.")
     # Cluster.
     eval_timeout: float = option(

@@ -40,12 +40,33 @@ def metric_names(loss_fn: LossFn, model: Any, element_spec: Any) -> list[str]:
         output = loss_fn(model, batch, training=False)
         return output.per_example_loss, dict(output.metrics)
 
-    per_example_loss, metrics = tf.function(probe).get_concrete_function(
-        per_replica_spec(element_spec)).structured_outputs
+    try:
+        per_example_loss, metrics = tf.function(probe).get_concrete_function(
+            per_replica_spec(element_spec)).structured_outputs
+    except ConfigError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, tf.errors.OpError) as error:
+        # The model or the loss cannot take the dataset's batches: a task whose
+        # data and model disagree. Autograph puts the reason last, after the trace.
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        reason = (lines[-1] if lines and lines[0].startswith("in user code") else
+                  lines[0] if lines else type(error).__name__)[:300]
+        raise ConfigError(
+            f"the loss function fails on a batch of {_describe(element_spec)}: {reason}; "
+            "make the dataset's elements what the model and loss expect") from None
     check_per_example("per_example_loss", per_example_loss)
     for name, value in metrics.items():
         check_per_example(f"metrics[{name!r}]", value)
     return sorted(metrics)
+
+
+def _describe(element_spec: Any) -> str:
+    """`(float32 (64, 28, 28, 1), int64 (64,))`: a batch's structure, short."""
+    def one(spec):
+        shape = getattr(spec, "shape", None)
+        return f"{spec.dtype.name} {tuple(shape.as_list())}" if shape is not None else str(spec)
+    described = tf.nest.map_structure(one, element_spec)
+    return str(described).replace("'", "")
 
 
 def check_per_example(name: str, value: Any) -> None:

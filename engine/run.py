@@ -19,6 +19,7 @@ here asks for a strategy by name.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import time
@@ -30,6 +31,7 @@ import tensorflow as tf
 from tfloop.engine import (actions, checkpointing, logs, precision, preemption, run_identity,
                            run_record)
 from tfloop.engine import objectives as objectives_lib
+from tfloop.engine import serving, warm_start
 from tfloop.engine import task as task_lib
 from tfloop.engine import task_inputs
 from tfloop.engine.config import RunConfig
@@ -112,7 +114,10 @@ def run(
     restored = checkpointing.restore(checkpoint, plan.latest_checkpoint, config.model_dir)
     start_step = int(global_step.numpy())
     if restored:
-        logger.info("resuming from %s at step %d", restored, start_step)
+        logger.info("resuming from %s at step %d%s", restored, start_step,
+                    f" (ignoring --init_from={config.init_from})" if config.init_from else "")
+    elif config.init_from:
+        logger.info("starting from the %s", warm_start.load_initial_weights(model, config.init_from))
     trainer = None if plan.mode == "evaluate" else plan.spec.build_trainer(
         plan, strategy=strategy, model=model, objectives=objectives, global_step=global_step,
         start_step=start_step, task=task)
@@ -120,10 +125,31 @@ def run(
         record = _run_controller(plan, strategy, global_step, trainer, evaluator, manager,
                                  restored=restored, start_step=start_step,
                                  on_loop_end=on_loop_end)
+        if trainer is not None and config.export:
+            record["export"] = serving.export_trained(plan, strategy, model,
+                                                      int(global_step.numpy()))
     finally:
         if not plan.role.is_chief:
             shutil.rmtree(write_dir, ignore_errors=True)
     return RunResult(record, model=model, task=task)
+
+
+def export_checkpoint(config: RunConfig, *, step: Optional[int] = None,
+                      task: Optional[Task] = None) -> str:
+    """`bin/export`: writes `model_dir/export/<step>/` from checkpoint `step`
+    (the latest when None) of the run `config` describes, on one device.
+
+    Raises:
+      ConfigError: no such checkpoint, or `config` contradicts the run.
+    """
+    config = dataclasses.replace(config, strategy="default", devices="cpu:0", mode="train")
+    task = _task_for(config, task, loss_fn=None, model_fn=None)
+    path = serving.checkpoint_at(config.model_dir, step)
+    plan = make_plan(config, task)
+    strategy = _build_strategy(plan)
+    model, _, global_step = _build_model_and_objectives(plan, strategy)
+    serving.restore_model(model, global_step, path)
+    return serving.export_trained(plan, strategy, model, int(global_step.numpy()))
 
 
 def _task_for(config: RunConfig, task: Optional[Task], *, loss_fn, model_fn) -> Task:

@@ -1,0 +1,65 @@
+"""A run's servable model: `model_dir/export/<step>/`, at the end of training or on demand.
+
+`engine.export` writes a model; this module decides *what* a task exports:
+its `serve(model, features)` on its `serving_spec` (by default the features
+of a train batch, any batch size). `run()` exports when training finishes;
+`bin/export` exports any checkpoint of a finished or running run::
+
+    bin/export --model_dir=runs/mlp [--step=400]
+
+The task, model and data flags come from `model_dir/run.json`, so the model is
+rebuilt as it was trained; the checkpoint's optimizer state is not read.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+from typing import Any, Optional
+
+import tensorflow as tf
+
+from tfloop.engine import checkpointing, export, task_inputs
+from tfloop.engine.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+
+def export_trained(plan: Any, strategy: tf.distribute.Strategy, model: Any,
+                   step: int) -> Optional[str]:
+    """Exports `model` at `step` for `plan.task`; returns the path (None off the chief)."""
+    task = plan.task
+    element_spec = task_inputs.train_dataset(task, task_inputs.context_for(plan)).element_spec
+    with strategy.scope():
+        return export.export_model(
+            model, serving_fn=task.serve, input_signature=task.serving_spec(element_spec),
+            directory=plan.config.model_dir, step=step, is_chief=plan.role.is_chief,
+            worker_name=plan.role.name)
+
+
+def checkpoint_at(model_dir: str, step: Optional[int]) -> str:
+    """The checkpoint of `step` in `model_dir` (the latest when None).
+
+    Raises:
+      ConfigError: `model_dir` has no checkpoint, or none of that step.
+    """
+    latest = tf.train.latest_checkpoint(model_dir) if tf.io.gfile.isdir(model_dir) else None
+    if latest is None:
+        raise ConfigError(f"--model_dir={model_dir} has no checkpoint to export; train first "
+                          "or point --model_dir at a trained run")
+    if step is None:
+        return latest
+    state = tf.train.get_checkpoint_state(model_dir)
+    for path in state.all_model_checkpoint_paths:
+        if path.rsplit("-", 1)[-1] == str(step):
+            return path
+    kept = ", ".join(p.rsplit("-", 1)[-1] for p in state.all_model_checkpoint_paths)
+    raise ConfigError(f"--step={step}: --model_dir={model_dir} keeps checkpoints of steps "
+                      f"{kept}; export one of those")
+
+
+def restore_model(model: Any, global_step: tf.Variable, path: str) -> None:
+    """Reads the model's weights and the step from checkpoint `path` (no optimizer)."""
+    checkpoint = tf.train.Checkpoint(model=model, global_step=global_step,
+                                     model_weights=checkpointing.named_weights(model))
+    checkpointing.restore(checkpoint, path, posixpath.dirname(path), partial=True)
