@@ -1,0 +1,164 @@
+"""The task plug-in around the step: refusals of a task's data, the run's
+memory of what trained it, evaluations beside the training record, export
+at the end of training and on demand, warm start."""
+
+import json
+import logging
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from examples import regression
+from helpers import assert_one_line_error, run_bin
+from tfloop.engine.config import RunConfig
+from tfloop.engine.errors import ConfigError
+from tfloop.engine.losses import LossOutput
+from tfloop.engine.run import export_checkpoint, run
+from tfloop.engine.task import Task
+
+
+def _config(model_dir, **overrides):
+    settings = dict(strategy="mirrored", devices="cpu:0,cpu:1", model_dir=str(model_dir),
+                    global_batch_size=32, train_steps=10, steps_per_loop=5,
+                    checkpoint_interval=5, seed=1, mode="train")
+    settings.update(overrides)
+    return RunConfig(**settings)
+
+
+class Tiny(Task):
+    """Four float features, a float target; variations break one thing each."""
+
+    def __init__(self, batch=None, repeat=True, features=4, compiled=False):
+        self.batch, self.repeat, self.features, self.compiled = batch, repeat, features, compiled
+
+    def build_model(self):
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        if self.compiled:
+            model.compile(optimizer="sgd", loss="mse")
+        return model
+
+    def train_dataset(self, context):
+        x = np.ones((256, self.features), np.float32)
+        ds = tf.data.Dataset.from_tensor_slices((x, np.zeros(256, np.float32)))
+        ds = ds.repeat() if self.repeat else ds
+        size = self.batch or context.global_batch_size
+        return ds.batch(size, drop_remainder=self.batch is None)
+
+    def loss(self, model, batch, *, training):
+        x, y = batch
+        return LossOutput(per_example_loss=tf.square(model(x, training=training)[:, 0] - y))
+
+
+@pytest.mark.parametrize("task, says", [
+    (Tiny(batch=8), "no fixed size"),
+    (Tiny(repeat=False), "add .repeat()"),
+    (Tiny(features=3), "the loss function fails on a batch of (float32 (None, 3)"),
+])
+def test_a_task_whose_data_cannot_work_is_one_line_and_writes_nothing(tmp_path, task, says):
+    with pytest.raises(ConfigError, match=None) as error:
+        run(_config(tmp_path / "run"), task=task)
+    message = str(error.value)
+    assert says in message and "\n" not in message, message
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_batch_of_another_size_is_refused(tmp_path):
+    class Fixed(Tiny):
+        def train_dataset(self, context):
+            return super().train_dataset(context).unbatch().batch(16, drop_remainder=True)
+
+    with pytest.raises(ConfigError, match="yields batches of 16, and the run's global batch is 32"):
+        run(_config(tmp_path / "run"), task=Fixed())
+
+
+def test_a_compiled_model_is_trained_by_the_engine_and_says_so(tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="tfloop"):
+        result = run(_config(tmp_path / "run", export=False), task=Tiny(compiled=True))
+    assert result["step"] == 10
+    assert any("arrives compile()d" in r.getMessage() for r in caplog.records)
+
+
+def test_the_engine_skips_for_a_dataset_that_does_not_read_start_step(tmp_path, caplog):
+    run(_config(tmp_path / "run", export=False), task=Tiny())
+    with caplog.at_level(logging.INFO, logger="tfloop"):
+        run(_config(tmp_path / "run", train_steps=15, export=False), task=Tiny())
+    assert any("does not read context.start_step: skipping the 10 batches" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_the_run_remembers_what_trained_it_and_refuses_a_contradiction(tmp_path):
+    model_dir = tmp_path / "run"
+    run(_config(model_dir, model="cnn", export=False))
+    stored = json.loads((model_dir / "run.json").read_text())
+    assert stored["model"] == "cnn" and stored["dataset"] == "synthetic"
+    with pytest.raises(ConfigError, match="trained with --model='cnn'"):
+        run(_config(model_dir, model="mlp", train_steps=20))
+    # bin/train takes what is not given from run.json: evaluate needs only --model_dir.
+    result = run_bin("train", f"--model_dir={model_dir}", "--mode=evaluate",
+                     "--devices=cpu:0", "--strategy=default")
+    assert result.returncode == 0, result.stderr
+    evaluations = json.loads((model_dir / "evaluations.json").read_text())["evaluations"]
+    assert [e["step"] for e in evaluations] == [10] and evaluations[0]["by"] == "--mode=evaluate"
+    record = json.loads((model_dir / "metrics.json").read_text())
+    assert record["step"] == 10 and record["mode"] == "train"  # the training record stays
+
+
+def test_export_at_the_end_serves_the_engines_predictions(tmp_path):
+    task = regression.Regression(num_train=256, num_eval=64)
+    result = run(_config(tmp_path / "run", global_batch_size=32), task=task)
+    assert result["export"] == str(tmp_path / "run" / "export" / "10")
+    features = {k: v[:16] for k, v in task.eval[0].items()}
+    expected = result.model(features, training=False).numpy()
+    served = tf.saved_model.load(result["export"]).signatures["serving_default"](
+        **{k: tf.constant(v) for k, v in features.items()})
+    np.testing.assert_allclose(served["outputs"].numpy(), expected, atol=1e-6)
+    loaded = keras.models.load_model(os.path.join(result["export"], "model.keras"))
+    np.testing.assert_allclose(loaded(features).numpy(), expected, atol=1e-6)
+
+
+def test_export_on_demand_of_a_kept_checkpoint_and_its_refusals(tmp_path):
+    model_dir = tmp_path / "run"
+    with pytest.raises(ConfigError, match="has no checkpoint to export"):
+        export_checkpoint(_config(model_dir))
+    assert not model_dir.exists()
+    run(_config(model_dir, export=False))
+    with pytest.raises(ConfigError, match="keeps checkpoints of steps 5, 10"):
+        export_checkpoint(_config(model_dir), step=7)
+    path = export_checkpoint(_config(model_dir), step=5)
+    assert path == str(model_dir / "export" / "5")
+    assert tf.io.gfile.exists(os.path.join(path, "saved_model.pb"))
+
+
+def test_warm_start_begins_at_step_zero_from_another_runs_weights(tmp_path, caplog):
+    source = run(_config(tmp_path / "source", export=False))
+    source_weights = source.model.get_weights()
+    init_from = str(tmp_path / "source")
+    with caplog.at_level(logging.INFO, logger="tfloop"):
+        tuned = run(_config(tmp_path / "tuned", train_steps=0, init_from=init_from,
+                            export=False))
+    assert tuned["step"] == 0
+    for a, b in zip(tuned.model.get_weights(), source_weights):
+        np.testing.assert_array_equal(a, b)
+    assert any("starting from the model weights of" in r.getMessage() for r in caplog.records)
+    # A run that has checkpoints resumes and says it ignored --init_from.
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="tfloop"):
+        run(_config(tmp_path / "source", train_steps=15, init_from=init_from, export=False))
+    assert any("ignoring --init_from" in r.getMessage() for r in caplog.records)
+
+
+def test_binaries_refuse_a_bad_task_export_and_init_from_in_one_line(tmp_path):
+    model_dir = tmp_path / "run"
+    assert_one_line_error(run_bin("train", "--task=no_such_module:Task",
+                                  f"--model_dir={model_dir}"), contains="cannot import module")
+    assert_one_line_error(run_bin("train", "--task=examples.gan:NOISE",
+                                  f"--model_dir={model_dir}"), contains="not a Task")
+    assert_one_line_error(run_bin("export", f"--model_dir={model_dir}"),
+                          contains="has no checkpoint to export")
+    assert_one_line_error(run_bin("train", f"--init_from={tmp_path / 'nothing'}",
+                                  "--devices=cpu:0", "--train_steps=2",
+                                  f"--model_dir={model_dir}"), contains="--init_from")
+    assert not model_dir.exists()
