@@ -84,9 +84,10 @@ class Plan:
         ])
 
 
-def make_plan(config: RunConfig, task: Task) -> Plan:
+def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
     """Runs every check that can fail (`task.prepare()` among them); see the
-    module docstring."""
+    module docstring. Without a task, the built-in `--model`/`--dataset` one."""
+    task = task or ClassificationTask.from_config(config)
     role = tf_config.current_role()
     spec, connection = _strategy_for(config, role)
     device_names = devices.parse_devices(config.devices)

@@ -13,6 +13,7 @@ Keeping that here means a fix to the loss scaling reaches every strategy::
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import keras
@@ -47,10 +48,8 @@ def metric_names(loss_fn: LossFn, model: Any, element_spec: Any) -> list[str]:
         raise
     except (ValueError, TypeError, KeyError, IndexError, tf.errors.OpError) as error:
         # The model or the loss cannot take the dataset's batches: a task whose
-        # data and model disagree. Autograph puts the reason last, after the trace.
-        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-        reason = (lines[-1] if lines and lines[0].startswith("in user code") else
-                  lines[0] if lines else type(error).__name__)[:300]
+        # data and model disagree.
+        reason = _first_reason(str(error)) or type(error).__name__
         raise ConfigError(
             f"the loss function fails on a batch of {_describe(element_spec)}: {reason}; "
             "make the dataset's elements what the model and loss expect") from None
@@ -58,6 +57,24 @@ def metric_names(loss_fn: LossFn, model: Any, element_spec: Any) -> list[str]:
     for name, value in metrics.items():
         check_per_example(f"metrics[{name!r}]", value)
     return sorted(metrics)
+
+
+_NOT_A_REASON = ("in user code", "File ", "Exception encountered", "Arguments received", "•")
+
+
+def _first_reason(message: str) -> str:
+    """The line that says what went wrong, out of autograph's trace and
+    Keras's call report (`ValueError: Exception encountered when calling
+    Sequential.call().` / the reason / `Arguments received ...`)."""
+    message = re.sub(r"\x1b\[[0-9;]*m", "", message)  # Keras's bold
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    errors = [i for i, line in enumerate(lines) if re.match(r"^\w+(Error|Exception): ", line)]
+    start = errors[-1] if errors else 0
+    for line in lines[start:]:
+        line = re.sub(r"^\w+(Error|Exception): ", "", line)
+        if line and not line.startswith(_NOT_A_REASON) and not line.endswith(":"):
+            return line[:300]
+    return lines[0][:300] if lines else ""
 
 
 def _describe(element_spec: Any) -> str:

@@ -40,8 +40,8 @@ def train_dataset(task: Any, context: InputContext) -> tf.data.Dataset:
     dataset = _build(task, "train_dataset", context)
     where = f"{_name(task)}.train_dataset"
     _check_batch_size(dataset, where, context.global_batch_size, exact=True)
-    cardinality = int(dataset.cardinality())
-    if cardinality >= 0:
+    cardinality = tf.get_static_value(dataset.cardinality())  # None while traced (ps workers)
+    if cardinality is not None and cardinality >= 0:
         raise ConfigError(
             f"{where} ends after {cardinality} batches, and training runs by steps; "
             "add .repeat() before batching")
@@ -60,7 +60,7 @@ def eval_dataset(task: Any, context: InputContext) -> tf.data.Dataset:
     dataset = _build(task, "eval_dataset", context)
     where = f"{_name(task)}.eval_dataset"
     _check_batch_size(dataset, where, context.global_batch_size, exact=False)
-    if int(dataset.cardinality()) == tf.data.INFINITE_CARDINALITY:
+    if tf.get_static_value(dataset.cardinality()) == tf.data.INFINITE_CARDINALITY:
         raise ConfigError(f"{where} never ends, and an evaluation is one pass over it; "
                           "drop its .repeat()")
     return dataset

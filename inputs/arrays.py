@@ -291,7 +291,7 @@ class ArrayData:
         return ds.prefetch(tf.data.AUTOTUNE)
 
 
-def _read_npz(path: str) -> dict:
+def read_npz(path: str) -> dict:
     """Every array of the `.npz` at `path` (any `tf.io.gfile` filesystem)."""
     import tensorflow as tf
 
@@ -324,7 +324,7 @@ def from_npz(path: str, *, features: Union[str, Mapping[str, str]],
     the file lacks is one line listing the keys it has; any mistake in the
     arrays is `ArrayData`'s one line, prefixed with the path.
     """
-    arrays = _read_npz(path)
+    arrays = read_npz(path)
 
     def pick(role, keys):
         if keys is None:

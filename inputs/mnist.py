@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import logging
 import os
-import zipfile
 
 import numpy as np
 import tensorflow as tf
 
+from tfloop.inputs.arrays import read_npz
 from tfloop.inputs.errors import InputError
 from tfloop.inputs.splits import Examples, Splits
 
@@ -73,26 +73,11 @@ def load(*, data_dir: str) -> Splits:
             f"{path} does not exist; put the Keras-layout {FILENAME} (x_train, y_train, "
             "x_test, y_test) in --data_dir"
         )
-    try:
-        with tf.io.gfile.GFile(path, "rb") as f:
-            npz = np.load(f, allow_pickle=False)
-            if not isinstance(npz, np.lib.npyio.NpzFile):  # a single .npy array
-                raise ValueError("one array, not an .npz archive")
-            with npz:
-                missing = [k for k in _KEYS if k not in npz.files]
-                if missing:
-                    raise InputError(
-                        f"{path} lacks {', '.join(missing)}; it needs the arrays "
-                        f"{', '.join(_KEYS)}"
-                    )
-                arrays = {k: npz[k] for k in _KEYS}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError, tf.errors.OpError) as error:
-        if isinstance(error, InputError):
-            raise
-        raise InputError(
-            f"{path} is not a readable .npz file ({type(error).__name__}); "
-            "re-create it with numpy.savez"
-        ) from None
+    arrays = read_npz(path)
+    missing = [k for k in _KEYS if k not in arrays]
+    if missing:
+        raise InputError(f"{path} lacks {', '.join(missing)}; it needs the arrays "
+                         f"{', '.join(_KEYS)}")
     train = _examples(path, arrays["x_train"], arrays["y_train"], "train")
     test = _examples(path, arrays["x_test"], arrays["y_test"], "test")
     if train.x.shape[1:] != test.x.shape[1:]:

@@ -55,7 +55,7 @@ class Tiny(Task):
 @pytest.mark.parametrize("task, says", [
     (Tiny(batch=8), "no fixed size"),
     (Tiny(repeat=False), "add .repeat()"),
-    (Tiny(features=3), "the loss function fails on a batch of (float32 (None, 3)"),
+    (Tiny(features=3), "the loss function fails on a batch of (float32 (32, 3), float32 (32,)): Input 0 with name"),
 ])
 def test_a_task_whose_data_cannot_work_is_one_line_and_writes_nothing(tmp_path, task, says):
     with pytest.raises(ConfigError, match=None) as error:
