@@ -62,6 +62,7 @@ def run(
     *,
     command_after_dashdash: bool = False,
     user_errors: Optional[tuple[type[Exception], ...]] = None,
+    skip_teardown: bool = False,
 ) -> None:
     """`absl.app.run(main)`, with user mistakes and Ctrl-C turned into exit codes.
 
@@ -72,6 +73,12 @@ def run(
         `--` (`bin/launch`): only arguments before `--` are this binary's flags.
       user_errors: exceptions reported as one line; default `user_error_types()`
         (importing it imports TensorFlow, which `bin/launch` avoids).
+      skip_teardown: once `main` has returned or failed (everything it writes
+        is written and closed), flush the output and leave with `os._exit`
+        instead of letting Python tear TensorFlow down: destroying the
+        finished tf.data iterators waits on their autotune threads, which
+        measured 1 to 18 s after the last line of a bin/train run on this
+        machine (see BUILD.md). For binaries whose work is all synchronous.
     """
     program = program_name()
     own_args = sys.argv[1:]
@@ -120,4 +127,23 @@ def run(
             print(f"{program}: interrupted", file=sys.stderr, flush=True)
             sys.exit(EXIT_INTERRUPTED)
 
-    app.run(guarded, flags_parser=parse_flags)
+    try:
+        app.run(guarded, flags_parser=parse_flags)
+    except SystemExit as exit_:
+        if not skip_teardown:
+            raise
+        _exit_now(exit_.code)
+
+
+def _exit_now(code) -> None:
+    """`sys.exit(code)` without interpreter teardown: output flushed first."""
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code or 0)
