@@ -80,14 +80,28 @@ def bind(task: Any, model: Any, config: Any, *,
 
 
 def _build_optimizer(given, config, default_optimizer) -> keras.optimizers.Optimizer:
-    if isinstance(given, keras.optimizers.Optimizer):
-        return precision.wrap_optimizer(given, config.mixed_precision)
     if given is None and default_optimizer is not None:
-        return precision.wrap_optimizer(default_optimizer, config.mixed_precision)
+        given = default_optimizer
+    if isinstance(given, keras.optimizers.Optimizer):
+        return precision.wrap_optimizer(_in_scope(given), config.mixed_precision)
     name = given or config.optimizer
     optimizers.check(name)
     build = optimizers.build_fused if config.fused_optimizer else optimizers.build
     return precision.wrap_optimizer(build(name, config.learning_rate), config.mixed_precision)
+
+
+def _in_scope(optimizer: keras.optimizers.Optimizer) -> keras.optimizers.Optimizer:
+    """A copy (from `get_config()`) made under the current strategy scope.
+
+    A Keras 3 optimizer creates its step counter and learning rate variables
+    when it is constructed, so one made outside `strategy.scope()` (the
+    natural way to pass one to `run()`) belongs to another strategy and
+    cannot update distributed variables. A copy of an unused optimizer loses
+    nothing; a built one (slots and all) is the caller's to place, as is.
+    """
+    if optimizer.built:
+        return optimizer
+    return type(optimizer).from_config(optimizer.get_config())
 
 
 def checkpointed(objectives: Sequence[BoundObjective]) -> Any:

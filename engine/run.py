@@ -65,6 +65,7 @@ def run(
     task: Optional[Task] = None,
     loss_fn: Optional[LossFn] = None,
     model_fn: Optional[ModelFn] = None,
+    optimizer: Optional[keras.optimizers.Optimizer] = None,
     on_loop_end: Optional[Callable[[int, dict], None]] = None,
     verbose: bool = False,
 ) -> RunResult:
@@ -73,7 +74,10 @@ def run(
     `task` (`engine.task.Task`) supplies the model, data and loss; without
     one, the built-in `--model`/`--dataset` classification runs, with
     `loss_fn` and `model_fn` (if given) replacing its loss and model.
-    `on_loop_end(step, metrics)` is called after every train loop (e.g. by
+    `optimizer`, a Keras optimizer object (made inside `strategy.scope()` is
+    not needed: it builds its variables there), replaces `--optimizer` and
+    `--learning_rate` (a task's `build_optimizer` or objectives may name
+    their own). `on_loop_end(step, metrics)` is called after every train loop (e.g. by
     the training benchmark, to time loops from outside). `verbose` prints
     the progress lines `bin/train` prints (`engine.logs.configure_logging`).
 
@@ -98,7 +102,7 @@ def run(
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
     strategy = _build_strategy(plan)
-    model, objectives, global_step = _build_model_and_objectives(plan, strategy)
+    model, objectives, global_step = _build_model_and_objectives(plan, strategy, optimizer)
     evaluator = _build_evaluator(plan, strategy, model, objectives)
     if plan.role.is_evaluator:
         return RunResult(
@@ -175,7 +179,8 @@ def _build_strategy(plan: Plan) -> tf.distribute.Strategy:
     return strategy
 
 
-def _build_model_and_objectives(plan: Plan, strategy: tf.distribute.Strategy):
+def _build_model_and_objectives(plan: Plan, strategy: tf.distribute.Strategy,
+                                optimizer: Optional[keras.optimizers.Optimizer] = None):
     """The model, its objectives (optimizers built, slots too) and the global
     step, under the scope."""
     config, task = plan.config, plan.task
@@ -189,7 +194,7 @@ def _build_model_and_objectives(plan: Plan, strategy: tf.distribute.Strategy):
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
                                   aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
         objectives = objectives_lib.bind(task, model, config,
-                                         default_optimizer=task.build_optimizer())
+                                         default_optimizer=optimizer or task.build_optimizer())
     return model, objectives, global_step
 
 

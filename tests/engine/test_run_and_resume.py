@@ -107,3 +107,8 @@ def test_a_run_on_another_tf_filesystem_trains_resumes_and_reads_back():
     assert record["step"] == 30 and record["start_step"] == 20 and "eval/accuracy" in record
     for kind in ("train", "eval"):
         assert tf.io.gfile.glob(f"{model_dir}/summaries/{kind}/events.out.tfevents.*")
+    # The end-of-training export, served from ram:// as well.
+    assert second["export"] == f"{model_dir}/export/30"
+    served = tf.saved_model.load(second["export"]).signatures["serving_default"](
+        inputs=tf.zeros([3, 28, 28, 1]))
+    assert served["outputs"].shape == (3, 10)

@@ -162,3 +162,14 @@ def test_binaries_refuse_a_bad_task_export_and_init_from_in_one_line(tmp_path):
                                   "--devices=cpu:0", "--train_steps=2",
                                   f"--model_dir={model_dir}"), contains="--init_from")
     assert not model_dir.exists()
+
+
+def test_run_takes_an_optimizer_object(tmp_path):
+    result = run(_config(tmp_path / "run", export=False), task=Tiny(),
+                 optimizer=keras.optimizers.SGD(0.05, momentum=0.5))
+    reader = tf.train.load_checkpoint(str(tmp_path / "run"))
+    # The given optimizer trained (its 0.05, not --learning_rate's 0.001), with its slots.
+    learning_rate = reader.get_tensor("optimizer/_learning_rate/.ATTRIBUTES/VARIABLE_VALUE")
+    assert np.isclose(learning_rate, 0.05)
+    assert int(reader.get_tensor("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE")) == 10
+    assert result["step"] == 10
