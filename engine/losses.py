@@ -15,8 +15,9 @@ once when batches are partial::
             metrics={"accuracy": tf.cast(tf.argmax(logits, -1) == labels, tf.float32)},
         )
 
-`model` is whatever the run was given: one Keras model, or a `tf.Module`
-holding several (see `examples/two_heads.py`).
+`model` is whatever the task built: one Keras model, or a `keras.Model`
+holding several (see `examples/gan.py`; a plain `tf.Module` does not list
+Keras 3 variables in `trainable_variables`, which are not `tf.Variable`s).
 """
 
 from __future__ import annotations

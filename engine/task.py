@@ -100,7 +100,7 @@ class Task:
         or written so a mistake costs one line; nothing by default."""
 
     def build_model(self) -> Any:
-        """The model (a Keras model, or a `tf.Module` holding several), built
+        """The model (a Keras model, or a `keras.Model` holding several), built
         inside `strategy.scope()` so its variables are distributed."""
         raise NotImplementedError(f"{type(self).__name__} must define build_model()")
 

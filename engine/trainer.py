@@ -66,7 +66,7 @@ class Trainer(AbstractTrainer):
       strategy: the `tf.distribute.Strategy` the model and optimizer were
         created under.
       model: a Keras model, or any trackable with `trainable_variables` (a
-        `tf.Module` holding several models); passed to the loss as is.
+        `keras.Model` holding several models); passed to the loss as is.
       collective: how gradients are summed across replicas.
       train_dataset: a `tf.data.Dataset` of *global* batches.
       global_batch_size: examples per step across all replicas.
