@@ -7,6 +7,7 @@ themselves are in the binaries and `bin/flag_defs.py`.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sys
@@ -136,10 +137,13 @@ def run(
 
 
 def _exit_now(code) -> None:
-    """`sys.exit(code)` without interpreter teardown: output flushed first."""
+    """`sys.exit(code)` without interpreter teardown: the `atexit` handlers
+    still run (autograph deletes its generated files in /tmp there), the
+    output is flushed, and then the process ends."""
     if isinstance(code, str):
         print(code, file=sys.stderr)
         code = 1
+    atexit._run_exitfuncs()  # public since Python 2; what sys.exit would run first
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
