@@ -17,6 +17,7 @@ from typing import Any, Optional
 import tensorflow as tf
 
 from tfloop.engine.errors import ConfigError
+from tfloop import inputs
 from tfloop.inputs import InputContext
 
 logger = logging.getLogger(__name__)
@@ -36,7 +37,8 @@ def context_for(plan: Any, *, start_step: int = 0, global_batch_size: Optional[i
 
 
 def train_dataset(task: Any, context: InputContext) -> tf.data.Dataset:
-    """`task.train_dataset(context)`, checked, starting at `context.start_step`."""
+    """`task.train_dataset(context)`, checked, starting at `context.start_step`,
+    sharded as `context.shard_policy` says (the skip arithmetic assumes it)."""
     dataset = _build(task, "train_dataset", context)
     where = f"{_name(task)}.train_dataset"
     _check_batch_size(dataset, where, context.global_batch_size, exact=True)
@@ -52,7 +54,7 @@ def train_dataset(task: Any, context: InputContext) -> tf.data.Dataset:
                     "trained on (read it and skip before decoding to make resuming cheaper)",
                     where, int(start_step * batches))
         dataset = dataset.skip(int(start_step * batches))
-    return dataset
+    return inputs.with_shard_policy(dataset, context.shard_policy, context.deterministic)
 
 
 def eval_dataset(task: Any, context: InputContext) -> tf.data.Dataset:
@@ -63,7 +65,7 @@ def eval_dataset(task: Any, context: InputContext) -> tf.data.Dataset:
     if tf.get_static_value(dataset.cardinality()) == tf.data.INFINITE_CARDINALITY:
         raise ConfigError(f"{where} never ends, and an evaluation is one pass over it; "
                           "drop its .repeat()")
-    return dataset
+    return inputs.with_shard_policy(dataset, context.shard_policy, context.deterministic)
 
 
 def _build(task: Any, method: str, context: InputContext) -> tf.data.Dataset:

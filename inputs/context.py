@@ -10,7 +10,8 @@ examples and the engine splits each one across the replicas
 (`strategy.experimental_distribute_dataset`), so one device and N replicas see
 the same examples in the same steps. In a cluster every worker builds its own
 pipeline (`input_pipeline_id` of `num_input_pipelines`) and the engine shards
-it by `--auto_shard_policy`.
+it by `shard_policy` (`--auto_shard_policy` resolved; set on the dataset by the
+engine, so a builder need not).
 
 Exact resume: a restored run starts at `start_step`, and its train stream must
 begin where the interrupted one stopped. A builder that reads

@@ -83,7 +83,7 @@ def resolve_shard_policy(split: Split, policy: str, num_workers: int = 1) -> str
     return policy
 
 
-def _with_shard_policy(ds: tf.data.Dataset, policy: str, deterministic: bool = True) -> tf.data.Dataset:
+def with_shard_policy(ds: tf.data.Dataset, policy: str, deterministic: bool = True) -> tf.data.Dataset:
     """How a multi-worker strategy splits this dataset between workers
     (single-process strategies ignore it), and whether stages that do not pin
     their order may yield out of order (`deterministic=False`, faster: a slow
@@ -165,7 +165,7 @@ def train_batches(
     # the compiled step sees one static shape.
     ds = ds.batch(global_batch_size, drop_remainder=True)
     ds = ds.map(_to_float, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return _with_shard_policy(ds.prefetch(tf.data.AUTOTUNE), policy, deterministic)
+    return with_shard_policy(ds.prefetch(tf.data.AUTOTUNE), policy, deterministic)
 
 
 def eval_batches(
@@ -182,4 +182,4 @@ def eval_batches(
     ds = ds.map(_to_float, num_parallel_calls=tf.data.AUTOTUNE)
     if isinstance(split, Examples):
         ds = ds.cache()  # small and in memory already; file splits may not fit as floats
-    return _with_shard_policy(ds.prefetch(tf.data.AUTOTUNE), policy, deterministic)
+    return with_shard_policy(ds.prefetch(tf.data.AUTOTUNE), policy, deterministic)

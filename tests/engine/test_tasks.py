@@ -17,7 +17,9 @@ from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.losses import LossOutput
 from tfloop.engine.run import export_checkpoint, run
+from tfloop.engine import task_inputs
 from tfloop.engine.task import Task
+from tfloop.inputs import InputContext
 
 
 def _config(model_dir, **overrides):
@@ -173,3 +175,16 @@ def test_run_takes_an_optimizer_object(tmp_path):
     assert np.isclose(learning_rate, 0.05)
     assert int(reader.get_tensor("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE")) == 10
     assert result["step"] == 10
+
+
+@pytest.mark.parametrize("policy", ["data", "file", "off"])
+def test_the_engine_shards_a_task_dataset_by_the_resolved_policy(policy):
+    """A task's own pipeline is sharded as the skip arithmetic assumes, not by
+    TensorFlow's AUTO default."""
+    context = InputContext.create(global_batch_size=32, num_input_pipelines=2,
+                                  shard_policy=policy, deterministic=False)
+    dataset = task_inputs.train_dataset(Tiny(), context)
+    options = dataset.options()
+    assert options.experimental_distribute.auto_shard_policy == getattr(
+        tf.data.experimental.AutoShardPolicy, policy.upper())
+    assert options.deterministic is False

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfloop import inputs
 from tfloop.inputs import InputContext, InputError, RecordData
 
 FEATURES = {"age": "float", "tokens": ("int64", [3]), "id": "int64",
@@ -179,10 +180,8 @@ def _worker_ids(data, policy, worker, *, start_step, steps, batch=8, workers=2):
 
     context = _context(batch=batch, seed=4, start_step=start_step, shard_policy=policy,
                        num_input_pipelines=workers, input_pipeline_id=worker)
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = getattr(
-        tf.data.experimental.AutoShardPolicy, policy.upper())
-    ds = data.train_dataset(context).with_options(options)
+    # The policy as the engine sets it on every task dataset (engine.task_inputs).
+    ds = inputs.with_shard_policy(data.train_dataset(context), policy)
     ds = ds.rebatch(distribute.batch_sizes_for_worker(batch, workers, 1, worker))
     ds = input_ops.auto_shard_dataset(ds, workers, worker, workers)
     return [element[0]["id"].numpy() for element in ds.take(steps)]
