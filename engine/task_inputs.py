@@ -49,11 +49,15 @@ def train_dataset(task: Any, context: InputContext) -> tf.data.Dataset:
             "add .repeat() before batching")
     start_step = context.unread_start_step
     if start_step:
-        batches = _batches_per_step(context)
+        # Whole batches only: under file/off sharding a step takes 1/W of one,
+        # and a start step that W does not divide resumes at the batch before.
+        batches = start_step * inputs.examples_per_step(
+            context.global_batch_size, context.shard_policy,
+            context.num_input_pipelines) // context.global_batch_size
         logger.info("%s does not read context.start_step: skipping the %d batches already "
                     "trained on (read it and skip before decoding to make resuming cheaper)",
-                    where, int(start_step * batches))
-        dataset = dataset.skip(int(start_step * batches))
+                    where, batches)
+        dataset = dataset.skip(batches)
     return inputs.with_shard_policy(dataset, context.shard_policy, context.deterministic)
 
 
@@ -94,14 +98,6 @@ def _check_batch_size(dataset: tf.data.Dataset, where: str, global_batch_size: i
             raise ConfigError(
                 f"{where} yields batches of {size}, and the run's global batch is "
                 f"{global_batch_size}; batch with context.global_batch_size")
-
-
-def _batches_per_step(context: InputContext) -> float:
-    """Batches of this pipeline one step consumes: one global batch, except
-    that `file`/`off` sharding gives each of W workers 1/W of one."""
-    if context.num_input_pipelines > 1 and context.shard_policy in ("file", "off"):
-        return 1 / context.num_input_pipelines
-    return 1
 
 
 def _pipeline_index(role: Any) -> int:

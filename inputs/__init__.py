@@ -3,7 +3,7 @@ a task's data as users have it (NumPy arrays: `ArrayData`, `from_npz`; their
 own TFRecords of `tf.train.Example`s: `RecordData`)."""
 
 from tfloop.inputs.arrays import ArrayData, from_npz
-from tfloop.inputs.context import InputContext
+from tfloop.inputs.context import InputContext, examples_per_step
 from tfloop.inputs.errors import InputError
 from tfloop.inputs.splits import Examples, ImageFiles, RecordFiles, Split, Splits
 from tfloop.inputs.pipeline import eval_batches, resolve_shard_policy, train_batches, with_shard_policy
@@ -11,7 +11,7 @@ from tfloop.inputs.records import RecordData
 from tfloop.inputs.registry import available, load, register
 
 __all__ = [
-    "ArrayData", "Examples", "ImageFiles", "InputContext", "InputError", "RecordData",
+    "ArrayData", "Examples", "ImageFiles", "InputContext", "InputError", "examples_per_step", "RecordData",
     "RecordFiles", "Split", "Splits", "available", "eval_batches", "from_npz", "load",
     "register", "resolve_shard_policy", "train_batches", "with_shard_policy",
 ]

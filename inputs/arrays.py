@@ -40,6 +40,7 @@ import zipfile
 from typing import Mapping, Optional, Union
 
 import numpy as np
+import tensorflow as tf
 
 from tfloop.inputs.errors import InputError
 
@@ -245,8 +246,6 @@ class ArrayData:
     @staticmethod
     def _gatherer(split):
         """A batch of row indices → the batch's rows of every array (one gather each)."""
-        import tensorflow as tf
-
         with tf.device("/cpu:0"):  # tf.data runs on the host; keep the arrays there
             tensors = tf.nest.map_structure(tf.convert_to_tensor, split)
 
@@ -262,17 +261,11 @@ class ArrayData:
         own stream feeds it `global_batch_size / num_input_pipelines` examples a
         step, and the skip follows that (as in `inputs.pipeline`).
         """
-        import tensorflow as tf
-
         batch, count = context.global_batch_size, self.num_train
         ds = tf.data.Dataset.range(count).shuffle(count, seed=context.seed,
                                                   reshuffle_each_iteration=True)
         ds = ds.repeat()
-        start_step = context.start_step
-        if start_step:
-            per_step = (batch // context.num_input_pipelines
-                        if context.shard_policy in ("file", "off") else batch)
-            ds = ds.skip(start_step * per_step)
+        ds = ds.skip(context.examples_to_skip)
         ds = ds.batch(batch, drop_remainder=True)
         ds = ds.map(self._gatherer(self._train), num_parallel_calls=tf.data.AUTOTUNE,
                     deterministic=True)
@@ -281,8 +274,6 @@ class ArrayData:
     def eval_dataset(self, context):
         """The eval split once, in its stored order; the last batch may be
         partial. None when there is no eval split (nothing to evaluate)."""
-        import tensorflow as tf
-
         if self._eval is None:
             return None
         ds = tf.data.Dataset.range(self.num_eval).batch(context.global_batch_size)
@@ -293,8 +284,6 @@ class ArrayData:
 
 def read_npz(path: str) -> dict:
     """Every array of the `.npz` at `path` (any `tf.io.gfile` filesystem)."""
-    import tensorflow as tf
-
     if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
         raise InputError(f"{path} does not exist or is a directory; give the path of an .npz "
                          "file (numpy.savez)")

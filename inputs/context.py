@@ -16,8 +16,8 @@ engine, so a builder need not).
 Exact resume: a restored run starts at `start_step`, and its train stream must
 begin where the interrupted one stopped. A builder that reads
 `context.start_step` takes that on itself (cheapest before decoding:
-`ds.skip(start_step * global_batch_size)` on the shuffled, repeated examples,
-as `inputs.pipeline` does); one that never reads it gets its first
+`ds.skip(context.examples_to_skip)` on the shuffled, repeated examples, as
+`inputs.pipeline` does); one that never reads it gets its first
 `start_step` batches skipped by the engine, which says so in the log.
 """
 
@@ -25,6 +25,19 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Optional
+
+
+def examples_per_step(global_batch_size: int, shard_policy: str, num_pipelines: int) -> int:
+    """Examples of one pipeline's stream a train step consumes.
+
+    `data`: every worker reads the whole stream and keeps its part of each
+    global batch, so it consumes one global batch a step. `file` and `off`:
+    a worker's own stream is cut into `workers × replicas` pieces, so it
+    feeds the step `global_batch_size / workers` of its examples.
+    """
+    if num_pipelines > 1 and shard_policy in ("file", "off"):
+        return global_batch_size // num_pipelines
+    return global_batch_size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +91,13 @@ class InputContext:
     def unread_start_step(self) -> int:
         """`start_step` if the builder never read it (the engine must skip), else 0."""
         return 0 if self._read else self._start_step
+
+    @property
+    def examples_to_skip(self) -> int:
+        """Examples of this pipeline's (shuffled, repeated, unbatched) stream a
+        resumed run has trained on: skip them before batching. Reads `start_step`."""
+        return self.start_step * examples_per_step(
+            self.global_batch_size, self.shard_policy, self.num_input_pipelines)
 
     @property
     def per_replica_batch_size(self) -> int:

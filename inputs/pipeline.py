@@ -40,6 +40,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfloop.inputs import image_folder, tfrecord
+from tfloop.inputs.context import examples_per_step
 from tfloop.inputs.errors import InputError
 from tfloop.inputs.splits import Examples, ImageFiles, RecordFiles, Split
 
@@ -100,10 +101,28 @@ def _to_float(x: tf.Tensor, y: tf.Tensor):
     return tf.cast(x, tf.float32) / 255.0, y
 
 
-def _read_records(files: tf.data.Dataset, cycle_length: int) -> tf.data.Dataset:
+def read_records(files: tf.data.Dataset, cycle_length: int, compression: str = "") -> tf.data.Dataset:
+    """The records of `files`, interleaved `cycle_length` at a time in a fixed order."""
     return files.interleave(
-        tf.data.TFRecordDataset, cycle_length=cycle_length, block_length=1,
-        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        lambda path: tf.data.TFRecordDataset(path, compression_type=compression),
+        cycle_length=cycle_length, block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True)
+
+
+def record_shuffle_buffer(records: int, record_bytes: int) -> int:
+    """At most `records` records, and at most `_SHUFFLE_BYTES` of them."""
+    return max(1, min(records, _SHUFFLE_BYTES // max(1, record_bytes)))
+
+
+def shuffled_records(files, *, seed, buffer: int, compression: str = "") -> tf.data.Dataset:
+    """The records of TFRecord `files`, reshuffled every epoch: the file list
+    shuffled, read `_CYCLE_LENGTH` files at a time (a constant, so the order
+    does not depend on the machine), the records shuffled in `buffer`."""
+    paths = list(files)
+    files = tf.data.Dataset.from_tensor_slices(paths)
+    files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+    records = read_records(files, min(len(paths), _CYCLE_LENGTH), compression)
+    return records.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
 
 
 def _shuffled_source(split: Split, seed: int):
@@ -113,11 +132,8 @@ def _shuffled_source(split: Split, seed: int):
         return ds.shuffle(min(len(split), _SHUFFLE_BUFFER), seed=seed,
                           reshuffle_each_iteration=True), None
     if isinstance(split, RecordFiles):
-        files = tf.data.Dataset.from_tensor_slices(list(split.files))
-        files = files.shuffle(len(split.files), seed=seed, reshuffle_each_iteration=True)
-        records = _read_records(files, min(len(split.files), _CYCLE_LENGTH))
-        buffer = max(1, min(split.count, _SHUFFLE_BUFFER, _SHUFFLE_BYTES // split.record_bytes))
-        records = records.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+        records = shuffled_records(split.files, seed=seed, buffer=record_shuffle_buffer(
+            min(split.count, _SHUFFLE_BUFFER), split.record_bytes))
         return records, lambda r: tfrecord.parse(r, split.image_shape)
     if isinstance(split, ImageFiles):
         ds = tf.data.Dataset.from_tensor_slices((list(split.paths), list(split.labels)))
@@ -132,7 +148,7 @@ def _ordered_source(split: Split):
         return tf.data.Dataset.from_tensor_slices((split.x, split.y)), None
     if isinstance(split, RecordFiles):
         files = tf.data.Dataset.from_tensor_slices(list(split.files))
-        return _read_records(files, 1), lambda r: tfrecord.parse(r, split.image_shape)
+        return read_records(files, 1), lambda r: tfrecord.parse(r, split.image_shape)
     if isinstance(split, ImageFiles):
         ds = tf.data.Dataset.from_tensor_slices((list(split.paths), list(split.labels)))
         return ds, lambda p, l: image_folder.decode(p, l, split.image_shape)
@@ -154,11 +170,7 @@ def train_batches(
     ds, decode = _shuffled_source(split, seed)
     ds = ds.repeat()
     if start_step:
-        # `data`: every worker reads the whole stream, one global batch a step;
-        # `file` and `off`: a worker's own stream feeds it 1/num_workers of one.
-        per_step = (global_batch_size // num_workers if policy in ("file", "off")
-                    else global_batch_size)
-        ds = ds.skip(start_step * per_step)
+        ds = ds.skip(start_step * examples_per_step(global_batch_size, policy, num_workers))
     if decode is not None:
         ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     # Full batches only: every step divides by the same global batch size and

@@ -53,7 +53,7 @@ from typing import Mapping, Optional, Sequence, Union
 import tensorflow as tf
 
 from tfloop.inputs.errors import InputError
-from tfloop.inputs.pipeline import _CYCLE_LENGTH, _SHUFFLE_BUFFER, _SHUFFLE_BYTES
+from tfloop.inputs import pipeline
 
 logger = logging.getLogger(__name__)
 
@@ -194,7 +194,7 @@ class RecordData:
     def __init__(self, *, train_files: Files, features: Mapping[str, Spec], label_key: str,
                  eval_files: Optional[Files] = None, label_spec: Spec = "int64",
                  weight_key: Optional[str] = None, compression: str = "",
-                 shuffle_buffer: int = _SHUFFLE_BUFFER):
+                 shuffle_buffer: int = 16384):
         if compression not in _COMPRESSIONS:
             raise InputError(f"compression={compression!r} is not one of: "
                              f"{', '.join(map(repr, _COMPRESSIONS))}")
@@ -220,7 +220,7 @@ class RecordData:
         record_bytes = self._check("train_files", self._train_files)
         if self._eval_files is not None:
             self._check("eval_files", self._eval_files)
-        self._shuffle_buffer = max(1, min(shuffle_buffer, _SHUFFLE_BYTES // record_bytes))
+        self._shuffle_buffer = pipeline.record_shuffle_buffer(shuffle_buffer, record_bytes)
 
     def _check(self, argument: str, files: tuple[str, ...]) -> int:
         """Reads the first record of `files` and checks it against the specs;
@@ -290,12 +290,6 @@ class RecordData:
 
     # --- Datasets. ---
 
-    def _read(self, files: tf.data.Dataset, cycle_length: int) -> tf.data.Dataset:
-        return files.interleave(
-            lambda path: tf.data.TFRecordDataset(path, compression_type=self._compression),
-            cycle_length=cycle_length, block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True)
-
     def _parse(self, serialized):
         """A batch of serialized records → (features, label[, weight])."""
         parsed = tf.io.parse_example(serialized, self._specs)
@@ -310,19 +304,10 @@ class RecordData:
         `context.seed`, starting at `context.start_step` (exact resume; with
         `file`/`off` sharding a worker's stream feeds it global_batch /
         num_input_pipelines records a step, and the skip follows that)."""
-        files = tf.data.Dataset.from_tensor_slices(list(self._train_files))
-        files = files.shuffle(len(self._train_files), seed=context.seed,
-                              reshuffle_each_iteration=True)
-        records = self._read(files, min(len(self._train_files), _CYCLE_LENGTH))
-        records = records.shuffle(self._shuffle_buffer, seed=context.seed,
-                                  reshuffle_each_iteration=True)
-        ds = records.repeat()
-        start_step = context.start_step
-        if start_step:
-            batch = context.global_batch_size
-            per_step = (batch // context.num_input_pipelines
-                        if context.shard_policy in ("file", "off") else batch)
-            ds = ds.skip(start_step * per_step)
+        ds = pipeline.shuffled_records(
+            self._train_files, seed=context.seed, buffer=self._shuffle_buffer,
+            compression=self._compression).repeat()
+        ds = ds.skip(context.examples_to_skip)
         ds = ds.batch(context.global_batch_size, drop_remainder=True)
         ds = ds.map(self._parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         return ds.prefetch(tf.data.AUTOTUNE)
@@ -332,7 +317,8 @@ class RecordData:
         last batch may be partial. None when there are no eval files."""
         if self._eval_files is None:
             return None
-        ds = self._read(tf.data.Dataset.from_tensor_slices(list(self._eval_files)), 1)
+        ds = pipeline.read_records(tf.data.Dataset.from_tensor_slices(list(self._eval_files)), 1,
+                                   self._compression)
         ds = ds.batch(context.global_batch_size)
         ds = ds.map(self._parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         return ds.prefetch(tf.data.AUTOTUNE)
