@@ -30,6 +30,7 @@ from tfloop.collectives import device_names
 from tfloop.engine import devices, optimizers, run_identity, strategies
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
+from tfloop.engine import task as task_lib
 from tfloop.engine.task import ClassificationTask, Task
 from tfloop.launch import tf_config
 
@@ -144,6 +145,7 @@ def _check_divisible(global_batch_size: int, replicas: int) -> None:
 
 def _prepare_task(config: RunConfig, task: Task) -> None:
     optimizers.check(config.optimizer)
+    task_lib.check_defines(task)
     task.prepare()
     logger.info(task.describe())
 

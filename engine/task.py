@@ -75,8 +75,9 @@ class Objective:
     every: int = 1
 
     def __post_init__(self):
-        if self.every < 1:
-            raise ValueError(f"Objective {self.name!r}: every={self.every} must be >= 1")
+        if not isinstance(self.every, int) or self.every < 1:
+            raise ConfigError(f"Objective {self.name!r}: every={self.every!r} must be a "
+                              "positive integer (update on steps where step % every == 0)")
 
 
 class Task:
@@ -226,6 +227,18 @@ class ClassificationTask(Task):
         return inputs.resolve_shard_policy(self.splits.train, requested, num_workers)
 
 
+def check_defines(task: Task) -> None:
+    """Refuses, in one line, a task that leaves a required method to `Task`
+    (which would fail later, mid-build, with a traceback)."""
+    required = ["build_model", "train_dataset"]
+    if type(task).objectives is Task.objectives:  # the default objective is `loss`
+        required.append("loss")
+    missing = [m for m in required if getattr(type(task), m) is getattr(Task, m)]
+    if missing:
+        raise ConfigError(f"{type(task).__name__} does not define {', '.join(missing)}; a Task "
+                          "defines build_model, train_dataset and loss (or objectives)")
+
+
 def _split_size(split) -> str:
     files = getattr(split, "files", None)
     return f"{len(files)} files ({len(split)} examples)" if files is not None else (
@@ -259,4 +272,9 @@ def load(reference: str, config: Any) -> Task:
         raise ConfigError(f"--task={reference!r}: module {module_name!r} {what} {attr!r}, "
                           "not a Task; subclass tfloop.engine.task.Task and define "
                           "build_model, train_dataset and loss")
-    return cls.from_config(config)
+    try:
+        return cls.from_config(config)
+    except TypeError as exc:  # e.g. a constructor with required arguments
+        reason = " ".join(str(exc).split())[:300]
+        raise ConfigError(f"--task={reference!r}: {attr}.from_config(config) failed ({reason}); "
+                          "give its constructor defaults or define from_config") from None

@@ -74,6 +74,11 @@ def eval_dataset(task: Any, context: InputContext) -> tf.data.Dataset:
 
 def _build(task: Any, method: str, context: InputContext) -> tf.data.Dataset:
     dataset = getattr(task, method)(context)
+    if dataset is None and method == "eval_dataset":
+        raise ConfigError(
+            f"{_name(task)}.eval_dataset(context) returned None, so there is nothing to "
+            f"evaluate; use --mode=train, or give {_name(task)} `has_eval = False` when its "
+            "data has no eval split")
     if not isinstance(dataset, tf.data.Dataset):
         raise ConfigError(f"{_name(task)}.{method}(context) returned "
                           f"{type(dataset).__name__}, not a tf.data.Dataset")

@@ -83,7 +83,7 @@ def _to_spec(name: str, spec: Spec):
             f"{name}: {spec!r} is not a feature spec; give 'float', 'int64' or 'bytes', "
             "(type, shape) such as ('int64', [8]), or a tf.io spec (tf.io.FixedLenFeature, ...)")
     try:
-        shape = [int(d) for d in shape]
+        shape = None if isinstance(shape, (str, bytes)) else [int(d) for d in shape]
     except (TypeError, ValueError):
         shape = None
     if shape is None or any(d < 1 for d in shape):
@@ -227,7 +227,12 @@ class RecordData:
         returns its size in bytes."""
         record, path = None, files[0]
         for path in files:  # the first file that holds a record
-            record = _first_record(path, self._compression)
+            try:
+                record = _first_record(path, self._compression)
+            except (OSError, EOFError, zlib.error, tf.errors.OpError) as error:
+                raise InputError(
+                    f"{path} cannot be read as a {self._compression or 'uncompressed'} TFRecord "
+                    f"file ({type(error).__name__}); check compression= and the path") from None
             if record is not None:
                 break
         if record is None:

@@ -188,3 +188,35 @@ def test_the_engine_shards_a_task_dataset_by_the_resolved_policy(policy):
     assert options.experimental_distribute.auto_shard_policy == getattr(
         tf.data.experimental.AutoShardPolicy, policy.upper())
     assert options.deterministic is False
+
+
+def test_task_mistakes_are_one_line_and_write_nothing(tmp_path, monkeypatch):
+    from tfloop.engine import task as task_lib
+    from tfloop.engine.task import Objective
+
+    class NoLoss(Tiny):
+        loss = Task.loss
+
+    class NoEvalData(Tiny):
+        def eval_dataset(self, context):
+            return None
+
+    for task, says in [
+        (NoLoss(), "NoLoss does not define loss; a Task defines build_model"),
+        (NoEvalData(), "NoEvalData.eval_dataset(context) returned None"),
+    ]:
+        with pytest.raises(ConfigError, match=None) as error:
+            run(_config(tmp_path / "run", mode=""), task=task)
+        assert says in str(error.value) and "\n" not in str(error.value)
+        assert not (tmp_path / "run").exists()
+    with pytest.raises(ConfigError, match="every=0 must be a positive integer"):
+        Objective("g", Tiny().loss, lambda m: m.trainable_variables, every=0)
+    (tmp_path / "needs_args.py").write_text(
+        "from tfloop.engine.task import Task\n"
+        "class NeedsArgs(Task):\n"
+        "    def __init__(self, path):\n"
+        "        self.path = path\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"NeedsArgs.from_config\(config\) failed .*missing 1 "
+                                          r"required positional argument"):
+        task_lib.load("needs_args:NeedsArgs", _config(tmp_path / "run"))
