@@ -37,8 +37,21 @@ class BoundObjective:
 
 def single(loss: LossFn, variables: Sequence, optimizer: keras.optimizers.Optimizer
            ) -> list[BoundObjective]:
-    """The one-objective case, for trainers built by hand (tests, benchmarks)."""
-    return [BoundObjective("loss", loss, tuple(variables), optimizer)]
+    """The one-objective case, for trainers built by hand (tests, benchmarks);
+    call under the strategy scope."""
+    return [BoundObjective("loss", loss, tuple(variables), _ready(optimizer, variables))]
+
+
+def _ready(optimizer: keras.optimizers.Optimizer, variables: Sequence
+           ) -> keras.optimizers.Optimizer:
+    """`optimizer` with its slots (so a checkpoint restore fills them at once)
+    and without Keras's own gradient all-reduce (the collective does it).
+    Built once only: `LossScaleOptimizer.build` makes new scale variables
+    each call."""
+    if not optimizer.built:
+        optimizer.build(list(variables))
+    keras_bridge.disable_implicit_gradient_reduction(optimizer)
+    return optimizer
 
 
 def bind(task: Any, model: Any, config: Any, *,
@@ -70,10 +83,8 @@ def bind(task: Any, model: Any, config: Any, *,
                 raise ConfigError(
                     f"{task_name}: {variable.name} is trained by both {other!r} and "
                     f"{objective.name!r}; give each variable to one objective")
-        optimizer = _build_optimizer(objective.optimizer, config, default_optimizer)
-        # Slots exist before a checkpoint restore, so it restores them at once.
-        optimizer.build(list(variables))
-        keras_bridge.disable_implicit_gradient_reduction(optimizer)
+        optimizer = _ready(_build_optimizer(objective.optimizer, config, default_optimizer),
+                           variables)
         bound.append(BoundObjective(objective.name, objective.loss, variables, optimizer,
                                     objective.every))
     return bound

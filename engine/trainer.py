@@ -118,14 +118,9 @@ class Trainer(AbstractTrainer):
     def _one_objective(strategy, model, optimizer, loss_fn) -> list[BoundObjective]:
         if optimizer is None:
             raise ValueError("Trainer needs `objectives`, or an `optimizer` (and a `loss_fn`)")
-        variables = list(model.trainable_variables)
-        if not optimizer.built:  # engine.run builds it before restoring a checkpoint
-            with strategy.scope():
-                # Slots exist before the first step (and before a checkpoint restore).
-                # Once only: LossScaleOptimizer.build makes new scale variables each call.
-                optimizer.build(variables)
-        keras_bridge.disable_implicit_gradient_reduction(optimizer)
-        return objectives_lib.single(loss_fn or classification_loss, variables, optimizer)
+        with strategy.scope():
+            return objectives_lib.single(loss_fn or classification_loss,
+                                         model.trainable_variables, optimizer)
 
     def train(self, num_steps: int) -> Metrics:
         """Runs one compiled loop of `num_steps` steps; returns its mean metrics."""
