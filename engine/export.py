@@ -41,8 +41,10 @@ pattern of TensorFlow's multi-worker tutorial).
 
 from __future__ import annotations
 
+import keyword
 import logging
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Mapping
@@ -64,6 +66,10 @@ SAVED_MODEL_FILENAME = "saved_model.pb"
 # leaves every file under the old name, so `ram://` exports are copied file by
 # file instead (test_export.py's canary fails when that changes).
 _RENAMES_NO_DIRECTORIES = ("ram://",)
+
+# TensorFlow's rule for an op name (core/framework/node_def_util.cc): each signature
+# input is a placeholder named after it, and any other name fails the save.
+_OP_NAME = re.compile(r"[A-Za-z0-9.][A-Za-z0-9_.\\/>-]*")
 
 ServingFn = Callable[[Any, Any], Any]
 ServingFunction = tf.types.experimental.GenericFunction
@@ -158,7 +164,11 @@ def _call_model(model: Any, inputs: Any) -> Any:
 
 
 def _named_signature(input_signature: Any) -> Any:
-    """The signature with every unnamed spec named after its place (`x`, `a_b`, `inputs`)."""
+    """The signature with every unnamed spec named after its place (`x`, `a_b`, `inputs`).
+
+    A name TensorFlow cannot save (`class`, `my feature`) would fail only when
+    the SavedModel is written, after the export folder exists: refused here.
+    """
     example = "e.g. input_signature={'x': tf.TensorSpec([None, 3], tf.float32)}"
     if input_signature is None:
         raise ConfigError(
@@ -181,17 +191,38 @@ def _named_signature(input_signature: Any) -> Any:
                 f"so that any batch size can be served ({example})"
             )
         if spec.name:
-            return spec
-        label = "_".join(str(key) for key in path) or "inputs"
-        if not label[0].isalpha():
-            label = f"inputs_{label}"
-        return tf.TensorSpec(spec.shape, spec.dtype, name=label)
+            label = spec.name
+        else:
+            label = "_".join(str(key) for key in path) or "inputs"
+            if not label[0].isalpha():
+                label = f"inputs_{label}"
+        if (not _OP_NAME.fullmatch(label) or label.endswith("/")
+                or keyword.iskeyword(_parameter_name(label))):
+            raise ConfigError(
+                f"{where} would be the signature input {label!r}, which TensorFlow cannot save: "
+                "use letters, digits, '_', '-', '.' or '/', and no Python keyword (rename the "
+                "key, or give its tf.TensorSpec a name)"
+            )
+        return spec if spec.name else tf.TensorSpec(spec.shape, spec.dtype, name=label)
 
     named = name((), input_signature)
     if not tf.nest.flatten(named):
         raise ConfigError(
             f"input_signature ({input_signature!r}) holds no tf.TensorSpec ({example})")
+    seen: dict[str, str] = {}
+    for spec in tf.nest.flatten(named):
+        other = seen.setdefault(_parameter_name(spec.name), spec.name)
+        if other != spec.name:
+            raise ConfigError(
+                f"the signature inputs {other!r} and {spec.name!r} would both be called "
+                f"{_parameter_name(spec.name)!r}; rename one of them")
     return named
+
+
+def _parameter_name(name: str) -> str:
+    # As TensorFlow turns a signature input's name into a parameter name ('a-b' -> 'a_b').
+    swapped = "".join(c if c.isalnum() else "_" for c in name)
+    return swapped if swapped[0].isalpha() else "arg_" + swapped
 
 
 def _signature_outputs(outputs: Any) -> Optional[dict[str, tf.Tensor]]:

@@ -198,6 +198,12 @@ def _wrong_output(model, inputs):
     (dict(input_signature=tf.TensorSpec([None, 3]), serving_fn=_wrong_output),
      "must return a tensor, a list of tensors, or a dict of tensors"),
     (dict(input_signature=tf.TensorSpec([None, 3]), step=-1), "export step (-1)"),
+    (dict(input_signature={"class": tf.TensorSpec([None, 3])}),
+     "input_signature['class'] would be the signature input 'class'"),
+    (dict(input_signature={"my feature": tf.TensorSpec([None, 3])}),
+     "input_signature['my feature'] would be the signature input 'my feature'"),
+    (dict(input_signature={"a-b": tf.TensorSpec([None, 3]), "a_b": tf.TensorSpec([None, 3])}),
+     "the signature inputs 'a-b' and 'a_b' would both be called 'a_b'"),
 ])
 def test_mistakes_are_one_line_and_write_nothing(tmp_path, kwargs, says):
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
