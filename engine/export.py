@@ -80,21 +80,22 @@ def export_path(directory: str, step: int) -> str:
     return os.path.join(directory, "export", str(step))
 
 
-def latest_export(directory: str) -> Optional[str]:
-    """The export with the highest step under `directory`, or None.
+def latest_export(export_root: str) -> Optional[str]:
+    """The export with the highest step in `export_root` (`<directory>/export`), or None.
 
     Only complete exports count: a folder named by an integer that holds its
-    `saved_model.pb`; temporary folders (`.<step>.tmp-...`) never do.
+    `saved_model.pb`; temporary folders (`.<step>.tmp-...`) never do. Steps
+    compare as numbers (10 after 9).
     """
-    root = os.path.join(directory, "export")
-    if not tf.io.gfile.isdir(root):
+    if not tf.io.gfile.isdir(export_root):
         return None
     steps = sorted(
-        (int(name), name) for name in (entry.rstrip("/") for entry in tf.io.gfile.listdir(root))
+        (int(name), name)
+        for name in (entry.rstrip("/") for entry in tf.io.gfile.listdir(export_root))
         if name.isdigit()
     )
     for _, name in reversed(steps):
-        path = os.path.join(root, name)
+        path = os.path.join(export_root, name)
         if tf.io.gfile.exists(os.path.join(path, SAVED_MODEL_FILENAME)):
             return path
     return None

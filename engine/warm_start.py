@@ -55,6 +55,7 @@ from typing import Any, Callable
 import keras
 import tensorflow as tf
 
+from tfloop.engine import export
 from tfloop.engine.errors import ConfigError
 
 _VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
@@ -109,11 +110,11 @@ def _find_source(path: str) -> tuple[str, str]:
                     "it lists is there; point --init_from at a checkpoint prefix (.../ckpt-N) "
                     "or an export")
             return "checkpoint", latest
-        if gfile.exists(_join(path, "saved_model.pb")):
+        if gfile.exists(_join(path, export.SAVED_MODEL_FILENAME)):
             return _export_step(path)
-        steps = _export_steps(path)
-        if steps:
-            return _export_step(_join(path, str(max(steps))))
+        latest = export.latest_export(path)
+        if latest:
+            return _export_step(latest)
     else:
         if path.endswith(".keras") and gfile.exists(path):
             return "keras", path
@@ -126,15 +127,8 @@ def _find_source(path: str) -> tuple[str, str]:
         f"point it at {_SOURCES}")
 
 
-def _export_steps(folder: str) -> list[int]:
-    """The integer-named subfolders of `folder` that hold a SavedModel."""
-    names = (name.rstrip("/") for name in tf.io.gfile.listdir(folder))
-    return [int(name) for name in names if name.isdigit()
-            and tf.io.gfile.exists(_join(folder, name, "saved_model.pb"))]
-
-
 def _export_step(folder: str) -> tuple[str, str]:
-    keras_file = _join(folder, "model.keras")
+    keras_file = _join(folder, export.KERAS_FILENAME)
     if tf.io.gfile.exists(keras_file):
         return "keras", keras_file
     return "savedmodel", folder
