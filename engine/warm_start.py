@@ -11,9 +11,11 @@ filesystem TensorFlow reads, `ram://` and `gs://` included, works):
 
   a. a run's `--model_dir` (it has a `checkpoint` file: its newest checkpoint)
      or a checkpoint prefix (`.../ckpt-400`: `ckpt-400.index` exists);
-  b. an export: `.../export/<step>/` (a SavedModel folder holding `model.keras`
-     when the model was a Keras model), or the export root `.../export/` (its
-     highest step);
+  b. an export: `.../export/<step>/` (its `model.keras`), or the export root
+     `.../export/` (its highest step). An export without `model.keras` (a
+     `tf.Module`'s) is refused: its SavedModel holds only the variables the
+     serving signature reads, by position (`_all_variables/N`), which names no
+     model variable; the run's checkpoints hold the same weights by name;
   c. a `.keras` file or a `.weights.h5` file (Keras models only).
 
 How variables are matched, per source:
@@ -27,10 +29,6 @@ How variables are matched, per source:
     root, e.g. `model_weights/000_kernel/...` in the engine's checkpoints; the
     key is found by the same breadth-first walk the saver made.) This works for
     a `tf.Module` holding several Keras models as well as for one Keras model.
-  * Export without `model.keras`: the SavedModel's `variables/variables` is
-    matched the same way from its root, and used only if every variable of the
-    model is found there and nothing is left over; otherwise the run's
-    checkpoint is the way.
   * `.keras` / `.weights.h5`: Keras' own structure (`layers/dense_1/vars/0`,
     ...). The model's expected structure is written by Keras itself
     (`save_weights` into a temporary file) and compared entry by entry with the
@@ -70,8 +68,7 @@ def load_initial_weights(model: Any, path: str) -> str:
 
     Args:
       model: the freshly built model: a `keras.Model`, or a `tf.Module` (any
-        trackable) holding several Keras models (checkpoint and export sources
-        only).
+        trackable) holding several Keras models (checkpoint sources only).
       path: what `--init_from` names (see the module docstring).
 
     Returns:
@@ -83,10 +80,7 @@ def load_initial_weights(model: Any, path: str) -> str:
     """
     kind, where = _find_source(path)
     if kind == "checkpoint":
-        count = _load_from_checkpoint(model, path, where, start="model")
-    elif kind == "savedmodel":
-        count = _load_from_checkpoint(model, path, _join(where, "variables", "variables"),
-                                      start="root")
+        count = _load_from_checkpoint(model, path, where)
     else:
         count = _load_keras_file(model, path, where, is_archive=(kind == "keras"))
     return f"model weights of {where} ({count} variables)"
@@ -96,7 +90,7 @@ def load_initial_weights(model: Any, path: str) -> str:
 # What PATH names.
 
 def _find_source(path: str) -> tuple[str, str]:
-    """`(kind, location)`: kind is "checkpoint", "savedmodel", "keras" or "h5"."""
+    """`(kind, location)`: kind is "checkpoint", "keras" or "h5"."""
     gfile = tf.io.gfile
     prefix = re.sub(r"\.(index|data-\d{5}-of-\d{5})$", "", path)
     if gfile.exists(prefix + ".index"):  # first: ram:// calls any prefix of a file a folder
@@ -111,10 +105,10 @@ def _find_source(path: str) -> tuple[str, str]:
                     "or an export")
             return "checkpoint", latest
         if gfile.exists(_join(path, export.SAVED_MODEL_FILENAME)):
-            return _export_step(path)
+            return _export_step(path, path)
         latest = export.latest_export(path)
         if latest:
-            return _export_step(latest)
+            return _export_step(path, latest)
     else:
         if path.endswith(".keras") and gfile.exists(path):
             return "keras", path
@@ -127,11 +121,12 @@ def _find_source(path: str) -> tuple[str, str]:
         f"point it at {_SOURCES}")
 
 
-def _export_step(folder: str) -> tuple[str, str]:
+def _export_step(path: str, folder: str) -> tuple[str, str]:
     keras_file = _join(folder, export.KERAS_FILENAME)
-    if tf.io.gfile.exists(keras_file):
-        return "keras", keras_file
-    return "savedmodel", folder
+    if not tf.io.gfile.exists(keras_file):
+        raise ConfigError(f"--init_from={path} is an export without {export.KERAS_FILENAME}; "
+                          "point --init_from at the run's --model_dir (its checkpoints)")
+    return "keras", keras_file
 
 
 def _join(*parts: str) -> str:
@@ -139,15 +134,13 @@ def _join(*parts: str) -> str:
 
 
 # ---------------------------------------------------------------------------
-# Checkpoints (and a SavedModel's variables): matched by object-graph path.
+# Checkpoints: matched by object-graph path.
 
-def _load_from_checkpoint(model: Any, path: str, prefix: str, *, start: str) -> int:
+def _load_from_checkpoint(model: Any, path: str, prefix: str) -> int:
     """Checks, then assigns, every variable of `model` from checkpoint `prefix`.
 
-    `start` is "model" for the engine's checkpoints (only the root's `model`
-    subtree is read) and "root" for a SavedModel's variables (the saved object
-    must be the model itself). All values are read before the first is
-    written: the model's size in host memory, once.
+    Only the root's `model` subtree is read. All values are read before the
+    first is written: the model's size in host memory, once.
     """
     try:
         # Not tf.train.load_checkpoint: it takes a ram:// prefix for a folder.
@@ -158,13 +151,10 @@ def _load_from_checkpoint(model: Any, path: str, prefix: str, *, start: str) -> 
                           f"({_first_line(error)})") from None
     shapes = reader.get_variable_to_shape_map()
     dtypes = reader.get_variable_to_dtype_map()
-    if start == "model":
-        root = view.children(0).get("model")
-        if root is None:
-            raise ConfigError(f"--init_from={path}: {prefix} holds no model (it was not "
-                              "written by this engine); point it at a run's --model_dir")
-    else:
-        root = 0
+    root = view.children(0).get("model")
+    if root is None:
+        raise ConfigError(f"--init_from={path}: {prefix} holds no model (it was not "
+                          "written by this engine); point it at a run's --model_dir")
     keys = _checkpoint_keys(view, shapes)
     wanted = _model_variables(model)
     if not wanted:
@@ -173,11 +163,6 @@ def _load_from_checkpoint(model: Any, path: str, prefix: str, *, start: str) -> 
     stored = _subtree_values(view, root, keys)
 
     def misfit(detail: str) -> ConfigError:
-        if start == "root":  # a SavedModel whose root is not the model itself
-            return ConfigError(
-                f"--init_from={path} is an export without model.keras whose variables do not "
-                f"match this model ({detail}); point --init_from at the run's --model_dir "
-                "(its checkpoint) instead")
         return ConfigError(f"--init_from={path} does not fit this model: {detail}; {_FIT_HINT}")
 
     for label, variable in wanted:

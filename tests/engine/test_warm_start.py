@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfloop.engine import checkpointing
+from tfloop.engine import checkpointing, export
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.warm_start import load_initial_weights
 
@@ -100,10 +100,10 @@ def write_run(model_dir, model, steps):
     return saved
 
 
-def write_export(folder, model):
-    """What the export module writes: a SavedModel folder with model.keras inside."""
-    tf.saved_model.save(model, str(folder))
-    model.save(str(folder / "model.keras"))
+def write_export(directory, model, step, **kwargs):
+    """`<directory>/export/<step>/` as a run exports it: a SavedModel (+ model.keras)."""
+    return export.export_model(model, input_signature=tf.TensorSpec([None, 4], tf.float32),
+                               directory=str(directory), step=step, **kwargs)
 
 
 def assert_fresh(optimizer, global_step):
@@ -166,7 +166,7 @@ def test_checkpoint_on_another_filesystem(strategy):
 def test_export_folder_loads_its_model_keras(tmp_path, strategy):
     source = mlp()
     expected = randomize(source, seed=1)
-    write_export(tmp_path / "export" / "7", source)
+    write_export(tmp_path, source, step=7)
     model, optimizer, global_step = build_under(strategy, mlp)
 
     said = load_initial_weights(model, str(tmp_path / "export" / "7"))
@@ -179,9 +179,9 @@ def test_export_folder_loads_its_model_keras(tmp_path, strategy):
 def test_export_root_picks_the_highest_step(tmp_path, strategy):
     source = mlp()
     randomize(source, seed=9)
-    write_export(tmp_path / "export" / "9", source)
+    write_export(tmp_path, source, step=9)
     expected = randomize(source, seed=10)
-    write_export(tmp_path / "export" / "10", source)  # 10 > 9, though "10" < "9"
+    write_export(tmp_path, source, step=10)  # 10 > 9, though "10" < "9"
     model, _, _ = build_under(strategy, mlp)
 
     said = load_initial_weights(model, str(tmp_path / "export"))
@@ -190,29 +190,41 @@ def test_export_root_picks_the_highest_step(tmp_path, strategy):
     assert_weights(model, expected)
 
 
-def test_export_without_model_keras_loads_the_savedmodel_variables(tmp_path, strategy):
-    source = TwoModels()
-    expected = randomize(source, seed=4)
-    tf.saved_model.save(source, str(tmp_path / "export" / "3"))
-    model, optimizer, global_step = build_under(strategy, TwoModels)
+def test_an_export_of_a_module_without_model_keras_is_refused(tmp_path, strategy):
+    # Its SavedModel names variables by position (_all_variables/N), not by model path.
+    write_export(tmp_path, TwoModels(), step=3,
+                 serving_fn=lambda models, inputs: models.critic(models.generator(inputs)))
+    model, _, _ = build_under(strategy, TwoModels)
+    before = values(model)
 
-    said = load_initial_weights(model, str(tmp_path / "export"))
+    with pytest.raises(ConfigError) as error:
+        load_initial_weights(model, str(tmp_path / "export"))
 
-    assert said == f"model weights of {tmp_path / 'export' / '3'} (6 variables)"
-    assert_weights(model, expected)
-    assert_fresh(optimizer, global_step)
+    assert_one_line_refusal(error, f"--init_from={tmp_path / 'export'} is an export without "
+                            "model.keras; point --init_from at the run's --model_dir")
+    assert_weights(model, before)
 
 
-def test_export_without_model_keras_that_does_not_match_is_refused(tmp_path, strategy):
-    wrapper = tf.Module()
-    wrapper.net = mlp()
-    wrapper.scale = tf.Variable(2.0)
-    tf.saved_model.save(wrapper, str(tmp_path / "export" / "3"))
+class _NoConfig(keras.layers.Layer):
+    """A layer whose argument cannot be written into a config: its model has no model.keras."""
+
+    def __init__(self, table, **kwargs):
+        super().__init__(**kwargs)
+        self.table = table
+
+    def call(self, inputs):
+        return inputs
+
+
+def test_an_export_of_a_keras_model_without_model_keras_is_refused(tmp_path, strategy):
+    source = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), _NoConfig(object())])
+    path = write_export(tmp_path, source, step=3)
+    assert export.KERAS_FILENAME not in tf.io.gfile.listdir(path)
     model, _, _ = build_under(strategy, mlp)
     before = values(model)
 
     with pytest.raises(ConfigError) as error:
-        load_initial_weights(model, str(tmp_path / "export" / "3"))
+        load_initial_weights(model, path)
 
     assert_one_line_refusal(error, "export without model.keras", "the run's --model_dir")
     assert_weights(model, before)
@@ -245,7 +257,7 @@ def write_source(kind, tmp_path):
         write_run(tmp_path / "run", source, steps=[1])
         return str(tmp_path / "run")
     if kind == "export":
-        write_export(tmp_path / "export" / "1", source)
+        write_export(tmp_path, source, step=1)
         return str(tmp_path / "export")
     path = str(tmp_path / ("model.keras" if kind == "keras" else "model.weights.h5"))
     source.save(path) if kind == "keras" else source.save_weights(path)
