@@ -20,15 +20,14 @@ filesystem TensorFlow reads, `ram://` and `gs://` included, works):
 
 How variables are matched, per source:
 
-  * Checkpoint: by path in the model's object graph, as `tf.train.Checkpoint`
-    restores. The live model is walked (`tf.train.TrackableView`) beside the
-    checkpoint's `model` node (`tf.train.CheckpointView`); each variable found
-    at the same path takes the value stored there. Only that subtree is read:
-    the checkpoint's optimizer, global step and save counter are never looked
-    at. (A value is stored once, under its shortest path from the checkpoint's
-    root, e.g. `model_weights/000_kernel/...` in the engine's checkpoints; the
-    key is found by the same breadth-first walk the saver made.) This works for
-    a `tf.Module` holding several Keras models as well as for one Keras model.
+  * Checkpoint: by name. Every engine checkpoint lists the model's variables
+    as `model_weights/<index>_<name>` (`checkpointing.named_weights`: the
+    model's `variables`, which hold no optimizer state, in order), names that
+    depend on the model alone; the model here is listed the same way and each
+    of its variables takes the value listed under its name. The checkpoint's
+    optimizer, global step and save counter are never read. This works for a
+    `tf.Module` holding several Keras models (through its `variables`, or its
+    `trainable_variables` where those list none) as well as for one model.
   * `.keras` / `.weights.h5`: Keras' own structure (`layers/dense_1/vars/0`,
     ...). The model's expected structure is written by Keras itself
     (`save_weights` into a temporary file) and compared entry by entry with the
@@ -42,21 +41,20 @@ so a refused source leaves the model as it was.
 
 from __future__ import annotations
 
-import collections
 import io
 import os
 import re
 import tempfile
 import zipfile
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import keras
 import tensorflow as tf
+from tensorflow.core.protobuf import trackable_object_graph_pb2  # the checkpoint's object graph
 
-from tfloop.engine import export
+from tfloop.engine import checkpointing, export
 from tfloop.engine.errors import ConfigError
 
-_VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
 _KERAS_WEIGHTS_IN_ARCHIVE = "model.weights.h5"
 _SOURCES = ("a run's --model_dir, a checkpoint prefix (.../ckpt-400), an export folder "
             "(.../export or .../export/<step>), a .keras file or a .weights.h5 file")
@@ -134,144 +132,73 @@ def _join(*parts: str) -> str:
 
 
 # ---------------------------------------------------------------------------
-# Checkpoints: matched by object-graph path.
+# Checkpoints: the engine's `model_weights` listing, by name.
 
 def _load_from_checkpoint(model: Any, path: str, prefix: str) -> int:
     """Checks, then assigns, every variable of `model` from checkpoint `prefix`.
 
-    Only the root's `model` subtree is read. All values are read before the
-    first is written: the model's size in host memory, once.
+    All values are read before the first is written: the model's size in host
+    memory, once.
     """
     try:
         # Not tf.train.load_checkpoint: it takes a ram:// prefix for a folder.
         reader = tf.compat.v1.train.NewCheckpointReader(prefix)
-        view = tf.train.CheckpointView(prefix)
+        stored = _named_weight_keys(reader)
     except (ValueError, tf.errors.OpError) as error:
         raise ConfigError(f"--init_from={path}: {prefix} cannot be read as a TF2 checkpoint "
                           f"({_first_line(error)})") from None
-    shapes = reader.get_variable_to_shape_map()
-    dtypes = reader.get_variable_to_dtype_map()
-    root = view.children(0).get("model")
-    if root is None:
+    if stored is None:
         raise ConfigError(f"--init_from={path}: {prefix} holds no model (it was not "
                           "written by this engine); point it at a run's --model_dir")
-    keys = _checkpoint_keys(view, shapes)
-    wanted = _model_variables(model)
+    wanted = checkpointing.named_weights(model)
     if not wanted:
         raise ConfigError(f"--init_from={path}: this model has no variables to load into")
-    found = _match(view, root, model, keys)
-    stored = _subtree_values(view, root, keys)
+    shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
 
     def misfit(detail: str) -> ConfigError:
         return ConfigError(f"--init_from={path} does not fit this model: {detail}; {_FIT_HINT}")
 
-    for label, variable in wanted:
-        key = found.get(id(variable))
+    for name, variable in wanted.items():
+        label = getattr(variable, "path", None) or variable.name
+        key = stored.get(name)
         if key is None:
             raise misfit(f"{_source_name(prefix, path)} has no value for {label} "
                          f"(it holds {len(stored)} variables, the model has {len(wanted)})")
         there, here = tuple(shapes[key]), tuple(variable.shape)
         if there != here:
             raise misfit(f"{label} is {there} there but {here} here")
-        if dtypes[key] != tf.as_dtype(variable.dtype):
-            raise misfit(f"{label} is {dtypes[key].name} there but "
-                         f"{tf.as_dtype(variable.dtype).name} here")
-    used = set(found.values())
-    extra = [key for key in stored if key not in used]
+        dtype = tf.as_dtype(variable.dtype)
+        if dtypes[key] != dtype:
+            raise misfit(f"{label} is {dtypes[key].name} there but {dtype.name} here")
+    extra = sorted(name for name in stored if name not in wanted)
     if extra:
         raise misfit(f"it holds {len(stored)} variables, the model has {len(wanted)} "
-                     f"(nothing here takes {extra[0][:-len(_VALUE)]})")
-    values = [reader.get_tensor(found[id(variable)]) for _, variable in wanted]
-    for (_, variable), value in zip(wanted, values):
+                     f"(nothing here takes model_weights/{extra[0]})")
+    values = [reader.get_tensor(stored[name]) for name in wanted]
+    for variable, value in zip(wanted.values(), values):
         variable.assign(value)
     return len(wanted)
 
 
-def _checkpoint_keys(view: tf.train.CheckpointView, shapes: dict) -> dict[int, str]:
-    """`{node_id: key of its stored value}` for every node that stores a variable.
+def _named_weight_keys(reader: Any) -> Optional[dict[str, str]]:
+    """`{"000_kernel": its checkpoint key, ...}` of the `model_weights` listing; None if none.
 
-    The saver stores a value under the object's shortest path from the root:
-    the first path a breadth-first walk over the children, in the order the
-    object graph lists them, reaches it by. The same walk here finds the key.
+    The key is mostly `model_weights/000_kernel/.ATTRIBUTES/VARIABLE_VALUE`,
+    but a checkpoint stores each variable once, under its shortest path from
+    the root (ties: the name that sorts first): one set on the model itself
+    (`self.scale = self.add_weight(...)`) is `model/scale/...`. The object
+    graph the saver wrote records each node's key; it is read from there.
     """
-    paths = {0: ""}
-    queue = collections.deque([0])
-    while queue:
-        node = queue.popleft()
-        for name, child in view.children(node).items():
-            if child not in paths:
-                paths[child] = f"{paths[node]}/{_escape(name)}".lstrip("/")
-                queue.append(child)
-    return {node: path + _VALUE for node, path in paths.items() if path + _VALUE in shapes}
-
-
-def _escape(name: str) -> str:
-    # How a checkpoint writes one step of a path ('.' doubled, '/' as '.S').
-    return name.replace(".", "..").replace("/", ".S")
-
-
-def _is_variable(obj: Any) -> bool:
-    return isinstance(obj, (tf.Variable, keras.Variable))
-
-
-def _model_variables(model: Any) -> list[tuple[str, Any]]:
-    """`(label, variable)` for every variable in the model's object graph, in walk order.
-
-    The label is the Keras path (`sequential/dense_1/kernel`) when there is
-    one, else the attribute path (`head/w`).
-    """
-    found: list[tuple[str, Any]] = []
-    seen = {id(model)}
-    queue = collections.deque([(model, "")])
-    while queue:
-        obj, where = queue.popleft()
-        for name, child in tf.train.TrackableView.children(obj).items():
-            if id(child) in seen:
-                continue
-            seen.add(id(child))
-            child_path = f"{where}/{name}".lstrip("/")
-            if _is_variable(child):
-                found.append((getattr(child, "path", None) or child_path, child))
-            else:
-                queue.append((child, child_path))
-    return found
-
-
-def _match(view: tf.train.CheckpointView, root: int, model: Any,
-           keys: dict[int, str]) -> dict[int, str]:
-    """`{id(live variable): checkpoint key}`, walking both graphs from `root`/`model`."""
-    found: dict[int, str] = {}
-    seen = {root}
-    queue = collections.deque([(root, model)])
-    while queue:
-        node, obj = queue.popleft()
-        live = tf.train.TrackableView.children(obj)
-        for name, child in view.children(node).items():
-            if child in seen or name not in live:
-                continue
-            seen.add(child)
-            if _is_variable(live[name]):
-                if child in keys:
-                    found.setdefault(id(live[name]), keys[child])
-            else:
-                queue.append((child, live[name]))
-    return found
-
-
-def _subtree_values(view: tf.train.CheckpointView, root: int, keys: dict[int, str]) -> list[str]:
-    """The keys of the values stored below `root`, breadth first."""
-    seen = {root}
-    queue = collections.deque([root])
-    stored = []
-    while queue:
-        node = queue.popleft()
-        for child in view.children(node).values():
-            if child not in seen:
-                seen.add(child)
-                queue.append(child)
-                if child in keys:
-                    stored.append(keys[child])
-    return stored
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    listing = [child.node_id for child in graph.nodes[0].children
+               if child.local_name == "model_weights"]
+    if not listing:
+        return None
+    return {child.local_name: attribute.checkpoint_key
+            for child in graph.nodes[listing[0]].children
+            for attribute in graph.nodes[child.node_id].attributes
+            if attribute.name == "VARIABLE_VALUE"}
 
 
 # ---------------------------------------------------------------------------

@@ -156,6 +156,29 @@ def test_checkpoint_into_a_module_holding_two_keras_models(tmp_path, strategy):
     assert_fresh(optimizer, global_step)
 
 
+class Scaled(keras.Model):
+    """A variable set on the model itself: a checkpoint stores it as model/scale."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(3)
+        self.scale = self.add_weight(shape=(), initializer="ones", name="scale")
+        self(tf.ones([1, 4]))
+
+    def call(self, inputs):
+        return self.dense(inputs) * self.scale
+
+
+def test_checkpoint_into_a_model_with_a_variable_of_its_own(tmp_path, strategy):
+    saved = write_run(tmp_path / "run", Scaled(), steps=[2])
+    model, _, _ = build_under(strategy, Scaled)
+
+    said = load_initial_weights(model, str(tmp_path / "run"))
+
+    assert said.endswith("ckpt-2 (3 variables)")
+    assert_weights(model, saved[2])
+
+
 def test_checkpoint_on_another_filesystem(strategy):
     saved = write_run("ram://warm_start/run", mlp(), steps=[3])
     model, _, _ = build_under(strategy, mlp)
