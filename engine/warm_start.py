@@ -31,7 +31,10 @@ How variables are matched, per source:
   * `.keras` / `.weights.h5`: Keras' own structure (`layers/dense_1/vars/0`,
     ...). The model's expected structure is written by Keras itself
     (`save_weights` into a temporary file) and compared entry by entry with the
-    source; only then does `model.load_weights` copy the values.
+    source; only then does `model.load_weights` copy the values. A compiled
+    model's optimizer state (`optimizer/...`, in the source or in the model)
+    is no weight: left out of the comparison, and never loaded (Keras loads
+    the source's weights beside the model's own optimizer state, unchanged).
 
 Mismatches (a variable with no value, a shape or dtype that differs, values
 the model has no place for) are one line naming the first offending variable,
@@ -56,6 +59,7 @@ from tfloop.engine import checkpointing, export
 from tfloop.engine.errors import ConfigError
 
 _KERAS_WEIGHTS_IN_ARCHIVE = "model.weights.h5"
+_OPTIMIZER_GROUP = "optimizer"  # where Keras writes a compiled model's optimizer state
 _SOURCES = ("a run's --model_dir, a checkpoint prefix (.../ckpt-400), an export folder "
             "(.../export or .../export/<step>), a .keras file or a .weights.h5 file")
 _FIT_HINT = "--init_from needs weights of this same architecture (same model and sizes)"
@@ -212,16 +216,29 @@ def _load_keras_file(model: Any, path: str, where: str, *, is_archive: bool) -> 
             "--init_from at a run's --model_dir (its checkpoint) instead")
     import h5py  # Keras' own dependency, needed only here
 
-    source = _read_h5_entries(path, where, is_archive, h5py)
+    data = _read_weights_h5(path, where, is_archive, h5py)
     with tempfile.TemporaryDirectory(prefix="tfloop-init-from-") as scratch:
-        expected_file = os.path.join(scratch, "model.weights.h5")
-        model.save_weights(expected_file)
-        with h5py.File(expected_file, "r") as expected_h5:
-            expected = _h5_entries(expected_h5)
-    # Keras visits only what the model has: entries the model has no group for
-    # (an optimizer saved with a compiled model) are not loaded, nor counted.
-    groups = {name.split("/", 1)[0] for name in expected}
-    source = {name: shape for name, shape in source.items() if name.split("/", 1)[0] in groups}
+        own_file = os.path.join(scratch, "own.weights.h5")
+        model.save_weights(own_file)
+        weights_file = os.path.join(scratch, "model.weights.h5")
+        with h5py.File(io.BytesIO(data), "r") as source_h5, h5py.File(own_file, "r") as own_h5:
+            count = _check_keras_entries(model, path, where, _h5_entries(source_h5),
+                                         _h5_entries(own_h5))
+            # What Keras loads: the source's weights beside the model's own
+            # optimizer state, which it writes back unchanged.
+            with h5py.File(weights_file, "w") as weights_h5:
+                for name in source_h5:
+                    if name != _OPTIMIZER_GROUP:
+                        source_h5.copy(source_h5[name], weights_h5, name)
+                if _OPTIMIZER_GROUP in own_h5:
+                    own_h5.copy(own_h5[_OPTIMIZER_GROUP], weights_h5, _OPTIMIZER_GROUP)
+        model.load_weights(weights_file)
+    return count
+
+
+def _check_keras_entries(model: keras.Model, path: str, where: str, source: dict[str, tuple],
+                         expected: dict[str, tuple]) -> int:
+    """Raises the first mismatch between the source's entries and the model's; else the count."""
     label = _h5_labeller(model, expected)
     order = {w.path: index for index, w in enumerate(model.weights)}
 
@@ -239,12 +256,11 @@ def _load_keras_file(model: Any, path: str, where: str, *, is_archive: bool) -> 
     if extra:
         raise misfit(f"it holds {len(source)} variables, the model has {len(expected)} "
                      f"(nothing here takes {extra[0]})")
-    model.load_weights(where)
     return len(expected)
 
 
-def _read_h5_entries(path: str, where: str, is_archive: bool, h5py) -> dict[str, tuple]:
-    """`{h5 path: shape}` of the weights in `where`, read through `tf.io.gfile`."""
+def _read_weights_h5(path: str, where: str, is_archive: bool, h5py) -> bytes:
+    """The HDF5 weights file of `where` (inside a .keras archive), read through `tf.io.gfile`."""
     with tf.io.gfile.GFile(where, "rb") as f:
         data = f.read()
     try:
@@ -254,19 +270,20 @@ def _read_h5_entries(path: str, where: str, is_archive: bool, h5py) -> dict[str,
                     raise ConfigError(f"--init_from={path}: {where} holds no "
                                       f"{_KERAS_WEIGHTS_IN_ARCHIVE}; save it with model.save")
                 data = archive.read(_KERAS_WEIGHTS_IN_ARCHIVE)
-        with h5py.File(io.BytesIO(data), "r") as h5:
-            return _h5_entries(h5)
+        h5py.File(io.BytesIO(data), "r").close()
     except (zipfile.BadZipFile, OSError) as error:
         kind = "a .keras archive" if is_archive else "an HDF5 weights file"
         raise ConfigError(f"--init_from={path}: {where} is not {kind} "
                           f"({_first_line(error)})") from None
+    return data
 
 
 def _h5_entries(h5) -> dict[str, tuple]:
+    """`{h5 path: shape}` of the weights in `h5`; a compiled model's optimizer is none of them."""
     entries: dict[str, tuple] = {}
 
     def visit(name, obj):
-        if hasattr(obj, "shape"):  # a dataset, not a group
+        if hasattr(obj, "shape") and name.split("/", 1)[0] != _OPTIMIZER_GROUP:
             entries[name] = tuple(obj.shape)
 
     h5.visititems(visit)

@@ -254,19 +254,26 @@ def test_an_export_of_a_keras_model_without_model_keras_is_refused(tmp_path, str
 
 
 @pytest.mark.parametrize("file_name", ["model.keras", "model.weights.h5"])
-def test_keras_files_load_exactly_their_weights(tmp_path, strategy, file_name):
+def test_keras_files_load_exactly_their_weights(tmp_path, strategy, file_name, recwarn):
     source = mlp()
-    source.compile(optimizer="adam", loss="mse")  # a .keras file then holds optimizer state too
+    source.compile(optimizer="adam", loss="mse")  # the file then holds optimizer state too
     source.fit(np.ones((8, 4)), np.ones((8, 3)), verbose=0)
     expected = values(source)
     path = str(tmp_path / file_name)
     source.save(path) if file_name.endswith(".keras") else source.save_weights(path)
     model, optimizer, global_step = build_under(strategy, mlp)
+    with strategy.scope():  # as many optimizer variables as the source's: Keras would load them
+        model.compile(optimizer="adam", loss="mse")
+        model.optimizer.build(model.trainable_variables)
+    optimizer_before = [variable.numpy() for variable in model.optimizer.variables]
 
     said = load_initial_weights(model, path)
 
     assert said == f"model weights of {path} (4 variables)"
     assert_weights(model, expected)
+    for variable, before in zip(model.optimizer.variables, optimizer_before, strict=True):
+        np.testing.assert_array_equal(variable.numpy(), before)  # not the source's step, moments
+    assert not [w for w in recwarn if "optimizer" in str(w.message)]  # nor a skipped-load warning
     assert_fresh(optimizer, global_step)
 
 
