@@ -41,8 +41,10 @@ pattern of TensorFlow's multi-worker tutorial).
 
 from __future__ import annotations
 
+import keyword
 import logging
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Mapping
@@ -65,6 +67,10 @@ SAVED_MODEL_FILENAME = "saved_model.pb"
 # file instead (test_export.py's canary fails when that changes).
 _RENAMES_NO_DIRECTORIES = ("ram://",)
 
+# TensorFlow's rule for an op name (core/framework/node_def_util.cc): each signature
+# input is a placeholder named after it, and any other name fails the save.
+_OP_NAME = re.compile(r"[A-Za-z0-9.][A-Za-z0-9_.\\/>-]*")
+
 ServingFn = Callable[[Any, Any], Any]
 ServingFunction = tf.types.experimental.GenericFunction
 
@@ -74,21 +80,22 @@ def export_path(directory: str, step: int) -> str:
     return os.path.join(directory, "export", str(step))
 
 
-def latest_export(directory: str) -> Optional[str]:
-    """The export with the highest step under `directory`, or None.
+def latest_export(export_root: str) -> Optional[str]:
+    """The export with the highest step in `export_root` (`<directory>/export`), or None.
 
     Only complete exports count: a folder named by an integer that holds its
-    `saved_model.pb`; temporary folders (`.<step>.tmp-...`) never do.
+    `saved_model.pb`; temporary folders (`.<step>.tmp-...`) never do. Steps
+    compare as numbers (10 after 9).
     """
-    root = os.path.join(directory, "export")
-    if not tf.io.gfile.isdir(root):
+    if not tf.io.gfile.isdir(export_root):
         return None
     steps = sorted(
-        (int(name), name) for name in (entry.rstrip("/") for entry in tf.io.gfile.listdir(root))
+        (int(name), name)
+        for name in (entry.rstrip("/") for entry in tf.io.gfile.listdir(export_root))
         if name.isdigit()
     )
     for _, name in reversed(steps):
-        path = os.path.join(root, name)
+        path = os.path.join(export_root, name)
         if tf.io.gfile.exists(os.path.join(path, SAVED_MODEL_FILENAME)):
             return path
     return None
@@ -158,7 +165,11 @@ def _call_model(model: Any, inputs: Any) -> Any:
 
 
 def _named_signature(input_signature: Any) -> Any:
-    """The signature with every unnamed spec named after its place (`x`, `a_b`, `inputs`)."""
+    """The signature with every unnamed spec named after its place (`x`, `a_b`, `inputs`).
+
+    A name TensorFlow cannot save (`class`, `my feature`) would fail only when
+    the SavedModel is written, after the export folder exists: refused here.
+    """
     example = "e.g. input_signature={'x': tf.TensorSpec([None, 3], tf.float32)}"
     if input_signature is None:
         raise ConfigError(
@@ -181,17 +192,38 @@ def _named_signature(input_signature: Any) -> Any:
                 f"so that any batch size can be served ({example})"
             )
         if spec.name:
-            return spec
-        label = "_".join(str(key) for key in path) or "inputs"
-        if not label[0].isalpha():
-            label = f"inputs_{label}"
-        return tf.TensorSpec(spec.shape, spec.dtype, name=label)
+            label = spec.name
+        else:
+            label = "_".join(str(key) for key in path) or "inputs"
+            if not label[0].isalpha():
+                label = f"inputs_{label}"
+        if (not _OP_NAME.fullmatch(label) or label.endswith("/")
+                or keyword.iskeyword(_parameter_name(label))):
+            raise ConfigError(
+                f"{where} would be the signature input {label!r}, which TensorFlow cannot save: "
+                "use letters, digits, '_', '-', '.' or '/', and no Python keyword (rename the "
+                "key, or give its tf.TensorSpec a name)"
+            )
+        return spec if spec.name else tf.TensorSpec(spec.shape, spec.dtype, name=label)
 
     named = name((), input_signature)
     if not tf.nest.flatten(named):
         raise ConfigError(
             f"input_signature ({input_signature!r}) holds no tf.TensorSpec ({example})")
+    seen: dict[str, str] = {}
+    for spec in tf.nest.flatten(named):
+        other = seen.setdefault(_parameter_name(spec.name), spec.name)
+        if other != spec.name:
+            raise ConfigError(
+                f"the signature inputs {other!r} and {spec.name!r} would both be called "
+                f"{_parameter_name(spec.name)!r}; rename one of them")
     return named
+
+
+def _parameter_name(name: str) -> str:
+    # As TensorFlow turns a signature input's name into a parameter name ('a-b' -> 'a_b').
+    swapped = "".join(c if c.isalnum() else "_" for c in name)
+    return swapped if swapped[0].isalpha() else "arg_" + swapped
 
 
 def _signature_outputs(outputs: Any) -> Optional[dict[str, tf.Tensor]]:

@@ -11,30 +11,30 @@ filesystem TensorFlow reads, `ram://` and `gs://` included, works):
 
   a. a run's `--model_dir` (it has a `checkpoint` file: its newest checkpoint)
      or a checkpoint prefix (`.../ckpt-400`: `ckpt-400.index` exists);
-  b. an export: `.../export/<step>/` (a SavedModel folder holding `model.keras`
-     when the model was a Keras model), or the export root `.../export/` (its
-     highest step);
+  b. an export: `.../export/<step>/` (its `model.keras`), or the export root
+     `.../export/` (its highest step). An export without `model.keras` (a
+     `tf.Module`'s) is refused: its SavedModel holds only the variables the
+     serving signature reads, by position (`_all_variables/N`), which names no
+     model variable; the run's checkpoints hold the same weights by name;
   c. a `.keras` file or a `.weights.h5` file (Keras models only).
 
 How variables are matched, per source:
 
-  * Checkpoint: by path in the model's object graph, as `tf.train.Checkpoint`
-    restores. The live model is walked (`tf.train.TrackableView`) beside the
-    checkpoint's `model` node (`tf.train.CheckpointView`); each variable found
-    at the same path takes the value stored there. Only that subtree is read:
-    the checkpoint's optimizer, global step and save counter are never looked
-    at. (A value is stored once, under its shortest path from the checkpoint's
-    root, e.g. `model_weights/000_kernel/...` in the engine's checkpoints; the
-    key is found by the same breadth-first walk the saver made.) This works for
-    a `tf.Module` holding several Keras models as well as for one Keras model.
-  * Export without `model.keras`: the SavedModel's `variables/variables` is
-    matched the same way from its root, and used only if every variable of the
-    model is found there and nothing is left over; otherwise the run's
-    checkpoint is the way.
+  * Checkpoint: by name. Every engine checkpoint lists the model's variables
+    as `model_weights/<index>_<name>` (`checkpointing.named_weights`: the
+    model's `variables`, which hold no optimizer state, in order), names that
+    depend on the model alone; the model here is listed the same way and each
+    of its variables takes the value listed under its name. The checkpoint's
+    optimizer, global step and save counter are never read. This works for a
+    `tf.Module` holding several Keras models (through its `variables`, or its
+    `trainable_variables` where those list none) as well as for one model.
   * `.keras` / `.weights.h5`: Keras' own structure (`layers/dense_1/vars/0`,
     ...). The model's expected structure is written by Keras itself
     (`save_weights` into a temporary file) and compared entry by entry with the
-    source; only then does `model.load_weights` copy the values.
+    source; only then does `model.load_weights` copy the values. A compiled
+    model's optimizer state (`optimizer/...`, in the source or in the model)
+    is no weight: left out of the comparison, and never loaded (Keras loads
+    the source's weights beside the model's own optimizer state, unchanged).
 
 Mismatches (a variable with no value, a shape or dtype that differs, values
 the model has no place for) are one line naming the first offending variable,
@@ -44,21 +44,22 @@ so a refused source leaves the model as it was.
 
 from __future__ import annotations
 
-import collections
 import io
 import os
 import re
 import tempfile
 import zipfile
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import keras
 import tensorflow as tf
+from tensorflow.core.protobuf import trackable_object_graph_pb2  # the checkpoint's object graph
 
+from tfloop.engine import checkpointing, export
 from tfloop.engine.errors import ConfigError
 
-_VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
 _KERAS_WEIGHTS_IN_ARCHIVE = "model.weights.h5"
+_OPTIMIZER_GROUP = "optimizer"  # where Keras writes a compiled model's optimizer state
 _SOURCES = ("a run's --model_dir, a checkpoint prefix (.../ckpt-400), an export folder "
             "(.../export or .../export/<step>), a .keras file or a .weights.h5 file")
 _FIT_HINT = "--init_from needs weights of this same architecture (same model and sizes)"
@@ -69,8 +70,7 @@ def load_initial_weights(model: Any, path: str) -> str:
 
     Args:
       model: the freshly built model: a `keras.Model`, or a `tf.Module` (any
-        trackable) holding several Keras models (checkpoint and export sources
-        only).
+        trackable) holding several Keras models (checkpoint sources only).
       path: what `--init_from` names (see the module docstring).
 
     Returns:
@@ -82,10 +82,7 @@ def load_initial_weights(model: Any, path: str) -> str:
     """
     kind, where = _find_source(path)
     if kind == "checkpoint":
-        count = _load_from_checkpoint(model, path, where, start="model")
-    elif kind == "savedmodel":
-        count = _load_from_checkpoint(model, path, _join(where, "variables", "variables"),
-                                      start="root")
+        count = _load_from_checkpoint(model, path, where)
     else:
         count = _load_keras_file(model, path, where, is_archive=(kind == "keras"))
     return f"model weights of {where} ({count} variables)"
@@ -95,7 +92,7 @@ def load_initial_weights(model: Any, path: str) -> str:
 # What PATH names.
 
 def _find_source(path: str) -> tuple[str, str]:
-    """`(kind, location)`: kind is "checkpoint", "savedmodel", "keras" or "h5"."""
+    """`(kind, location)`: kind is "checkpoint", "keras" or "h5"."""
     gfile = tf.io.gfile
     prefix = re.sub(r"\.(index|data-\d{5}-of-\d{5})$", "", path)
     if gfile.exists(prefix + ".index"):  # first: ram:// calls any prefix of a file a folder
@@ -109,11 +106,11 @@ def _find_source(path: str) -> tuple[str, str]:
                     "it lists is there; point --init_from at a checkpoint prefix (.../ckpt-N) "
                     "or an export")
             return "checkpoint", latest
-        if gfile.exists(_join(path, "saved_model.pb")):
-            return _export_step(path)
-        steps = _export_steps(path)
-        if steps:
-            return _export_step(_join(path, str(max(steps))))
+        if gfile.exists(_join(path, export.SAVED_MODEL_FILENAME)):
+            return _export_step(path, path)
+        latest = export.latest_export(path)
+        if latest:
+            return _export_step(path, latest)
     else:
         if path.endswith(".keras") and gfile.exists(path):
             return "keras", path
@@ -126,18 +123,12 @@ def _find_source(path: str) -> tuple[str, str]:
         f"point it at {_SOURCES}")
 
 
-def _export_steps(folder: str) -> list[int]:
-    """The integer-named subfolders of `folder` that hold a SavedModel."""
-    names = (name.rstrip("/") for name in tf.io.gfile.listdir(folder))
-    return [int(name) for name in names if name.isdigit()
-            and tf.io.gfile.exists(_join(folder, name, "saved_model.pb"))]
-
-
-def _export_step(folder: str) -> tuple[str, str]:
-    keras_file = _join(folder, "model.keras")
-    if tf.io.gfile.exists(keras_file):
-        return "keras", keras_file
-    return "savedmodel", folder
+def _export_step(path: str, folder: str) -> tuple[str, str]:
+    keras_file = _join(folder, export.KERAS_FILENAME)
+    if not tf.io.gfile.exists(keras_file):
+        raise ConfigError(f"--init_from={path} is an export without {export.KERAS_FILENAME}; "
+                          "point --init_from at the run's --model_dir (its checkpoints)")
+    return "keras", keras_file
 
 
 def _join(*parts: str) -> str:
@@ -145,154 +136,73 @@ def _join(*parts: str) -> str:
 
 
 # ---------------------------------------------------------------------------
-# Checkpoints (and a SavedModel's variables): matched by object-graph path.
+# Checkpoints: the engine's `model_weights` listing, by name.
 
-def _load_from_checkpoint(model: Any, path: str, prefix: str, *, start: str) -> int:
+def _load_from_checkpoint(model: Any, path: str, prefix: str) -> int:
     """Checks, then assigns, every variable of `model` from checkpoint `prefix`.
 
-    `start` is "model" for the engine's checkpoints (only the root's `model`
-    subtree is read) and "root" for a SavedModel's variables (the saved object
-    must be the model itself). All values are read before the first is
-    written: the model's size in host memory, once.
+    All values are read before the first is written: the model's size in host
+    memory, once.
     """
     try:
         # Not tf.train.load_checkpoint: it takes a ram:// prefix for a folder.
         reader = tf.compat.v1.train.NewCheckpointReader(prefix)
-        view = tf.train.CheckpointView(prefix)
+        stored = _named_weight_keys(reader)
     except (ValueError, tf.errors.OpError) as error:
         raise ConfigError(f"--init_from={path}: {prefix} cannot be read as a TF2 checkpoint "
                           f"({_first_line(error)})") from None
-    shapes = reader.get_variable_to_shape_map()
-    dtypes = reader.get_variable_to_dtype_map()
-    if start == "model":
-        root = view.children(0).get("model")
-        if root is None:
-            raise ConfigError(f"--init_from={path}: {prefix} holds no model (it was not "
-                              "written by this engine); point it at a run's --model_dir")
-    else:
-        root = 0
-    keys = _checkpoint_keys(view, shapes)
-    wanted = _model_variables(model)
+    if stored is None:
+        raise ConfigError(f"--init_from={path}: {prefix} holds no model (it was not "
+                          "written by this engine); point it at a run's --model_dir")
+    wanted = checkpointing.named_weights(model)
     if not wanted:
         raise ConfigError(f"--init_from={path}: this model has no variables to load into")
-    found = _match(view, root, model, keys)
-    stored = _subtree_values(view, root, keys)
+    shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
 
     def misfit(detail: str) -> ConfigError:
-        if start == "root":  # a SavedModel whose root is not the model itself
-            return ConfigError(
-                f"--init_from={path} is an export without model.keras whose variables do not "
-                f"match this model ({detail}); point --init_from at the run's --model_dir "
-                "(its checkpoint) instead")
         return ConfigError(f"--init_from={path} does not fit this model: {detail}; {_FIT_HINT}")
 
-    for label, variable in wanted:
-        key = found.get(id(variable))
+    for name, variable in wanted.items():
+        label = getattr(variable, "path", None) or variable.name
+        key = stored.get(name)
         if key is None:
             raise misfit(f"{_source_name(prefix, path)} has no value for {label} "
                          f"(it holds {len(stored)} variables, the model has {len(wanted)})")
         there, here = tuple(shapes[key]), tuple(variable.shape)
         if there != here:
             raise misfit(f"{label} is {there} there but {here} here")
-        if dtypes[key] != tf.as_dtype(variable.dtype):
-            raise misfit(f"{label} is {dtypes[key].name} there but "
-                         f"{tf.as_dtype(variable.dtype).name} here")
-    used = set(found.values())
-    extra = [key for key in stored if key not in used]
+        dtype = tf.as_dtype(variable.dtype)
+        if dtypes[key] != dtype:
+            raise misfit(f"{label} is {dtypes[key].name} there but {dtype.name} here")
+    extra = sorted(name for name in stored if name not in wanted)
     if extra:
         raise misfit(f"it holds {len(stored)} variables, the model has {len(wanted)} "
-                     f"(nothing here takes {extra[0][:-len(_VALUE)]})")
-    values = [reader.get_tensor(found[id(variable)]) for _, variable in wanted]
-    for (_, variable), value in zip(wanted, values):
+                     f"(nothing here takes model_weights/{extra[0]})")
+    values = [reader.get_tensor(stored[name]) for name in wanted]
+    for variable, value in zip(wanted.values(), values):
         variable.assign(value)
     return len(wanted)
 
 
-def _checkpoint_keys(view: tf.train.CheckpointView, shapes: dict) -> dict[int, str]:
-    """`{node_id: key of its stored value}` for every node that stores a variable.
+def _named_weight_keys(reader: Any) -> Optional[dict[str, str]]:
+    """`{"000_kernel": its checkpoint key, ...}` of the `model_weights` listing; None if none.
 
-    The saver stores a value under the object's shortest path from the root:
-    the first path a breadth-first walk over the children, in the order the
-    object graph lists them, reaches it by. The same walk here finds the key.
+    The key is mostly `model_weights/000_kernel/.ATTRIBUTES/VARIABLE_VALUE`,
+    but a checkpoint stores each variable once, under its shortest path from
+    the root (ties: the name that sorts first): one set on the model itself
+    (`self.scale = self.add_weight(...)`) is `model/scale/...`. The object
+    graph the saver wrote records each node's key; it is read from there.
     """
-    paths = {0: ""}
-    queue = collections.deque([0])
-    while queue:
-        node = queue.popleft()
-        for name, child in view.children(node).items():
-            if child not in paths:
-                paths[child] = f"{paths[node]}/{_escape(name)}".lstrip("/")
-                queue.append(child)
-    return {node: path + _VALUE for node, path in paths.items() if path + _VALUE in shapes}
-
-
-def _escape(name: str) -> str:
-    # How a checkpoint writes one step of a path ('.' doubled, '/' as '.S').
-    return name.replace(".", "..").replace("/", ".S")
-
-
-def _is_variable(obj: Any) -> bool:
-    return isinstance(obj, (tf.Variable, keras.Variable))
-
-
-def _model_variables(model: Any) -> list[tuple[str, Any]]:
-    """`(label, variable)` for every variable in the model's object graph, in walk order.
-
-    The label is the Keras path (`sequential/dense_1/kernel`) when there is
-    one, else the attribute path (`head/w`).
-    """
-    found: list[tuple[str, Any]] = []
-    seen = {id(model)}
-    queue = collections.deque([(model, "")])
-    while queue:
-        obj, where = queue.popleft()
-        for name, child in tf.train.TrackableView.children(obj).items():
-            if id(child) in seen:
-                continue
-            seen.add(id(child))
-            child_path = f"{where}/{name}".lstrip("/")
-            if _is_variable(child):
-                found.append((getattr(child, "path", None) or child_path, child))
-            else:
-                queue.append((child, child_path))
-    return found
-
-
-def _match(view: tf.train.CheckpointView, root: int, model: Any,
-           keys: dict[int, str]) -> dict[int, str]:
-    """`{id(live variable): checkpoint key}`, walking both graphs from `root`/`model`."""
-    found: dict[int, str] = {}
-    seen = {root}
-    queue = collections.deque([(root, model)])
-    while queue:
-        node, obj = queue.popleft()
-        live = tf.train.TrackableView.children(obj)
-        for name, child in view.children(node).items():
-            if child in seen or name not in live:
-                continue
-            seen.add(child)
-            if _is_variable(live[name]):
-                if child in keys:
-                    found.setdefault(id(live[name]), keys[child])
-            else:
-                queue.append((child, live[name]))
-    return found
-
-
-def _subtree_values(view: tf.train.CheckpointView, root: int, keys: dict[int, str]) -> list[str]:
-    """The keys of the values stored below `root`, breadth first."""
-    seen = {root}
-    queue = collections.deque([root])
-    stored = []
-    while queue:
-        node = queue.popleft()
-        for child in view.children(node).values():
-            if child not in seen:
-                seen.add(child)
-                queue.append(child)
-                if child in keys:
-                    stored.append(keys[child])
-    return stored
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    listing = [child.node_id for child in graph.nodes[0].children
+               if child.local_name == "model_weights"]
+    if not listing:
+        return None
+    return {child.local_name: attribute.checkpoint_key
+            for child in graph.nodes[listing[0]].children
+            for attribute in graph.nodes[child.node_id].attributes
+            if attribute.name == "VARIABLE_VALUE"}
 
 
 # ---------------------------------------------------------------------------
@@ -306,16 +216,29 @@ def _load_keras_file(model: Any, path: str, where: str, *, is_archive: bool) -> 
             "--init_from at a run's --model_dir (its checkpoint) instead")
     import h5py  # Keras' own dependency, needed only here
 
-    source = _read_h5_entries(path, where, is_archive, h5py)
+    data = _read_weights_h5(path, where, is_archive, h5py)
     with tempfile.TemporaryDirectory(prefix="tfloop-init-from-") as scratch:
-        expected_file = os.path.join(scratch, "model.weights.h5")
-        model.save_weights(expected_file)
-        with h5py.File(expected_file, "r") as expected_h5:
-            expected = _h5_entries(expected_h5)
-    # Keras visits only what the model has: entries the model has no group for
-    # (an optimizer saved with a compiled model) are not loaded, nor counted.
-    groups = {name.split("/", 1)[0] for name in expected}
-    source = {name: shape for name, shape in source.items() if name.split("/", 1)[0] in groups}
+        own_file = os.path.join(scratch, "own.weights.h5")
+        model.save_weights(own_file)
+        weights_file = os.path.join(scratch, "model.weights.h5")
+        with h5py.File(io.BytesIO(data), "r") as source_h5, h5py.File(own_file, "r") as own_h5:
+            count = _check_keras_entries(model, path, where, _h5_entries(source_h5),
+                                         _h5_entries(own_h5))
+            # What Keras loads: the source's weights beside the model's own
+            # optimizer state, which it writes back unchanged.
+            with h5py.File(weights_file, "w") as weights_h5:
+                for name in source_h5:
+                    if name != _OPTIMIZER_GROUP:
+                        source_h5.copy(source_h5[name], weights_h5, name)
+                if _OPTIMIZER_GROUP in own_h5:
+                    own_h5.copy(own_h5[_OPTIMIZER_GROUP], weights_h5, _OPTIMIZER_GROUP)
+        model.load_weights(weights_file)
+    return count
+
+
+def _check_keras_entries(model: keras.Model, path: str, where: str, source: dict[str, tuple],
+                         expected: dict[str, tuple]) -> int:
+    """Raises the first mismatch between the source's entries and the model's; else the count."""
     label = _h5_labeller(model, expected)
     order = {w.path: index for index, w in enumerate(model.weights)}
 
@@ -333,12 +256,11 @@ def _load_keras_file(model: Any, path: str, where: str, *, is_archive: bool) -> 
     if extra:
         raise misfit(f"it holds {len(source)} variables, the model has {len(expected)} "
                      f"(nothing here takes {extra[0]})")
-    model.load_weights(where)
     return len(expected)
 
 
-def _read_h5_entries(path: str, where: str, is_archive: bool, h5py) -> dict[str, tuple]:
-    """`{h5 path: shape}` of the weights in `where`, read through `tf.io.gfile`."""
+def _read_weights_h5(path: str, where: str, is_archive: bool, h5py) -> bytes:
+    """The HDF5 weights file of `where` (inside a .keras archive), read through `tf.io.gfile`."""
     with tf.io.gfile.GFile(where, "rb") as f:
         data = f.read()
     try:
@@ -348,19 +270,20 @@ def _read_h5_entries(path: str, where: str, is_archive: bool, h5py) -> dict[str,
                     raise ConfigError(f"--init_from={path}: {where} holds no "
                                       f"{_KERAS_WEIGHTS_IN_ARCHIVE}; save it with model.save")
                 data = archive.read(_KERAS_WEIGHTS_IN_ARCHIVE)
-        with h5py.File(io.BytesIO(data), "r") as h5:
-            return _h5_entries(h5)
+        h5py.File(io.BytesIO(data), "r").close()
     except (zipfile.BadZipFile, OSError) as error:
         kind = "a .keras archive" if is_archive else "an HDF5 weights file"
         raise ConfigError(f"--init_from={path}: {where} is not {kind} "
                           f"({_first_line(error)})") from None
+    return data
 
 
 def _h5_entries(h5) -> dict[str, tuple]:
+    """`{h5 path: shape}` of the weights in `h5`; a compiled model's optimizer is none of them."""
     entries: dict[str, tuple] = {}
 
     def visit(name, obj):
-        if hasattr(obj, "shape"):  # a dataset, not a group
+        if hasattr(obj, "shape") and name.split("/", 1)[0] != _OPTIMIZER_GROUP:
             entries[name] = tuple(obj.shape)
 
     h5.visititems(visit)

@@ -57,7 +57,7 @@ def test_a_mirrored_keras_model_serves_its_own_predictions_in_a_fresh_process(
         model.compile(optimizer="adam", loss="mse")
         model.optimizer.build(model.trainable_variables)  # slots that must stay out of the export
         path = export_model(model, input_signature=FEATURES, directory=str(tmp_path), step=7)
-    assert path == export_path(str(tmp_path), 7) == latest_export(str(tmp_path))
+    assert path == export_path(str(tmp_path), 7) == latest_export(str(tmp_path / "export"))
     assert sorted(os.listdir(tmp_path / "export")) == ["7"]  # no temporary folder left
     assert {"saved_model.pb", "variables", "model.keras"} <= set(os.listdir(path))
     # Only the 8 weights the signature reads (BatchNormalization's included), each once.
@@ -111,7 +111,8 @@ def test_a_ram_filesystem_export_reads_back_and_a_second_export_of_a_step_replac
     first = export_model(model, input_signature=signature, directory=directory, step=5)
     model.layers[0].kernel.assign(tf.ones([3, 2]))
     second = export_model(model, input_signature=signature, directory=directory, step=5)
-    assert first == second == latest_export(directory) == "ram://test_export/run/export/5"
+    assert first == second == "ram://test_export/run/export/5"
+    assert latest_export(directory + "/export") == second
     assert tf.io.gfile.listdir("ram://test_export/run/export") == ["5"]
     features = np.random.default_rng(2).normal(size=(3, 3)).astype(np.float32)
     served = tf.saved_model.load(second).signatures["serving_default"](inputs=tf.constant(features))
@@ -143,12 +144,12 @@ def test_a_worker_that_is_not_chief_writes_nothing_and_leaves_no_temporary_folde
 
 
 def test_latest_export_takes_the_highest_complete_step(tmp_path):
-    assert latest_export(str(tmp_path)) is None
+    assert latest_export(str(tmp_path / "export")) is None
     for name, complete in [("9", True), ("10", True), (".11.tmp-1a2b3c4d", True), ("12", False)]:
         tf.io.gfile.makedirs(str(tmp_path / "export" / name / "variables"))
         if complete:
             (tmp_path / "export" / name / "saved_model.pb").write_bytes(b"")
-    assert latest_export(str(tmp_path)) == export_path(str(tmp_path), 10)
+    assert latest_export(str(tmp_path / "export")) == export_path(str(tmp_path), 10)
 
 
 class _Unserializable(keras.layers.Layer):
@@ -198,6 +199,12 @@ def _wrong_output(model, inputs):
     (dict(input_signature=tf.TensorSpec([None, 3]), serving_fn=_wrong_output),
      "must return a tensor, a list of tensors, or a dict of tensors"),
     (dict(input_signature=tf.TensorSpec([None, 3]), step=-1), "export step (-1)"),
+    (dict(input_signature={"class": tf.TensorSpec([None, 3])}),
+     "input_signature['class'] would be the signature input 'class'"),
+    (dict(input_signature={"my feature": tf.TensorSpec([None, 3])}),
+     "input_signature['my feature'] would be the signature input 'my feature'"),
+    (dict(input_signature={"a-b": tf.TensorSpec([None, 3]), "a_b": tf.TensorSpec([None, 3])}),
+     "the signature inputs 'a-b' and 'a_b' would both be called 'a_b'"),
 ])
 def test_mistakes_are_one_line_and_write_nothing(tmp_path, kwargs, says):
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])

@@ -3,9 +3,10 @@
 Every source kind (a run's model_dir, a checkpoint prefix, an export folder or
 its root, a .keras file, a .weights.h5 file) loads exactly the source's
 weights into a model built under `MirroredStrategy` over the session's four
-logical CPUs, every replica's copy included, and leaves the optimizer and the
-global step as they were. Every refusal is one line that names the first
-offending variable, and leaves the model untouched.
+logical CPUs, every replica's copy included; a Keras model arrives compiled,
+and its optimizer's variables are neither counted as weights nor loaded. Every
+refusal is one line that names the first offending variable, and leaves the
+model untouched.
 """
 
 import keras
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfloop.engine import checkpointing
+from tfloop.engine import checkpointing, export
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.warm_start import load_initial_weights
 
@@ -73,13 +74,12 @@ def assert_weights(model, expected, replicas=4):
 
 
 def build_under(strategy, make):
-    """A fresh model, optimizer (slots built) and global step, as engine.run builds them."""
+    """A fresh model built under the strategy; a Keras one compiled, as a Task's may arrive."""
     with strategy.scope():
         model = make()
-        optimizer = keras.optimizers.Adam()
-        optimizer.build(model.trainable_variables)
-        global_step = tf.Variable(0, dtype=tf.int64, trainable=False)
-    return model, optimizer, global_step
+        if isinstance(model, keras.Model):
+            model.compile(optimizer="adam", loss="mse")
+    return model
 
 
 def write_run(model_dir, model, steps):
@@ -100,17 +100,10 @@ def write_run(model_dir, model, steps):
     return saved
 
 
-def write_export(folder, model):
-    """What the export module writes: a SavedModel folder with model.keras inside."""
-    tf.saved_model.save(model, str(folder))
-    model.save(str(folder / "model.keras"))
-
-
-def assert_fresh(optimizer, global_step):
-    assert int(optimizer.iterations.numpy()) == 0
-    assert int(global_step.numpy()) == 0
-    for slot in optimizer.variables[2:]:
-        assert not np.any(slot.numpy())
+def write_export(directory, model, step, **kwargs):
+    """`<directory>/export/<step>/` as a run exports it: a SavedModel (+ model.keras)."""
+    return export.export_model(model, input_signature=tf.TensorSpec([None, 4], tf.float32),
+                               directory=str(directory), step=step, **kwargs)
 
 
 def assert_one_line_refusal(error, *parts):
@@ -124,41 +117,61 @@ def assert_one_line_refusal(error, *parts):
 
 def test_model_dir_loads_the_latest_checkpoint_into_a_mirrored_model(tmp_path, strategy):
     saved = write_run(tmp_path / "run", mlp(), steps=[10, 20, 30])
-    model, optimizer, global_step = build_under(strategy, mlp)
+    model = build_under(strategy, mlp)
     randomize(model, seed=99)
 
     said = load_initial_weights(model, str(tmp_path / "run"))
 
     assert said == f"model weights of {tmp_path / 'run' / 'ckpt-30'} (4 variables)"
     assert_weights(model, saved[30])
-    assert_fresh(optimizer, global_step)
 
 
 @pytest.mark.parametrize("suffix", ["", ".index"])
 def test_checkpoint_prefix_loads_that_checkpoint(tmp_path, strategy, suffix):
     saved = write_run(tmp_path / "run", mlp(), steps=[10, 20, 30])
-    model, optimizer, global_step = build_under(strategy, mlp)
+    model = build_under(strategy, mlp)
 
     load_initial_weights(model, str(tmp_path / "run" / "ckpt-20") + suffix)
 
     assert_weights(model, saved[20])
-    assert_fresh(optimizer, global_step)
 
 
 def test_checkpoint_into_a_module_holding_two_keras_models(tmp_path, strategy):
     saved = write_run(tmp_path / "run", TwoModels(), steps=[5])
-    model, optimizer, global_step = build_under(strategy, TwoModels)
+    model = build_under(strategy, TwoModels)
 
     said = load_initial_weights(model, str(tmp_path / "run"))
 
     assert said.endswith("ckpt-5 (6 variables)")
     assert_weights(model, saved[5])
-    assert_fresh(optimizer, global_step)
+
+
+class Scaled(keras.Model):
+    """A variable set on the model itself: a checkpoint stores it as model/scale."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(3)
+        self.scale = self.add_weight(shape=(), initializer="ones", name="scale")
+        self(tf.ones([1, 4]))
+
+    def call(self, inputs):
+        return self.dense(inputs) * self.scale
+
+
+def test_checkpoint_into_a_model_with_a_variable_of_its_own(tmp_path, strategy):
+    saved = write_run(tmp_path / "run", Scaled(), steps=[2])
+    model = build_under(strategy, Scaled)
+
+    said = load_initial_weights(model, str(tmp_path / "run"))
+
+    assert said.endswith("ckpt-2 (3 variables)")
+    assert_weights(model, saved[2])
 
 
 def test_checkpoint_on_another_filesystem(strategy):
     saved = write_run("ram://warm_start/run", mlp(), steps=[3])
-    model, _, _ = build_under(strategy, mlp)
+    model = build_under(strategy, mlp)
     load_initial_weights(model, "ram://warm_start/run")
     assert_weights(model, saved[3])
 
@@ -166,23 +179,22 @@ def test_checkpoint_on_another_filesystem(strategy):
 def test_export_folder_loads_its_model_keras(tmp_path, strategy):
     source = mlp()
     expected = randomize(source, seed=1)
-    write_export(tmp_path / "export" / "7", source)
-    model, optimizer, global_step = build_under(strategy, mlp)
+    write_export(tmp_path, source, step=7)
+    model = build_under(strategy, mlp)
 
     said = load_initial_weights(model, str(tmp_path / "export" / "7"))
 
     assert said == f"model weights of {tmp_path / 'export' / '7' / 'model.keras'} (4 variables)"
     assert_weights(model, expected)
-    assert_fresh(optimizer, global_step)
 
 
 def test_export_root_picks_the_highest_step(tmp_path, strategy):
     source = mlp()
     randomize(source, seed=9)
-    write_export(tmp_path / "export" / "9", source)
+    write_export(tmp_path, source, step=9)
     expected = randomize(source, seed=10)
-    write_export(tmp_path / "export" / "10", source)  # 10 > 9, though "10" < "9"
-    model, _, _ = build_under(strategy, mlp)
+    write_export(tmp_path, source, step=10)  # 10 > 9, though "10" < "9"
+    model = build_under(strategy, mlp)
 
     said = load_initial_weights(model, str(tmp_path / "export"))
 
@@ -190,49 +202,66 @@ def test_export_root_picks_the_highest_step(tmp_path, strategy):
     assert_weights(model, expected)
 
 
-def test_export_without_model_keras_loads_the_savedmodel_variables(tmp_path, strategy):
-    source = TwoModels()
-    expected = randomize(source, seed=4)
-    tf.saved_model.save(source, str(tmp_path / "export" / "3"))
-    model, optimizer, global_step = build_under(strategy, TwoModels)
-
-    said = load_initial_weights(model, str(tmp_path / "export"))
-
-    assert said == f"model weights of {tmp_path / 'export' / '3'} (6 variables)"
-    assert_weights(model, expected)
-    assert_fresh(optimizer, global_step)
-
-
-def test_export_without_model_keras_that_does_not_match_is_refused(tmp_path, strategy):
-    wrapper = tf.Module()
-    wrapper.net = mlp()
-    wrapper.scale = tf.Variable(2.0)
-    tf.saved_model.save(wrapper, str(tmp_path / "export" / "3"))
-    model, _, _ = build_under(strategy, mlp)
+def test_an_export_of_a_module_without_model_keras_is_refused(tmp_path, strategy):
+    # Its SavedModel names variables by position (_all_variables/N), not by model path.
+    write_export(tmp_path, TwoModels(), step=3,
+                 serving_fn=lambda models, inputs: models.critic(models.generator(inputs)))
+    model = build_under(strategy, TwoModels)
     before = values(model)
 
     with pytest.raises(ConfigError) as error:
-        load_initial_weights(model, str(tmp_path / "export" / "3"))
+        load_initial_weights(model, str(tmp_path / "export"))
+
+    assert_one_line_refusal(error, f"--init_from={tmp_path / 'export'} is an export without "
+                            "model.keras; point --init_from at the run's --model_dir")
+    assert_weights(model, before)
+
+
+class _NoConfig(keras.layers.Layer):
+    """A layer whose argument cannot be written into a config: its model has no model.keras."""
+
+    def __init__(self, table, **kwargs):
+        super().__init__(**kwargs)
+        self.table = table
+
+    def call(self, inputs):
+        return inputs
+
+
+def test_an_export_of_a_keras_model_without_model_keras_is_refused(tmp_path, strategy):
+    source = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), _NoConfig(object())])
+    path = write_export(tmp_path, source, step=3)
+    assert export.KERAS_FILENAME not in tf.io.gfile.listdir(path)
+    model = build_under(strategy, mlp)
+    before = values(model)
+
+    with pytest.raises(ConfigError) as error:
+        load_initial_weights(model, path)
 
     assert_one_line_refusal(error, "export without model.keras", "the run's --model_dir")
     assert_weights(model, before)
 
 
 @pytest.mark.parametrize("file_name", ["model.keras", "model.weights.h5"])
-def test_keras_files_load_exactly_their_weights(tmp_path, strategy, file_name):
+def test_keras_files_load_exactly_their_weights(tmp_path, strategy, file_name, recwarn):
     source = mlp()
-    source.compile(optimizer="adam", loss="mse")  # a .keras file then holds optimizer state too
+    source.compile(optimizer="adam", loss="mse")  # the file then holds optimizer state too
     source.fit(np.ones((8, 4)), np.ones((8, 3)), verbose=0)
     expected = values(source)
     path = str(tmp_path / file_name)
     source.save(path) if file_name.endswith(".keras") else source.save_weights(path)
-    model, optimizer, global_step = build_under(strategy, mlp)
+    model = build_under(strategy, mlp)
+    with strategy.scope():  # as many optimizer variables as the source's: Keras would load them
+        model.optimizer.build(model.trainable_variables)
+    optimizer_before = [variable.numpy() for variable in model.optimizer.variables]
 
     said = load_initial_weights(model, path)
 
     assert said == f"model weights of {path} (4 variables)"
     assert_weights(model, expected)
-    assert_fresh(optimizer, global_step)
+    for variable, before in zip(model.optimizer.variables, optimizer_before, strict=True):
+        np.testing.assert_array_equal(variable.numpy(), before)  # not the source's step, moments
+    assert not [w for w in recwarn if "optimizer" in str(w.message)]  # nor a skipped-load warning
 
 
 # --- mismatches: one line naming the first offender, nothing written -------------
@@ -245,7 +274,7 @@ def write_source(kind, tmp_path):
         write_run(tmp_path / "run", source, steps=[1])
         return str(tmp_path / "run")
     if kind == "export":
-        write_export(tmp_path / "export" / "1", source)
+        write_export(tmp_path, source, step=1)
         return str(tmp_path / "export")
     path = str(tmp_path / ("model.keras" if kind == "keras" else "model.weights.h5"))
     source.save(path) if kind == "keras" else source.save_weights(path)
@@ -258,7 +287,7 @@ KINDS = ["checkpoint", "export", "keras", "h5"]
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_shape_mismatch_names_the_variable(tmp_path, strategy, kind):
     path = write_source(kind, tmp_path)
-    model, _, _ = build_under(strategy, lambda: mlp(outputs=5))  # the first layer still fits
+    model = build_under(strategy, lambda: mlp(outputs=5))  # the first layer still fits
     before = values(model)
 
     with pytest.raises(ConfigError) as error:
@@ -273,7 +302,7 @@ def test_a_shape_mismatch_names_the_variable(tmp_path, strategy, kind):
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_variable_the_source_lacks_is_named(tmp_path, strategy, kind):
     path = write_source(kind, tmp_path)
-    model, _, _ = build_under(strategy, lambda: mlp(extra_layer=True))
+    model = build_under(strategy, lambda: mlp(extra_layer=True))
     before = values(model)
 
     with pytest.raises(ConfigError) as error:
@@ -288,7 +317,7 @@ def test_a_variable_the_source_lacks_is_named(tmp_path, strategy, kind):
 def test_values_the_model_has_no_place_for_are_refused(tmp_path, strategy, kind):
     path = write_source(kind, tmp_path)
     smaller = lambda: keras.Sequential([keras.Input((4,)), keras.layers.Dense(8)])  # noqa: E731
-    model, _, _ = build_under(strategy, smaller)
+    model = build_under(strategy, smaller)
     before = values(model)
 
     with pytest.raises(ConfigError) as error:
@@ -300,7 +329,7 @@ def test_values_the_model_has_no_place_for_are_refused(tmp_path, strategy, kind)
 
 def test_checkpoint_into_a_module_of_another_shape_names_the_variable(tmp_path, strategy):
     write_run(tmp_path / "run", TwoModels(), steps=[1])
-    model, _, _ = build_under(strategy, lambda: TwoModels(hidden=16))
+    model = build_under(strategy, lambda: TwoModels(hidden=16))
 
     with pytest.raises(ConfigError) as error:
         load_initial_weights(model, str(tmp_path / "run"))
