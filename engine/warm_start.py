@@ -44,6 +44,7 @@ so a refused source leaves the model as it was.
 
 from __future__ import annotations
 
+import collections
 import io
 import os
 import re
@@ -53,7 +54,6 @@ from typing import Any, Callable, Optional
 
 import keras
 import tensorflow as tf
-from tensorflow.core.protobuf import trackable_object_graph_pb2  # the checkpoint's object graph
 
 from tfloop.engine import checkpointing, export
 from tfloop.engine.errors import ConfigError
@@ -147,7 +147,7 @@ def _load_from_checkpoint(model: Any, path: str, prefix: str) -> int:
     try:
         # Not tf.train.load_checkpoint: it takes a ram:// prefix for a folder.
         reader = tf.compat.v1.train.NewCheckpointReader(prefix)
-        stored = _named_weight_keys(reader)
+        stored = _named_weight_keys(prefix, reader)
     except (ValueError, tf.errors.OpError) as error:
         raise ConfigError(f"--init_from={path}: {prefix} cannot be read as a TF2 checkpoint "
                           f"({_first_line(error)})") from None
@@ -184,25 +184,33 @@ def _load_from_checkpoint(model: Any, path: str, prefix: str) -> int:
     return len(wanted)
 
 
-def _named_weight_keys(reader: Any) -> Optional[dict[str, str]]:
+def _named_weight_keys(path: str, reader: Any) -> Optional[dict[str, str]]:
     """`{"000_kernel": its checkpoint key, ...}` of the `model_weights` listing; None if none.
 
     The key is mostly `model_weights/000_kernel/.ATTRIBUTES/VARIABLE_VALUE`,
     but a checkpoint stores each variable once, under its shortest path from
-    the root (ties: the name that sorts first): one set on the model itself
-    (`self.scale = self.add_weight(...)`) is `model/scale/...`. The object
-    graph the saver wrote records each node's key; it is read from there.
+    the root: one set on the model itself (`self.scale = self.add_weight(...)`)
+    is `model/scale/...`. The same breadth-first walk over the object graph
+    (public `tf.train.CheckpointView`, children in the order it lists them)
+    finds that path.
     """
-    graph = trackable_object_graph_pb2.TrackableObjectGraph()
-    graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
-    listing = [child.node_id for child in graph.nodes[0].children
-               if child.local_name == "model_weights"]
-    if not listing:
+    view = tf.train.CheckpointView(path)
+    listing = view.children(0).get("model_weights")
+    if listing is None:
         return None
-    return {child.local_name: attribute.checkpoint_key
-            for child in graph.nodes[listing[0]].children
-            for attribute in graph.nodes[child.node_id].attributes
-            if attribute.name == "VARIABLE_VALUE"}
+    paths, queue = {0: ""}, collections.deque([0])
+    while queue:
+        node = queue.popleft()
+        for name, child in view.children(node).items():
+            if child not in paths:
+                # A checkpoint writes '.' doubled and '/' as '.S' in a path step.
+                step = name.replace(".", "..").replace("/", ".S")
+                paths[child] = f"{paths[node]}/{step}".lstrip("/")
+                queue.append(child)
+    stored = set(reader.get_variable_to_shape_map())
+    keys = {name: f"{paths[node]}/.ATTRIBUTES/VARIABLE_VALUE"
+            for name, node in view.children(listing).items()}
+    return {name: key for name, key in keys.items() if key in stored}
 
 
 # ---------------------------------------------------------------------------
