@@ -295,6 +295,7 @@ def for_run(
     stop_request: Optional[StopRequest],
     checkpoint_manager: Optional[tf.train.CheckpointManager],
     on_loop_end: Optional[LoopHook] = None,
+    record_evaluations: Optional[RecordEvaluation] = None,
 ) -> RunActions:
     """The actions `bin/train` gives a run, in their order (see the module docstring).
 
@@ -311,4 +312,4 @@ def for_run(
         train.append(OnLoopEnd(on_loop_end))
     if stop_request is not None:
         train.append(StopOnSignal(request=stop_request, checkpoint_manager=checkpoint_manager))
-    return RunActions(train=train, eval=for_evaluation(eval_summaries))
+    return RunActions(train=train, eval=for_evaluation(eval_summaries, record_evaluations))

@@ -224,7 +224,11 @@ def _run_controller(plan: Plan, strategy, global_step, trainer, evaluator, manag
         summary_interval=config.summary_interval, profile_steps=config.profile_range,
         profile_dir=config.train_summary_dir, train_summaries=train_summaries,
         eval_summaries=eval_summaries, stop_request=stop_request, checkpoint_manager=manager,
-        on_loop_end=on_loop_end)
+        on_loop_end=on_loop_end,
+        # A run that only evaluates adds to evaluations.json, beside the training record.
+        record_evaluations=actions.RecordEvaluation(path=config.evaluations_path,
+                                                    by="--mode=evaluate")
+        if role.is_chief and plan.mode == "evaluate" else None)
     controller = Controller(
         global_step=global_step, trainer=trainer, evaluator=evaluator,
         steps_per_loop=config.steps_per_loop, checkpoint_manager=manager,
@@ -252,12 +256,7 @@ def _run_controller(plan: Plan, strategy, global_step, trainer, evaluator, manag
         summary = run_record.summarize(
             plan, controller, num_replicas=strategy.num_replicas_in_sync, restored=restored,
             start_step=start_step, interrupted=interrupted, wall_seconds=time.time() - began)
-        if role.is_chief and plan.mode == "evaluate":
-            if not interrupted:
-                run_record.add_evaluation(config.evaluations_path, step=controller.step,
-                                          by="--mode=evaluate",
-                                          metrics=controller.last_eval_metrics)
-        elif role.is_chief:
+        if role.is_chief and plan.mode != "evaluate":
             run_record.write(config.metrics_path, summary)
     return summary
 

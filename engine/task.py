@@ -163,7 +163,7 @@ class ClassificationTask(Task):
     """
 
     def __init__(self, *, dataset: str = "synthetic", model: str = "mlp", data_dir: str = "",
-                 image_size: int = 224, eval_fraction: float = 0.1, seed: int = 0,
+                 image_size: int = 224, eval_fraction: float = 0.2, seed: int = 0,
                  model_fn: Optional[Callable[[tuple, int], Any]] = None,
                  loss_fn: Optional[LossFn] = None):
         self.dataset, self.model_name = dataset, model

@@ -24,15 +24,16 @@ logger = logging.getLogger(__name__)
 
 
 def context_for(plan: Any, *, start_step: int = 0, global_batch_size: Optional[int] = None,
-                seed: Any = "run") -> InputContext:
-    """The `InputContext` this process's pipeline gets under `plan`."""
+                seeded: bool = True) -> InputContext:
+    """The `InputContext` this process's pipeline gets under `plan`
+    (`seeded=False`: seed None, each worker draws its own order)."""
     config = plan.config
     return InputContext.create(
         start_step=start_step,
         global_batch_size=global_batch_size or config.global_batch_size,
         num_replicas=plan.replicas, num_input_pipelines=plan.input_workers,
         input_pipeline_id=_pipeline_index(plan.role) if plan.input_workers > 1 else 0,
-        seed=config.seed if seed == "run" else seed, shard_policy=plan.shard_policy,
+        seed=config.seed if seeded else None, shard_policy=plan.shard_policy,
         deterministic=config.deterministic)
 
 

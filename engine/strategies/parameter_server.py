@@ -52,7 +52,7 @@ class ParameterServer(ReducesItself):
 
         def train_dataset_fn(batch_size: int) -> tf.data.Dataset:
             # Seedless: each worker draws its own order (see ps_trainer).
-            context = task_inputs.context_for(plan, global_batch_size=batch_size, seed=None)
+            context = task_inputs.context_for(plan, global_batch_size=batch_size, seeded=False)
             return task_inputs.train_dataset(task, context)
 
         return ps_trainer.ParameterServerTrainer(
