@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import tempfile
 import uuid
 from typing import Iterator
@@ -92,9 +91,6 @@ def _move_into_place(staging: str, output_dir: str) -> None:
 
 
 def _remove(staging: str) -> None:
-    if _is_local(staging):
-        shutil.rmtree(staging, ignore_errors=True)
-        return
     try:
         tf.io.gfile.rmtree(staging)
     except tf.errors.OpError:
