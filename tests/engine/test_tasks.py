@@ -162,7 +162,7 @@ def test_binaries_refuse_a_bad_task_export_and_init_from_in_one_line(tmp_path):
                           contains="has no checkpoint to export")
     assert_one_line_error(run_bin("train", f"--init_from={tmp_path / 'nothing'}",
                                   "--devices=cpu:0", "--train_steps=2",
-                                  f"--model_dir={model_dir}"), contains="--init_from")
+                                  f"--model_dir={model_dir}"), contains="does not exist")
     assert not model_dir.exists()
 
 
