@@ -9,6 +9,7 @@ machine or the file system (devices, data files, `model_dir`) happen in
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 
 from tfloop.engine.errors import ConfigError
@@ -16,6 +17,11 @@ from tfloop.engine.errors import ConfigError
 MODES = ("train", "evaluate", "train_and_evaluate")
 SHARD_POLICIES = ("auto", "file", "data", "off")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+LR_SCHEDULES = ("constant", "cosine", "step", "polynomial")
+LR_SCALING = ("none", "linear")
+BEST_MODES = ("auto", "max", "min")
+#: --weight_decay_exclude's keyword: every variable of at most one dimension.
+BIASES_AND_NORMS = "biases_and_norms"
 
 
 def parse_profile_steps(text: str):
@@ -38,6 +44,21 @@ def parse_profile_steps(text: str):
             "e.g. --profile_steps=100,110"
         )
     return first, last
+
+
+def parse_steps(flag: str, text: str) -> tuple[int, ...]:
+    """`"30000,60000"` → `(30000, 60000)`: positive, increasing global steps."""
+    if not text:
+        return ()
+    try:
+        steps = tuple(int(p) for p in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--{flag}={text!r} is not comma-separated integers; "
+                          f"e.g. --{flag}=30000,60000") from None
+    if any(s < 1 for s in steps) or list(steps) != sorted(set(steps)):
+        raise ConfigError(f"--{flag}={text!r} must be positive global steps in increasing "
+                          f"order; e.g. --{flag}=30000,60000")
+    return steps
 
 
 def option(default, help: str):
@@ -93,8 +114,20 @@ class RunConfig:
     model_dir: str = option(
         "runs/default", "Checkpoints, summaries/ and metrics.json; reusing it resumes the run.")
     global_batch_size: int = option(
-        256, "Examples per step over all replicas; must divide by the replica count.")
+        256, "Examples per step (one optimizer update) over all replicas and, with "
+        "--accumulation_steps, all its micro-batches; must divide by the replica count times "
+        "--accumulation_steps.")
+    per_replica_batch_size: int = option(
+        0, "Instead of --global_batch_size: examples per replica per step; the global batch "
+        "is this times the replica count (times --accumulation_steps) (0: use "
+        "--global_batch_size).")
     train_steps: int = option(1000, "Global step to train to.")
+    epochs: int = option(
+        0, "Instead of --train_steps: passes over the train split (steps per epoch: its "
+        "examples / the global batch, rounded up, or --steps_per_epoch) (0: use --train_steps).")
+    steps_per_epoch: int = option(
+        0, "Steps in one epoch for --epochs, for data whose size the engine does not know "
+        "(0: the train split's examples / the global batch).")
     steps_per_loop: int = option(
         100, "Steps per compiled loop (one tf.function call, one Python round trip, one "
         "progress line); not an epoch.")
@@ -106,8 +139,55 @@ class RunConfig:
         "Default: train_and_evaluate when the dataset has an eval split.")
     eval_interval: int = option(0, "Steps between evaluations (0: only at the end).")
     eval_steps: int = option(-1, "Eval batches per evaluation (-1: the whole eval split).")
-    optimizer: str = option("adam", "sgd | momentum (0.9) | adam.")
-    learning_rate: float = option(0.001, "Learning rate.")
+    # The recipe.
+    optimizer: str = option(
+        "adam", "sgd | momentum (0.9) | adam | adamw (adam with --weight_decay, 0.004 when "
+        "that is 0).")
+    learning_rate: float = option(
+        0.001, "Peak learning rate: reached after --warmup_steps, before any decay; times the "
+        "replica count with --scale_learning_rate=linear.")
+    lr_schedule: str = option(
+        "constant", "constant | cosine (decays to --end_learning_rate at the last step) | "
+        "step (times --lr_decay_rate at each of --lr_decay_steps) | polynomial (to "
+        "--end_learning_rate, power --lr_power); a function of the global step, after "
+        "--warmup_steps.")
+    warmup_steps: int = option(
+        0, "Steps of linear warmup from 0 to --learning_rate before the schedule starts.")
+    lr_decay_steps: str = option(
+        "", "--lr_schedule=step: comma-separated global steps where the rate is multiplied by "
+        "--lr_decay_rate, e.g. 30000,60000.")
+    lr_decay_rate: float = option(0.1, "--lr_schedule=step: the factor at each decay step.")
+    lr_power: float = option(1.0, "--lr_schedule=polynomial: the power (1: linear decay).")
+    end_learning_rate: float = option(
+        0.0, "--lr_schedule=cosine|polynomial: the rate at the last step.")
+    scale_learning_rate: str = option(
+        "none", "none | linear: multiply --learning_rate (and --end_learning_rate) by the "
+        "replica count (the linear scaling rule), logged at start.")
+    weight_decay: float = option(
+        0.0, "Decoupled weight decay (AdamW's, for every optimizer): each step subtracts "
+        "learning rate x weight_decay x weight (0: off).")
+    weight_decay_exclude: str = option(
+        BIASES_AND_NORMS, "Variables weight decay leaves alone: biases_and_norms (every "
+        "variable of at most one dimension: biases, normalization scales and offsets), none, "
+        "or comma-separated substrings of variable paths, e.g. bias,gamma,beta.")
+    clip_norm: float = option(
+        0.0, "Clip the all-reduced gradients to this global norm, identically on every "
+        "replica (0: off); the norm before clipping is the train metric grad_norm.")
+    accumulation_steps: int = option(
+        1, "Micro-batches per step: each replica's share of the global batch is split in "
+        "this many, their gradients summed, then one all-reduce and one update (1: off).")
+    ema_decay: float = option(
+        0.0, "Keep an exponential moving average of the trained weights with this decay, "
+        "e.g. 0.999; evaluation and export use the average (0: off).")
+    best_metric: str = option(
+        "", "Keep the checkpoint (and export) of the best evaluation by this metric in "
+        "model_dir/best/, apart from the rolling ones, e.g. eval/accuracy (empty: off).")
+    best_mode: str = option(
+        "auto", "max | min | auto (max for accuracy-like names, else min): which way "
+        "--best_metric improves.")
+    early_stopping_patience: int = option(
+        0, "Stop after this many evaluations in a row without a better --best_metric "
+        "(0: never).")
     seed: int = option(
         0, "Seed for initial weights and data order; the same seed gives the same initial "
         "weights on any strategy.")
@@ -146,9 +226,12 @@ class RunConfig:
         "several CPU replicas (else TF's default), 0 = TF's default (all cores), N = N.")
 
     def __post_init__(self):
-        positive = ("global_batch_size", "steps_per_loop", "max_checkpoints", "image_size")
+        positive = ("global_batch_size", "steps_per_loop", "max_checkpoints", "image_size",
+                    "accumulation_steps")
         non_negative = (
             "train_steps", "checkpoint_interval", "summary_interval", "eval_interval", "seed",
+            "epochs", "steps_per_epoch", "per_replica_batch_size", "warmup_steps",
+            "early_stopping_patience",
         )
         for name in positive:
             if getattr(self, name) < 1:
@@ -177,8 +260,7 @@ class RunConfig:
                 raise ConfigError(f"--{name}={getattr(self, name)} must be 0 or more seconds")
         if not 0 <= self.eval_fraction < 1:
             raise ConfigError(f"--eval_fraction={self.eval_fraction} must be at least 0 and below 1")
-        if not self.learning_rate > 0:
-            raise ConfigError(f"--learning_rate={self.learning_rate} must be positive")
+        self._check_recipe()
         if self.mode and self.mode not in MODES:
             raise ConfigError(f"--mode={self.mode!r} is not a mode; choose one of: {', '.join(MODES)}")
         if not self.model_dir:
@@ -194,6 +276,62 @@ class RunConfig:
                 f"--intra_op_threads={self.intra_op_threads} must be -1 (a share of the cores "
                 "per CPU replica), 0 (TensorFlow's default) or a positive count"
             )
+
+    def _check_recipe(self) -> None:
+        """The learning rate, schedule, regularization and stopping flags."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        if self.epochs and self.train_steps != defaults["train_steps"]:
+            raise ConfigError(f"--epochs={self.epochs} and --train_steps={self.train_steps} both "
+                              "say how long to train; give one")
+        if self.steps_per_epoch and not self.epochs:
+            raise ConfigError(f"--steps_per_epoch={self.steps_per_epoch} is the length of an "
+                              "epoch for --epochs; give --epochs too, or use --train_steps")
+        if self.per_replica_batch_size and self.global_batch_size != defaults["global_batch_size"]:
+            raise ConfigError(
+                f"--per_replica_batch_size={self.per_replica_batch_size} and "
+                f"--global_batch_size={self.global_batch_size} both set the batch; give one")
+        for name in ("learning_rate", "lr_decay_rate", "lr_power"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
+                raise ConfigError(f"--{name}={getattr(self, name)} must be a positive number")
+        for name in ("end_learning_rate", "weight_decay", "clip_norm"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                raise ConfigError(f"--{name}={getattr(self, name)} must be 0 or a positive number")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ConfigError(f"--lr_schedule={self.lr_schedule!r} is not a schedule; choose one "
+                              f"of: {', '.join(LR_SCHEDULES)}")
+        if self.scale_learning_rate not in LR_SCALING:
+            raise ConfigError(f"--scale_learning_rate={self.scale_learning_rate!r} is not a "
+                              f"rule; choose one of: {', '.join(LR_SCALING)}")
+        steps = parse_steps("lr_decay_steps", self.lr_decay_steps)
+        if self.lr_schedule == "step" and not steps:
+            raise ConfigError("--lr_schedule=step needs --lr_decay_steps, the global steps where "
+                              "the rate drops; e.g. --lr_decay_steps=30000,60000")
+        if steps and self.lr_schedule != "step":
+            raise ConfigError(f"--lr_decay_steps={self.lr_decay_steps} applies to "
+                              f"--lr_schedule=step, not {self.lr_schedule}; drop it or use step")
+        if self.lr_schedule in ("cosine", "polynomial") and \
+                self.end_learning_rate >= self.learning_rate:
+            raise ConfigError(
+                f"--end_learning_rate={self.end_learning_rate} must be below "
+                f"--learning_rate={self.learning_rate} for --lr_schedule={self.lr_schedule}")
+        if not 0 <= self.ema_decay < 1:
+            raise ConfigError(f"--ema_decay={self.ema_decay} must be at least 0 and below 1 "
+                              "(e.g. 0.999; 0: off)")
+        if self.best_mode not in BEST_MODES:
+            raise ConfigError(f"--best_mode={self.best_mode!r} is not a mode; choose one of: "
+                              f"{', '.join(BEST_MODES)}")
+        if self.best_metric and not self.best_metric.startswith("eval/"):
+            raise ConfigError(f"--best_metric={self.best_metric!r} is not an evaluation metric; "
+                              "name one as eval/<metric>, e.g. eval/accuracy or eval/loss")
+        if self.early_stopping_patience and not self.best_metric:
+            raise ConfigError(
+                f"--early_stopping_patience={self.early_stopping_patience} needs --best_metric, "
+                "the metric that must improve; e.g. --best_metric=eval/accuracy")
+
+    @property
+    def lr_decay_boundaries(self) -> tuple[int, ...]:
+        """`lr_decay_steps` as global steps."""
+        return parse_steps("lr_decay_steps", self.lr_decay_steps)
 
     @property
     def profile_range(self):
