@@ -107,16 +107,21 @@ def _check_positive(name: str, value: int) -> None:
 
 
 class TrainProgress(Action):
-    """One line per loop: `train step 200/1000  loss ...  12.5 steps/s  3200 examples/s`."""
+    """One line per loop: `train step 200/1000  loss ...  12.5 steps/s  3200 examples/s`,
+    with `(epoch 2/5)` after the step when the run is counted in epochs."""
 
-    def __init__(self, *, global_batch_size: int):
+    def __init__(self, *, global_batch_size: int, steps_per_epoch: int = 0, epochs: int = 0):
         _check_positive("global_batch_size", global_batch_size)
         self.global_batch_size = global_batch_size
+        self.steps_per_epoch, self.epochs = steps_per_epoch, epochs
 
     def __call__(self, loop: LoopEnd) -> None:
         steps_per_sec = loop.num_steps / loop.seconds if loop.seconds else 0.0
-        logger.info("train step %d/%d  %s  %.1f steps/s  %.0f examples/s",
-                    loop.step, loop.target, _format_metrics(loop.metrics),
+        epoch = ""
+        if self.steps_per_epoch and self.epochs:
+            epoch = f" (epoch {-(-loop.step // self.steps_per_epoch)}/{self.epochs})"
+        logger.info("train step %d/%d%s  %s  %.1f steps/s  %.0f examples/s",
+                    loop.step, loop.target, epoch, _format_metrics(loop.metrics),
                     steps_per_sec, steps_per_sec * self.global_batch_size)
 
 
@@ -296,6 +301,8 @@ def for_run(
     checkpoint_manager: Optional[tf.train.CheckpointManager],
     on_loop_end: Optional[LoopHook] = None,
     record_evaluations: Optional[RecordEvaluation] = None,
+    steps_per_epoch: int = 0,
+    epochs: int = 0,
 ) -> RunActions:
     """The actions `bin/train` gives a run, in their order (see the module docstring).
 
@@ -305,7 +312,8 @@ def for_run(
     train: list[Action] = []
     if profile_steps is not None:
         train.append(Profile(steps=profile_steps, logdir=profile_dir if is_chief else None))
-    train.append(TrainProgress(global_batch_size=global_batch_size))
+    train.append(TrainProgress(global_batch_size=global_batch_size,
+                               steps_per_epoch=steps_per_epoch, epochs=epochs))
     train.append(TrainSummaries(writer=train_summaries, interval=summary_interval,
                                 global_batch_size=global_batch_size))
     if on_loop_end is not None:

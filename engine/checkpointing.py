@@ -16,6 +16,7 @@ import glob
 import hashlib
 import logging
 import os
+import posixpath
 import shutil
 import tempfile
 from typing import Any, Optional
@@ -25,6 +26,9 @@ import tensorflow as tf
 from tfloop.engine.errors import ConfigError
 
 logger = logging.getLogger(__name__)
+
+#: Where a checkpoint keeps the weights' moving averages (`engine.ema`).
+AVERAGES = "ema"
 
 
 def named_weights(model: Any) -> dict[str, tf.Variable]:
@@ -36,13 +40,21 @@ def named_weights(model: Any) -> dict[str, tf.Variable]:
     }
 
 
+def parts(model: Any, optimizer: Any, global_step: tf.Variable) -> dict:
+    """What every training checkpoint holds, by attribute name; a run that
+    starts keeping averages restores an older checkpoint through these alone."""
+    return dict(model=model, optimizer=optimizer, global_step=global_step,
+                model_weights=named_weights(model))
+
+
 def create(
-    *, model: Any, optimizer: Any, global_step: tf.Variable, directory: str, max_to_keep: int
+    *, model: Any, optimizer: Any, global_step: tf.Variable, directory: str, max_to_keep: int,
+    averages: Optional[dict] = None,
 ) -> tuple[tf.train.Checkpoint, tf.train.CheckpointManager]:
-    checkpoint = tf.train.Checkpoint(
-        model=model, optimizer=optimizer, global_step=global_step,
-        model_weights=named_weights(model),
-    )
+    """The run's checkpoint and its manager; `averages`: the weights' moving
+    averages by `named_weights` key (`engine.ema`), saved under `ema/`."""
+    extra = {AVERAGES: averages} if averages is not None else {}
+    checkpoint = tf.train.Checkpoint(**parts(model, optimizer, global_step), **extra)
     manager = tf.train.CheckpointManager(
         checkpoint, directory=directory, max_to_keep=max_to_keep, step_counter=global_step
     )
@@ -64,6 +76,29 @@ def save(manager: Optional[tf.train.CheckpointManager], step: int) -> Optional[s
     path = manager.save(checkpoint_number=step, check_interval=False)
     logger.info("saved checkpoint %s", path)
     return path
+
+
+def holds(path: Optional[str], name: str) -> bool:
+    """Whether checkpoint `path` has anything saved under the attribute `name`."""
+    if not path:
+        return False
+    return any(key.split("/")[0] == name for key, _ in tf.train.list_variables(path))
+
+
+def restore_for_inference(model: Any, global_step: tf.Variable, path: str) -> bool:
+    """Reads the model's weights and the step from checkpoint `path` (no
+    optimizer), the moving averages in place of the trained weights when it
+    holds them (`engine.ema`); returns whether it did."""
+    checkpoint = tf.train.Checkpoint(model=model, global_step=global_step,
+                                     model_weights=named_weights(model))
+    restore(checkpoint, path, posixpath.dirname(path), partial=True)
+    if not holds(path, AVERAGES):
+        return False
+    stored = {key.split("/")[1] for key, _ in tf.train.list_variables(path)
+              if key.startswith(AVERAGES + "/")}
+    weights = {key: v for key, v in named_weights(model).items() if key in stored}
+    tf.train.Checkpoint(**{AVERAGES: weights}).restore(path).expect_partial()
+    return True
 
 
 def worker_save_dir(model_dir: str, role_name: str) -> str:

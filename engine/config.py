@@ -280,7 +280,8 @@ class RunConfig:
     def _check_recipe(self) -> None:
         """The learning rate, schedule, regularization and stopping flags."""
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        if self.epochs and self.train_steps != defaults["train_steps"]:
+        resolved = self.steps_per_epoch and self.train_steps == self.epochs * self.steps_per_epoch
+        if self.epochs and self.train_steps != defaults["train_steps"] and not resolved:
             raise ConfigError(f"--epochs={self.epochs} and --train_steps={self.train_steps} both "
                               "say how long to train; give one")
         if self.steps_per_epoch and not self.epochs:

@@ -74,13 +74,14 @@ class Plan:
 
     def describe(self, num_replicas: int) -> str:
         """The start-up line: who runs what, on which devices, reduced how."""
-        batch = self.config.global_batch_size
+        batch, micro = self.config.global_batch_size, self.config.accumulation_steps
         return "".join([
             f"{self.role.name}: " if self.role.in_cluster else "",
             "evaluator" if self.role.is_evaluator else self.spec.name,
             f" over {num_replicas} replica(s) [{device_names.short_list(self.devices)}], ",
             f"collective {self.collective.describe() if self.collective else 'none'}, ",
-            f"global batch {batch} ({batch // num_replicas} per replica)",
+            f"global batch {batch} ({batch // num_replicas} per replica",
+            f" in {micro} micro-batches of {batch // num_replicas // micro})" if micro > 1 else ")",
             f", {self.intra_op_threads} intra-op thread(s) per op" if self.intra_op_threads else "",
         ])
 
@@ -95,13 +96,15 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
     if role.is_evaluator:
         device_names = device_names[:1]  # the sidecar evaluates on one device
     replicas = spec.num_replicas(device_names, role=role, connection=connection)
-    _check_divisible(config.global_batch_size, replicas)
+    config = _resolve_batch(config, replicas)
+    _check_divisible(config, replicas)
     # Logical CPU devices (and the thread pools) must be set up before anything
     # else touches TensorFlow.
     devices.prepare_devices(device_names)
     intra_op_threads = devices.configure_threads(device_names, config.intra_op_threads)
     collective = None if role.is_evaluator else spec.create_collective(config, device_names)
     _prepare_task(config, task)
+    config = _resolve_epochs(config, task)
     input_workers = 1 if role.is_evaluator else spec.input_workers(role)
     shard_policy = task.resolve_shard_policy(config.auto_shard_policy, input_workers)
     if input_workers > 1:
@@ -135,12 +138,51 @@ def _strategy_for(config: RunConfig, role: tf_config.Role):
     return spec, spec.connect(config)
 
 
-def _check_divisible(global_batch_size: int, replicas: int) -> None:
-    if global_batch_size % replicas:
+def _resolve_batch(config: RunConfig, replicas: int) -> RunConfig:
+    """`--per_replica_batch_size` as the global batch it means (the tutorials'
+    `batch_size_per_replica * num_replicas_in_sync`, times the micro-batches)."""
+    if not config.per_replica_batch_size:
+        return config
+    global_batch_size = config.per_replica_batch_size * replicas * config.accumulation_steps
+    logger.info("global batch %d: --per_replica_batch_size=%d x %d replicas%s",
+                global_batch_size, config.per_replica_batch_size, replicas,
+                f" x {config.accumulation_steps} micro-batches"
+                if config.accumulation_steps > 1 else "")
+    return dataclasses.replace(config, global_batch_size=global_batch_size,
+                               per_replica_batch_size=0)
+
+
+def _check_divisible(config: RunConfig, replicas: int) -> None:
+    batch, micro = config.global_batch_size, config.accumulation_steps
+    parts = replicas * micro
+    if batch % parts:
+        into = (f"the {replicas} replicas" if micro == 1
+                else f"{replicas} replicas x {micro} micro-batches (--accumulation_steps)")
         raise ConfigError(
-            f"--global_batch_size={global_batch_size} does not divide by the "
-            f"{replicas} replicas; use a multiple of {replicas}, e.g. "
-            f"{max(replicas, global_batch_size // replicas * replicas)}")
+            f"--global_batch_size={batch} does not divide by {into}; use a multiple of "
+            f"{parts}, e.g. {max(parts, batch // parts * parts)}")
+
+
+def _resolve_epochs(config: RunConfig, task: Task) -> RunConfig:
+    """`--epochs` as the global step to train to: epochs x steps per epoch,
+    an epoch being the train split's examples over the global batch, rounded
+    up (or `--steps_per_epoch` for data of unknown size)."""
+    if not config.epochs:
+        return config
+    steps_per_epoch = config.steps_per_epoch
+    if not steps_per_epoch:
+        examples = task.train_examples
+        if not examples:
+            raise ConfigError(
+                f"--epochs={config.epochs} needs the size of the train split, and "
+                f"{type(task).__name__}.train_examples is {examples!r}; define it, give "
+                "--steps_per_epoch, or use --train_steps")
+        steps_per_epoch = -(-examples // config.global_batch_size)
+        logger.info("an epoch is %d steps (%d examples / global batch %d, rounded up); "
+                    "%d epochs train to step %d", steps_per_epoch, examples,
+                    config.global_batch_size, config.epochs, config.epochs * steps_per_epoch)
+    return dataclasses.replace(config, train_steps=config.epochs * steps_per_epoch,
+                               steps_per_epoch=steps_per_epoch)
 
 
 def _prepare_task(config: RunConfig, task: Task) -> None:

@@ -23,6 +23,7 @@ import contextlib
 from typing import Iterator
 
 import keras
+import tensorflow as tf
 
 from tfloop.engine.config import PRECISIONS
 
@@ -48,3 +49,11 @@ def wrap_optimizer(optimizer: keras.optimizers.Optimizer, name: str) -> keras.op
     if name == "mixed_float16":
         return keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer
+
+
+def loss_scale(optimizer: keras.optimizers.Optimizer):
+    """The factor the optimizer's gradients still carry: the dynamic scale of
+    a `LossScaleOptimizer` (a variable), else 1."""
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return tf.cast(optimizer.dynamic_scale, tf.float32)
+    return tf.constant(1.0)

@@ -112,7 +112,8 @@ def check_per_example(name: str, value: Any) -> None:
 
 
 def replica_gradients(loss_fn: LossFn, model: Any, batch: Any, variables: list, *,
-                      optimizer: keras.optimizers.Optimizer, global_batch_size: int):
+                      optimizer: keras.optimizers.Optimizer, global_batch_size: int,
+                      micro_batches: int = 1):
     """One replica's loss and gradients: the part every strategy's step shares.
 
     The per-example loss is divided by the *global* batch
@@ -120,7 +121,9 @@ def replica_gradients(loss_fn: LossFn, model: Any, batch: Any, variables: list, 
     (`scale_regularization_loss`), so summing gradients over replicas gives the
     gradient of the global batch. Under mixed precision the objective stays
     float32 and `optimizer.scale_loss` applies the loss scale (identity
-    otherwise).
+    otherwise). `micro_batches`: this batch is one of that many whose
+    gradients are summed (`accumulated_gradients`), so each carries that
+    share of the model losses.
 
     Returns:
       (gradients, per-example loss as reported, including regularization; the
@@ -133,7 +136,7 @@ def replica_gradients(loss_fn: LossFn, model: Any, batch: Any, variables: list, 
         regularization = getattr(model, "losses", None)
         if regularization:
             regularization = tf.add_n([tf.cast(r, tf.float32) for r in regularization])
-            loss += tf.nn.scale_regularization_loss(regularization)
+            loss += tf.nn.scale_regularization_loss(regularization) / micro_batches
         else:
             regularization = None
         scaled_loss = optimizer.scale_loss(loss)
@@ -142,3 +145,60 @@ def replica_gradients(loss_fn: LossFn, model: Any, batch: Any, variables: list, 
     if regularization is not None:
         reported_loss = per_example_loss + regularization
     return grads, reported_loss, dict(output.metrics)
+
+
+def accumulated_gradients(loss_fn: LossFn, model: Any, batch: Any, variables: list, *,
+                          optimizer: keras.optimizers.Optimizer, global_batch_size: int,
+                          micro_batches: int):
+    """`replica_gradients` of this replica's batch, computed `micro_batches`
+    slices at a time and summed (`--accumulation_steps`).
+
+    Each slice's loss is divided by the *global* batch of the whole step, so
+    the sum is exactly the gradient `replica_gradients` would give for the
+    whole batch, while only one slice's activations exist at a time. The
+    slices run in a `tf.while_loop` (the graph holds one copy of the model's
+    forward and backward pass, not `micro_batches`), and what follows, the
+    one all-reduce and the update, happens once per step. Batch
+    normalization sees each slice as its batch.
+
+    Returns what `replica_gradients` returns, for the whole batch.
+    """
+    size = tf.shape(tf.nest.flatten(batch)[0])[0]
+    slice_size = size // micro_batches
+
+    def micro_batch(index):
+        begin = index * slice_size
+        return tf.nest.map_structure(lambda x: x[begin:begin + slice_size], batch)
+
+    def gradients_of(index):
+        return replica_gradients(loss_fn, model, micro_batch(index), variables,
+                                 optimizer=optimizer, global_batch_size=global_batch_size,
+                                 micro_batches=micro_batches)
+
+    # The first slice outside the loop: it shows which variables get a
+    # gradient (a loop carries tensors, not None) and the metrics' names.
+    grads, reported, metrics = gradients_of(0)
+    present = [i for i, g in enumerate(grads) if g is not None]
+    names = sorted(metrics)
+
+    def collected(first):
+        array = tf.TensorArray(tf.float32, size=micro_batches, element_shape=[None])
+        return array.write(0, tf.cast(first, tf.float32))
+
+    def step(index, sums, reported_values, metric_values):
+        grads, reported, metrics = gradients_of(index)
+        sums = [total + tf.convert_to_tensor(grads[i]) for total, i in zip(sums, present)]
+        reported_values = reported_values.write(index, reported)
+        metric_values = [values.write(index, tf.cast(metrics[name], tf.float32))
+                         for values, name in zip(metric_values, names)]
+        return index + 1, sums, reported_values, metric_values
+
+    _, sums, reported_values, metric_values = tf.while_loop(
+        lambda index, *_: index < micro_batches, step,
+        (tf.constant(1), [tf.convert_to_tensor(grads[i]) for i in present], collected(reported),
+         [collected(metrics[name]) for name in names]))
+    summed = [None] * len(grads)
+    for i, total in zip(present, sums):
+        summed[i] = total
+    return (summed, reported_values.concat(),
+            {name: values.concat() for name, values in zip(names, metric_values)})

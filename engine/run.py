@@ -19,6 +19,7 @@ here asks for a strategy by name.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import shutil
@@ -28,8 +29,8 @@ from typing import Any, Callable, Optional
 import keras
 import tensorflow as tf
 
-from tfloop.engine import (actions, checkpointing, logs, precision, preemption, run_identity,
-                           run_record)
+from tfloop.engine import (actions, checkpointing, ema, logs, precision, preemption,
+                           run_identity, run_record)
 from tfloop.engine import objectives as objectives_lib
 from tfloop.engine import serving, warm_start
 from tfloop.engine import task as task_lib
@@ -97,13 +98,15 @@ def run(
         logs.configure_logging()
     task = _task_for(config, task, loss_fn=loss_fn, model_fn=model_fn)
     plan = make_plan(config, task)
+    config = plan.config  # with what the plan resolved: --epochs, --per_replica_batch_size
     if plan.spec.serves_only(plan.role):
         return RunResult(plan.spec.serve(plan.role))  # until stopped: the chief trains
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
     strategy = _build_strategy(plan)
     model, objectives, global_step = _build_model_and_objectives(plan, strategy, optimizer)
-    evaluator = _build_evaluator(plan, strategy, model, objectives)
+    average = _build_average(plan, strategy, model, objectives)
+    evaluator = _build_evaluator(plan, strategy, model, objectives, average)
     if plan.role.is_evaluator:
         return RunResult(
             evaluate_each_checkpoint(config, strategy=strategy, model=model,
@@ -112,26 +115,30 @@ def run(
     # Workers other than the chief take part in saving, into a directory of their own.
     write_dir = (config.model_dir if plan.role.is_chief
                  else checkpointing.worker_save_dir(config.model_dir, plan.role.name))
+    parts = checkpointing.parts(model, objectives_lib.checkpointed(objectives), global_step)
     checkpoint, manager = checkpointing.create(
-        model=model, optimizer=objectives_lib.checkpointed(objectives), global_step=global_step,
-        directory=write_dir, max_to_keep=config.max_checkpoints if plan.role.is_chief else 1)
-    restored = checkpointing.restore(checkpoint, plan.latest_checkpoint, config.model_dir)
+        model=model, optimizer=parts["optimizer"], global_step=global_step, directory=write_dir, max_to_keep=config.max_checkpoints if plan.role.is_chief else 1,
+        averages=average.averages if average else None)
+    restored = _restore(plan, checkpoint, parts, average)
     start_step = int(global_step.numpy())
     if restored:
         logger.info("resuming from %s at step %d%s", restored, start_step,
                     f" (ignoring --init_from={config.init_from})" if config.init_from else "")
     elif config.init_from:
         logger.info("starting from the %s", warm_start.load_initial_weights(model, config.init_from))
+        if average is not None:
+            average.reset()  # the average starts from the weights training starts from
     trainer = None if plan.mode == "evaluate" else plan.spec.build_trainer(
         plan, strategy=strategy, model=model, objectives=objectives, global_step=global_step,
-        start_step=start_step, task=task)
+        start_step=start_step, task=task, average=average)
     try:
         record = _run_controller(plan, strategy, global_step, trainer, evaluator, manager,
                                  restored=restored, start_step=start_step,
                                  on_loop_end=on_loop_end)
         if trainer is not None and config.export:
-            record["export"] = serving.export_trained(plan, strategy, model,
-                                                      int(global_step.numpy()))
+            with average.swapped() if average else contextlib.nullcontext():
+                record["export"] = serving.export_trained(plan, strategy, model,
+                                                          int(global_step.numpy()))
     finally:
         if not plan.role.is_chief:
             shutil.rmtree(write_dir, ignore_errors=True)
@@ -152,7 +159,8 @@ def export_checkpoint(config: RunConfig, *, step: Optional[int] = None,
     plan = make_plan(config, task)
     strategy = _build_strategy(plan)
     model, _, global_step = _build_model_and_objectives(plan, strategy)
-    serving.restore_model(model, global_step, path)
+    if checkpointing.restore_for_inference(model, global_step, path):
+        logger.info("exporting the moving average of the weights that %s holds", path)
     return serving.export_trained(plan, strategy, model, int(global_step.numpy()))
 
 
@@ -198,12 +206,56 @@ def _build_model_and_objectives(plan: Plan, strategy: tf.distribute.Strategy,
     return model, objectives, global_step
 
 
-def _build_evaluator(plan: Plan, strategy, model, objectives) -> Optional[Evaluator]:
+def _build_average(plan: Plan, strategy, model, objectives) -> Optional[ema.WeightAverage]:
+    """The weights' moving average: with --ema_decay, and for `--mode=evaluate`
+    of a checkpoint that holds one (evaluation uses the average when there is one)."""
+    config = plan.config
+    if plan.role.is_evaluator or not (config.ema_decay or (
+            plan.mode == "evaluate"
+            and checkpointing.holds(plan.latest_checkpoint, checkpointing.AVERAGES))):
+        return None
+    keys = {id(variable): key for key, variable in checkpointing.named_weights(model).items()}
+    variables = [v for objective in objectives for v in objective.variables]
+    outside = [v.name for v in variables if id(v) not in keys]
+    if outside:
+        raise ConfigError(f"--ema_decay averages the model's variables, and {outside[0]} is "
+                          "trained but not held by the model; make it part of build_model()'s model")
+    with strategy.scope():
+        average = ema.WeightAverage(strategy, variables, [keys[id(v)] for v in variables],
+                                    config.ema_decay)
+    logger.info("%s the moving average of the weights%s",
+                "evaluation and export use" if plan.mode != "evaluate" and config.export
+                else "evaluation uses",
+                f" (--ema_decay={config.ema_decay})" if config.ema_decay else
+                f" that {plan.latest_checkpoint} holds")
+    return average
+
+
+def _restore(plan: Plan, checkpoint: tf.train.Checkpoint, parts: dict,
+             average: Optional[ema.WeightAverage]) -> Optional[str]:
+    """Restores the newest checkpoint, if any, whether or not it holds the
+    moving averages this run keeps."""
+    path, model_dir = plan.latest_checkpoint, plan.config.model_dir
+    holds_averages = checkpointing.holds(path, checkpointing.AVERAGES)
+    if path and average is not None and not holds_averages:
+        restored = checkpointing.restore(tf.train.Checkpoint(**parts), path, model_dir)
+        average.reset()
+        logger.info("%s holds no moving averages: they start from its weights", path)
+        return restored
+    if path and average is None and holds_averages and plan.mode != "evaluate":
+        logger.info("not continuing the moving averages %s holds (--ema_decay=0)", path)
+        return checkpointing.restore(checkpoint, path, model_dir, partial=True)
+    return checkpointing.restore(checkpoint, path, model_dir)
+
+
+def _build_evaluator(plan: Plan, strategy, model, objectives,
+                     average: Optional[ema.WeightAverage]):
     if plan.mode == "train":
         return None
     eval_dataset = task_inputs.eval_dataset(plan.task, task_inputs.context_for(plan))
-    return Evaluator(strategy=strategy, model=model, eval_dataset=eval_dataset,
-                     loss_fn=objectives_lib.combined_loss(objectives))
+    evaluator = Evaluator(strategy=strategy, model=model, eval_dataset=eval_dataset,
+                          loss_fn=objectives_lib.combined_loss(objectives))
+    return ema.AveragedEvaluator(evaluator, average) if average else evaluator
 
 
 def _run_controller(plan: Plan, strategy, global_step, trainer, evaluator, manager, *,
@@ -224,7 +276,7 @@ def _run_controller(plan: Plan, strategy, global_step, trainer, evaluator, manag
         summary_interval=config.summary_interval, profile_steps=config.profile_range,
         profile_dir=config.train_summary_dir, train_summaries=train_summaries,
         eval_summaries=eval_summaries, stop_request=stop_request, checkpoint_manager=manager,
-        on_loop_end=on_loop_end,
+        on_loop_end=on_loop_end, steps_per_epoch=config.steps_per_epoch, epochs=config.epochs,
         # A run that only evaluates adds to evaluations.json, beside the training record.
         record_evaluations=actions.RecordEvaluation(path=config.evaluations_path,
                                                     by="--mode=evaluate")

@@ -14,12 +14,11 @@ rebuilt as it was trained; the checkpoint's optimizer state is not read.
 from __future__ import annotations
 
 import logging
-import posixpath
 from typing import Any, Optional
 
 import tensorflow as tf
 
-from tfloop.engine import checkpointing, export, task_inputs
+from tfloop.engine import export, task_inputs
 from tfloop.engine.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -56,10 +55,3 @@ def checkpoint_at(model_dir: str, step: Optional[int]) -> str:
     kept = ", ".join(p.rsplit("-", 1)[-1] for p in state.all_model_checkpoint_paths)
     raise ConfigError(f"--step={step}: --model_dir={model_dir} keeps checkpoints of steps "
                       f"{kept}; export one of those")
-
-
-def restore_model(model: Any, global_step: tf.Variable, path: str) -> None:
-    """Reads the model's weights and the step from checkpoint `path` (no optimizer)."""
-    checkpoint = tf.train.Checkpoint(model=model, global_step=global_step,
-                                     model_weights=checkpointing.named_weights(model))
-    checkpointing.restore(checkpoint, path, posixpath.dirname(path), partial=True)

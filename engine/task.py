@@ -140,6 +140,11 @@ class Task:
         return model(features, training=False)
 
     @property
+    def train_examples(self) -> Optional[int]:
+        """Examples in one pass over the train data, for `--epochs`; None: unknown."""
+        return None
+
+    @property
     def has_eval(self) -> bool:
         """Whether the task evaluates (it overrides `eval_dataset`)."""
         return type(self).eval_dataset is not Task.eval_dataset
@@ -201,6 +206,10 @@ class ClassificationTask(Task):
     @property
     def has_eval(self) -> bool:
         return self.splits.eval is not None
+
+    @property
+    def train_examples(self) -> int:
+        return len(self.splits.train)
 
     def build_model(self):
         shape, classes = self.splits.input_shape, self.splits.num_classes

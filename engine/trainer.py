@@ -11,13 +11,27 @@ per step::
                 strategy.run(replica_step, objective, batch)
         global_step += 1
 
+        average.update()                           # --ema_decay: the weights' moving average
+
     replica_step(objective, batch):                # on every replica
         out  = loss_fn(model, batch, training=True)        # these four lines are
         loss = compute_average_loss(out.per_example_loss, global_batch_size)
                + scale_regularization_loss(model.losses)
         grads = tape.gradient(optimizer.scale_loss(loss), objective's variables)  # XLA's
         grads = all-reduce(grads)                  # the one all-reduce, via the collective
+        grad_norm = global_norm(grads)             # a train metric; --clip_norm clips to it
         objective's optimizer.apply_gradients(grads)  # applies; does not reduce again
+
+With `--accumulation_steps=N` the forward and backward lines run over N
+slices of the replica's batch in a `tf.while_loop` and their gradients are
+summed (`engine.replica_step.accumulated_gradients`); the all-reduce, the
+clipping and the update still happen once per step. `global_batch_size` stays
+the examples of one step, one update.
+
+Clipping happens after the all-reduce, on the gradients every replica holds
+identically, so every replica clips by the same factor and the weights stay
+in sync: clipping each replica's own gradients before the sum would not
+equal clipping the one-device gradient.
 
 The forward and backward lines are `engine.replica_step.replica_gradients`,
 which the parameter-server trainer shares.
@@ -44,13 +58,17 @@ import keras
 import tensorflow as tf
 
 from tfloop.collectives.interface import Collective
-from tfloop.engine import keras_bridge
+from tfloop.engine import precision
 from tfloop.engine import objectives as objectives_lib
+from tfloop.engine.ema import WeightAverage
 from tfloop.engine.losses import LossFn, classification_loss
-from tfloop.engine.replica_step import metric_names, replica_gradients
+from tfloop.engine.replica_step import accumulated_gradients, metric_names, replica_gradients
 from tfloop.engine.objectives import BoundObjective
 from tfloop.engine.replica_sums import EXAMPLES, ReplicaSums
 from tfloop.engine.runner import AbstractTrainer, Metrics
+
+#: The train metric of the reduced gradients' global norm (before clipping).
+GRAD_NORM = "grad_norm"
 
 
 class Trainer(AbstractTrainer):
@@ -77,6 +95,10 @@ class Trainer(AbstractTrainer):
       loss_fn: the user's per-example loss (see `engine.losses`; default
         classification).
       jit_compile: compile each replica's forward and backward pass with XLA.
+      accumulation_steps: micro-batches per step (see the module docstring).
+      clip_norm: clip the reduced gradients to this global norm (0: off).
+      average: the weights' moving average (`engine.ema`), updated after
+        every step; None: off.
     """
 
     def __init__(
@@ -92,20 +114,36 @@ class Trainer(AbstractTrainer):
         optimizer: Optional[keras.optimizers.Optimizer] = None,
         loss_fn: Optional[LossFn] = None,
         jit_compile: bool = False,
+        accumulation_steps: int = 1,
+        clip_norm: float = 0.0,
+        average: Optional[WeightAverage] = None,
     ):
         if global_batch_size <= 0:
             raise ValueError(f"`global_batch_size` ({global_batch_size}) must be positive")
+        if not isinstance(accumulation_steps, int) or accumulation_steps < 1:
+            raise ValueError(f"`accumulation_steps` ({accumulation_steps!r}) must be a "
+                             "positive integer")
+        per_replica = global_batch_size // strategy.num_replicas_in_sync
+        if per_replica % accumulation_steps:
+            raise ValueError(f"the per-replica batch ({per_replica}) does not divide into "
+                             f"{accumulation_steps} micro-batches")
+        if clip_norm < 0:
+            raise ValueError(f"`clip_norm` ({clip_norm!r}) must be >= 0 (0: off)")
         self.strategy = strategy
         self.model = model
         self.collective = collective
         self.global_step = global_step
         self.global_batch_size = global_batch_size
+        self.accumulation_steps = accumulation_steps
+        self.clip_norm = clip_norm
+        self.average = average
         if objectives is None:
             objectives = self._one_objective(strategy, model, optimizer, loss_fn)
         self.objectives = list(objectives)
         self.optimizer = self.objectives[0].optimizer
         self._sums = [
-            ReplicaSums(strategy, ["loss"] + metric_names(o.loss, model, train_dataset.element_spec))
+            ReplicaSums(strategy, ["loss", GRAD_NORM]
+                        + metric_names(o.loss, model, train_dataset.element_spec))
             for o in self.objectives
         ]
         self._iterator = iter(strategy.experimental_distribute_dataset(train_dataset))
@@ -138,6 +176,8 @@ class Trainer(AbstractTrainer):
                     self.strategy.run(step, args=(batch,))
                 elif self.global_step % objective.every == 0:
                     self.strategy.run(step, args=(batch,))
+            if self.average is not None:
+                self.average.update()
             self.global_step.assign_add(1)
         return self._means()
 
@@ -155,6 +195,11 @@ class Trainer(AbstractTrainer):
 
     def _compute_gradients(self, objective, batch):
         """Forward and backward pass of one replica (XLA-compiled with jit_compile)."""
+        if self.accumulation_steps > 1:
+            return accumulated_gradients(
+                objective.loss, self.model, batch, list(objective.variables),
+                optimizer=objective.optimizer, global_batch_size=self.global_batch_size,
+                micro_batches=self.accumulation_steps)
         return replica_gradients(objective.loss, self.model, batch, list(objective.variables),
                                  optimizer=objective.optimizer,
                                  global_batch_size=self.global_batch_size)
@@ -168,10 +213,19 @@ class Trainer(AbstractTrainer):
         reduced = tf.distribute.get_replica_context().merge_call(
             self._all_reduce, args=([grads[i] for i in present], [variables[i] for i in present])
         )
+        # Under mixed_float16 the reduced gradients are still multiplied by the
+        # loss scale (the optimizer divides it out): norms are taken of the real ones.
+        scale = precision.loss_scale(objective.optimizer)
+        grad_norm = tf.linalg.global_norm(reduced) / scale
+        if self.clip_norm:
+            reduced, _ = tf.clip_by_global_norm(reduced, self.clip_norm * scale,
+                                                use_norm=grad_norm * scale)
         objective.optimizer.apply_gradients(zip(reduced, [variables[i] for i in present]))
 
         count = tf.shape(reported_loss)[0]
-        self._sums[index].add(count, {"loss": reported_loss, **metrics})
+        # One norm per step, weighed by the examples so the loop's mean is the steps' mean.
+        self._sums[index].add(count, {"loss": reported_loss, **metrics,
+                                      GRAD_NORM: grad_norm * tf.cast(count, tf.float32)})
 
     @tf.autograph.experimental.do_not_convert  # graph-building Python, not a loop body
     def _all_reduce(self, strategy, grads, destinations):

@@ -24,6 +24,14 @@ class ParameterServer(ReducesItself):
     def check(self, config, role) -> None:
         super().check(config, role)
         ps_trainer.check(role, mode=config.mode, jit_compile=config.jit_compile)
+        step_options = [f"--{name}={getattr(config, name)}" for name, off in
+                        (("accumulation_steps", 1), ("clip_norm", 0.0), ("ema_decay", 0.0))
+                        if getattr(config, name) != off]
+        if step_options:
+            raise ConfigError(
+                f"{step_options[0]} is a step option of the synchronous strategies, and "
+                "--strategy=parameter_server applies each worker's gradients as they come; "
+                "drop it or use --strategy=multi_worker")
 
     def num_replicas(self, devices, *, role=NO_CLUSTER, connection=None) -> int:
         """The replicas *of one worker*: each scheduled step is one worker's, on a
@@ -42,7 +50,7 @@ class ParameterServer(ReducesItself):
             tf.distribute.cluster_resolver.TFConfigClusterResolver())
 
     def build_trainer(self, plan, *, strategy, model, objectives, global_step, start_step,
-                      task):
+                      task, average=None):
         config = plan.config
         if len(objectives) > 1:
             raise ConfigError(

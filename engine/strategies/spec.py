@@ -118,15 +118,19 @@ class StrategySpec(abc.ABC):
 
     def build_trainer(self, plan: Any, *, strategy: tf.distribute.Strategy, model: Any,
                       objectives: Any, global_step: tf.Variable, start_step: int,
-                      task: Any) -> Any:
-        """The train loop: the engine's replicated step over the task's distributed input."""
+                      task: Any, average: Any = None) -> Any:
+        """The train loop: the engine's replicated step over the task's distributed input.
+
+        `average`: the weights' moving average (`engine.ema`), or None.
+        """
         config = plan.config
         context = task_inputs.context_for(plan, start_step=start_step)
         return Trainer(
             strategy=strategy, model=model, objectives=objectives, collective=plan.collective,
             train_dataset=task_inputs.train_dataset(task, context),
             global_batch_size=config.global_batch_size, global_step=global_step,
-            jit_compile=config.jit_compile)
+            jit_compile=config.jit_compile, accumulation_steps=config.accumulation_steps,
+            clip_norm=config.clip_norm, average=average)
 
 
 class ReducesItself(StrategySpec):
