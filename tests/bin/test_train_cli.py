@@ -44,6 +44,8 @@ def test_every_binary_runs_from_the_python_outside_the_venv(name):
     (["positional"], "unexpected argument"),
     (["--no_such_flag=1"], "Unknown command line flag 'no_such_flag'"),
     (["--train_steps=many"], "flag --train_steps=many"),
+    (["--devices=cpu:0,cpu:1", "--accumulation_steps=3"],
+     "does not divide by 2 replicas x 3 micro-batches"),
 ])
 def test_bad_input_is_one_line_and_leaves_no_model_dir(tmp_path, args, message):
     model_dir = tmp_path / "run"
