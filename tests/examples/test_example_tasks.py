@@ -52,6 +52,23 @@ def test_four_replicas_equal_one_device(tmp_path, name):
     _assert_same_weights(_weights(four), _weights(one), atol=1e-5)
 
 
+#: A large-batch recipe's step options, all at once.
+RECIPE = dict(accumulation_steps=2, clip_norm=0.5, ema_decay=0.9)
+
+
+@pytest.mark.parametrize("name", ["regression", "gan"])
+def test_a_recipe_on_four_replicas_equals_one_device(tmp_path, name):
+    """The step options reach a user's task (the GAN: two objectives, one
+    every second step) and keep N replicas equal to one device."""
+    one = run(_config(tmp_path / "one", devices="cpu:0", **RECIPE), task=TASKS[name]())
+    four = run(_config(tmp_path / "four", **RECIPE), task=TASKS[name]())
+    plain = run(_config(tmp_path / "plain", devices="cpu:0"), task=TASKS[name]())
+    moved = max(float(np.max(np.abs(x - y))) for x, y in zip(_weights(one), _weights(plain)))
+    assert moved > 1e-4  # clipping changed the trajectory
+    _assert_same_weights(_weights(four), _weights(one), atol=1e-5)
+    assert any(key.endswith("grad_norm") for key in four)
+
+
 @pytest.mark.parametrize("name", ["two_heads", "gan"])
 def test_stopped_and_resumed_equals_uninterrupted(tmp_path, name):
     run(_config(tmp_path / "resumed", train_steps=20), task=TASKS[name]())
