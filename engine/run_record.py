@@ -30,6 +30,8 @@ def summarize(plan: Any, controller: Any, *, num_replicas: int, restored: Option
             controller.steps_per_second * plan.config.global_batch_size, 1),
         "num_replicas": num_replicas,
         "collective": plan.collective.describe(),
+        # Which weights the evaluations and the export hold (--ema_decay).
+        "evaluated_weights": "moving_average" if plan.config.ema_decay else "trained",
         "wall_seconds": round(wall_seconds, 2),
         "config": plan.config.as_dict(),
     }

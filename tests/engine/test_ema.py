@@ -87,6 +87,8 @@ def test_averages_resume_exactly(tmp_path):
 def test_evaluation_and_export_use_the_averages(tmp_path):
     model_dir = tmp_path / "run"
     record = run(_config(model_dir, train_steps=4))
+    with open(model_dir / "metrics.json") as f:
+        assert json.load(f)["evaluated_weights"] == "moving_average"
     averages = _stored(str(model_dir / "ckpt-4"), checkpointing.AVERAGES)
     weights = _stored(str(model_dir / "ckpt-4"), "model_weights")
 
