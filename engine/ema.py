@@ -1,8 +1,16 @@
 """An exponential moving average of the trained weights (`--ema_decay`).
 
-After every optimizer step, for every trained variable `w`::
+After every optimizer step `t` (the global step it completes, from 0), for
+every trained variable `w`::
 
-    average = decay * average + (1 - decay) * w
+    d_t     = min(decay, (1 + t) / (10 + t))
+    average = d_t * average + (1 - d_t) * w
+
+The warm-up of `d_t` is TensorFlow's `ExponentialMovingAverage(num_updates=t)`
+(and the Model Garden's `dynamic_decay`): with a fixed 0.999 the average
+would stay within a few percent of the *initial* weights for the first
+thousand steps, and an early evaluation would measure those. It is a
+function of the global step, so a resumed run continues it exactly.
 
 The averages live beside the weights, one per variable on every device
 that holds the variable, and are updated where they live
@@ -81,9 +89,11 @@ class WeightAverage:
         self._trade_all = tf.function(self._trade_places)
         self._reset_all = tf.function(self._copy_weights)
 
-    def update(self) -> None:
-        """One step of the average; cross-replica context (the compiled train loop)."""
-        decay = tf.constant(self.decay, tf.float32)
+    def update(self, step: tf.Tensor) -> None:
+        """The average after global step `step`; cross-replica context (the
+        compiled train loop)."""
+        step = tf.cast(step, tf.float32)
+        decay = tf.minimum(tf.constant(self.decay, tf.float32), (1.0 + step) / (10.0 + step))
         for weight, average in self._pairs:
             self.strategy.extended.update(average, _move_toward, args=(weight, decay),
                                           group=False)

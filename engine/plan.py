@@ -179,7 +179,7 @@ def _resolve_epochs(config: RunConfig, task: Task) -> RunConfig:
                 "--steps_per_epoch, or use --train_steps")
         steps_per_epoch = -(-examples // config.global_batch_size)
         logger.info("an epoch is %d steps (%d examples / global batch %d, rounded up); "
-                    "%d epochs train to step %d", steps_per_epoch, examples,
+                    "--epochs=%d trains to step %d", steps_per_epoch, examples,
                     config.global_batch_size, config.epochs, config.epochs * steps_per_epoch)
     return dataclasses.replace(config, train_steps=config.epochs * steps_per_epoch,
                                steps_per_epoch=steps_per_epoch)

@@ -11,7 +11,7 @@ per step::
                 strategy.run(replica_step, objective, batch)
         global_step += 1
 
-        average.update()                           # --ema_decay: the weights' moving average
+        average.update(global_step)                # --ema_decay: the weights' moving average
 
     replica_step(objective, batch):                # on every replica
         out  = loss_fn(model, batch, training=True)        # these four lines are
@@ -177,7 +177,7 @@ class Trainer(AbstractTrainer):
                 elif self.global_step % objective.every == 0:
                     self.strategy.run(step, args=(batch,))
             if self.average is not None:
-                self.average.update()
+                self.average.update(self.global_step)
             self.global_step.assign_add(1)
         return self._means()
 

@@ -1,6 +1,7 @@
 """The weights' moving average (`--ema_decay`): its values, its checkpoint, its use.
 
-The reference is numpy: average_0 = w_0, average_t = d·average_{t-1} + (1-d)·w_t,
+The reference is numpy: the average starts at the initial weights, and after
+step t (from 0) it is d_t·average + (1-d_t)·w, d_t = min(decay, (1+t)/(10+t)),
 from the weights the trainer actually had after each step.
 """
 
@@ -18,7 +19,11 @@ from tfloop.engine.config import RunConfig
 from tfloop.engine.run import export_checkpoint, run
 from tfloop.engine.trainer import Trainer
 
-DECAY = 0.8
+DECAY = 0.5
+
+
+def decay_at(step):
+    return min(DECAY, (1 + step) / (10 + step))
 
 
 def test_averages_follow_the_numpy_recurrence_on_four_replicas(cpu_devices):
@@ -37,9 +42,10 @@ def test_averages_follow_the_numpy_recurrence_on_four_replicas(cpu_devices):
                       train_dataset=inputs.train_batches(splits.train, global_batch_size=32, seed=3),
                       global_batch_size=32, global_step=step, average=average)
     expected = [w.numpy() for w in weights]
-    for _ in range(5):
+    for step in range(12):  # d_t warms up to DECAY at step 8, then stays
         trainer.train(1)
-        expected = [DECAY * e + (1 - DECAY) * w.numpy() for e, w in zip(expected, weights)]
+        d = decay_at(step)
+        expected = [d * e + (1 - d) * w.numpy() for e, w in zip(expected, weights)]
     for key, value in zip(average.averages, expected):
         copies = average.averages[key].values  # every replica's copy
         for copy in copies:
@@ -124,5 +130,6 @@ def test_averages_start_from_the_weights_of_a_checkpoint_without_them(tmp_path, 
     after = _stored(str(model_dir / "ckpt-3"), "model_weights")
     averages = _stored(str(model_dir / "ckpt-3"), checkpointing.AVERAGES)
     for key, value in averages.items():  # one step from average = weights at step 2
-        np.testing.assert_allclose(value, DECAY * before[key] + (1 - DECAY) * after[key],
+        d = decay_at(2)
+        np.testing.assert_allclose(value, d * before[key] + (1 - d) * after[key],
                                    rtol=1e-5, atol=1e-6)
