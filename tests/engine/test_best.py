@@ -3,7 +3,7 @@
 Scripted metrics through the real Controller say exactly when training stops
 and what is kept; tiny mlp runs check that the kept checkpoint holds the
 weights of the best evaluation; `bin/train` killed with SIGKILL and resumed
-keeps best.json and the patience count exact.
+keeps best.json and the patience count exact; two workers stop together.
 """
 
 import glob
@@ -11,10 +11,10 @@ import json
 import logging
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -369,6 +369,39 @@ def test_after_a_kill_9_and_a_resume_best_json_and_patience_are_exact(tmp_path):
     rolling = _model_weights(str(model_dir / f"ckpt-{step}"))
     for name in kept:
         np.testing.assert_array_equal(kept[name], rolling[name])
+
+
+def test_two_workers_evaluate_alike_stop_together_and_only_the_chief_keeps_the_best(tmp_path):
+    """`checkpoint.write` is collective: worker:1 writes into its own temporary
+    directory, which is gone at the end."""
+    worker_tmp = tmp_path / "worker_tmp"
+    worker_tmp.mkdir()
+    model_dir = tmp_path / "run"
+    result = run_bin(
+        "launch", "--num_workers=2", "--grace_period=5", "--",
+        "bin/train", f"--model_dir={model_dir}", "--strategy=multi_worker", "--collective=ring",
+        "--global_batch_size=32", "--train_steps=300", "--steps_per_loop=10",
+        "--checkpoint_interval=10", "--eval_interval=10", "--eval_steps=4",
+        "--learning_rate=0.01", "--mode=train_and_evaluate", "--best_metric=eval/loss",
+        "--early_stopping_patience=3", "--seed=1", "--max_checkpoints=100",
+        env={"TMPDIR": str(worker_tmp)}, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((model_dir / "metrics.json").read_text())
+    step, value, stop = _expected(_evaluations(model_dir, "loss"), "min", 3)
+    assert metrics["step"] == stop
+    for worker in ("worker:0", "worker:1"):
+        assert f"[{worker}] " in result.stdout
+        assert re.search(rf"\[{worker}\] .*stopping early at step {stop}: eval/loss has not "
+                         rf"improved for 3 evaluations \(best [0-9.]+ at step {step}\)",
+                         result.stdout), result.stdout[-3000:]
+    assert metrics["best"]["step"] == step
+    assert np.float32(metrics["best"]["value"]) == np.float32(value)
+    assert os.listdir(model_dir / "best" / "export") == [str(step)]
+    kept = _model_weights(str(model_dir / "best" / f"ckpt-{step}"))
+    rolling = _model_weights(str(model_dir / f"ckpt-{step}"))
+    for name in kept:
+        np.testing.assert_array_equal(kept[name], rolling[name])
+    assert os.listdir(worker_tmp) == []
 
 
 @pytest.mark.parametrize("args,message", [
