@@ -5,6 +5,7 @@
     Evaluator    distributed evaluation, every example counted once
     LossOutput   what a user's loss function returns (per-example values)
     RunConfig    one run's typed, validated configuration
+    StopTraining what an action raises to end training early, and normally
     tfloop.engine.run.run(config, loss_fn=..., model_fn=...)   the whole run, as bin/train does it
 
 Names resolve lazily so that importing one module (`tfloop.engine.config` in
@@ -20,6 +21,7 @@ _EXPORTS = {
     "LossOutput": "tfloop.engine.losses",
     "RunConfig": "tfloop.engine.config",
     "ConfigError": "tfloop.engine.errors",
+    "StopTraining": "tfloop.engine.actions",
 }
 
 __all__ = sorted(_EXPORTS)

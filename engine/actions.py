@@ -14,13 +14,15 @@ exactly steps A to B, resumed runs included::
         for action in train_actions: action.loop_begin(step)
         metrics = trainer.train(n)
         for action in train_actions: action(LoopEnd(...))   # in order
-        maybe save a checkpoint; maybe evaluate, then each eval action
+        maybe evaluate, then each eval action; maybe save a checkpoint
     for action in train_actions: action.close()   # also on an exception
 
 Order matters and is the caller's: `for_run` puts the profiler first (its
 trace stops before any logging), the user's hook after the summaries, and
 the stop request last, so a stopping run has logged and summarized its last
-loop before it saves and raises `Preempted`.
+loop before it saves and raises `Preempted`. Among the eval actions the
+best checkpoint (`engine.best.KeepBest`) comes last: it may end training
+with `StopTraining`, after the evaluation was logged and recorded.
 """
 
 from __future__ import annotations
@@ -65,6 +67,20 @@ class LoopEnd:
     metrics: Mapping[str, float]
 
 
+class StopTraining(Exception):
+    """Raised by an action to end `Controller.train` early, and normally.
+
+    Unlike `Preempted`, the run is over: the Controller logs `reason` in one
+    line, saves the checkpoint of the step reached and returns (no further
+    evaluation). Early stopping (`engine.best.KeepBest`) raises it after an
+    evaluation, or from `train_begin` when a resumed run had already stopped.
+    """
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
 class Action(abc.ABC):
     """A loop-end side effect; subclasses implement `__call__`, the rest is optional."""
 
@@ -78,6 +94,10 @@ class Action(abc.ABC):
 
     def loop_begin(self, step: int) -> None:
         """Runs before each train loop, at global step `step`."""
+
+    def train_begin(self, step: int) -> None:
+        """Runs when `Controller.train` starts, at global step `step`, for train
+        and eval actions alike; may raise `StopTraining` to train nothing."""
 
     def close(self) -> None:
         """Runs when `Controller.train` returns or raises."""
@@ -277,14 +297,18 @@ class RecordEvaluation(Action):
 
 
 def for_evaluation(eval_summaries: Optional[SummaryWriter],
-                   record: Optional[RecordEvaluation] = None) -> list[Action]:
+                   record: Optional[RecordEvaluation] = None,
+                   keep_best: Optional[Action] = None) -> list[Action]:
     """A run's eval actions: the progress line, summaries where there is a
-    writer, and the record of each evaluation where asked."""
+    writer, the record of each evaluation where asked, and last the best
+    checkpoint (`engine.best.KeepBest`), which may stop training."""
     actions: list[Action] = [EvalProgress()]
     if eval_summaries is not None:
         actions.append(EvalSummaries(writer=eval_summaries))
     if record is not None:
         actions.append(record)
+    if keep_best is not None:
+        actions.append(keep_best)
     return actions
 
 
@@ -303,6 +327,7 @@ def for_run(
     record_evaluations: Optional[RecordEvaluation] = None,
     steps_per_epoch: int = 0,
     epochs: int = 0,
+    keep_best: Optional[Action] = None,
 ) -> RunActions:
     """The actions `bin/train` gives a run, in their order (see the module docstring).
 
@@ -320,4 +345,5 @@ def for_run(
         train.append(OnLoopEnd(on_loop_end))
     if stop_request is not None:
         train.append(StopOnSignal(request=stop_request, checkpoint_manager=checkpoint_manager))
-    return RunActions(train=train, eval=for_evaluation(eval_summaries, record_evaluations))
+    return RunActions(train=train,
+                      eval=for_evaluation(eval_summaries, record_evaluations, keep_best))

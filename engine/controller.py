@@ -9,13 +9,20 @@ checkpoint left off::
             checkpoint or eval boundary, or what a train action asks for
         metrics = trainer.train(n)                 # one tf.function call
         run the train actions (progress, summaries, profiler, stop request, hooks)
-        save a checkpoint / evaluate if this loop crossed their interval
-    save the final checkpoint; evaluate (with eval_interval)
+        evaluate, then save a checkpoint, if this loop crossed their interval
+    evaluate (with eval_interval); save the final checkpoint
 
 Loops are cut at every boundary, so checkpoints land exactly on multiples of
 `checkpoint_interval` (`ckpt-100`, `ckpt-200`, ...), whatever `steps_per_loop`
 is; the actions' own boundaries (`engine.actions`) put summaries on multiples
 of `summary_interval` and the profiler trace on exactly its steps.
+
+At a step that is both an eval and a checkpoint boundary the evaluation comes
+first, so a checkpoint of step s always follows the evaluation of s: a run
+resumed from it has made every evaluation up to s (early stopping counts
+them exactly across a kill). An action ends training early and normally by
+raising `StopTraining`: one log line, the checkpoint of the step reached, no
+further evaluation.
 
 `evaluate_continuously` is the sidecar evaluator's loop: each new checkpoint
 in the manager's directory is restored and evaluated, until the one of the
@@ -26,12 +33,12 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import tensorflow as tf
 
 from tfloop.engine import checkpointing
-from tfloop.engine.actions import Action, LoopEnd, crossed, next_multiple
+from tfloop.engine.actions import Action, LoopEnd, StopTraining, crossed, next_multiple
 from tfloop.engine.runner import AbstractEvaluator, AbstractTrainer, Metrics
 
 logger = logging.getLogger(__name__)
@@ -105,6 +112,8 @@ class Controller:
         self.eval_actions = _check_actions("eval_actions", eval_actions)
         self.last_train_metrics: Metrics = {}
         self.last_eval_metrics: Metrics = {}
+        #: Why the last `train` call stopped early (`StopTraining`), or None.
+        self.stopped_early: Optional[str] = None
         # Throughput excludes each train() call's first loop, which traces and
         # compiles; a run of a single loop has nothing else to report.
         self._timed_steps = 0
@@ -128,20 +137,29 @@ class Controller:
         evaluates every that many steps and at the end.
 
         An action ends training early by raising: `engine.actions.StopOnSignal`
-        saves a checkpoint and raises `engine.preemption.Preempted`. The train
-        actions are closed either way (the profiler stops).
+        saves a checkpoint and raises `engine.preemption.Preempted`;
+        `engine.actions.StopTraining` (early stopping, also from an action's
+        `train_begin`) is logged, the step reached is saved, and `train`
+        returns. The train actions are closed either way (the profiler stops).
         """
         self._require("trainer", "train")
         if eval_interval and self.evaluator is None:
             raise ValueError("`eval_interval` needs an `evaluator`")
+        self.stopped_early = None
         try:
+            for action in (*self.train_actions, *self.eval_actions):
+                action.train_begin(self.step)
             first_loop = True
             while self.step < steps:
                 self._train_loop(steps, eval_interval, eval_steps, first_loop=first_loop)
                 first_loop = False
-            self.save_checkpoint()
             if eval_interval:
                 self.evaluate(eval_steps)
+            self.save_checkpoint()
+        except StopTraining as stop:
+            logger.info("stopping early at step %d: %s", self.step, stop.reason)
+            self.stopped_early = stop.reason
+            self.save_checkpoint()
         finally:
             for action in self.train_actions:
                 action.close()
@@ -166,14 +184,16 @@ class Controller:
                        seconds=seconds, metrics=metrics)
         for action in self.train_actions:
             action(loop)
-        if crossed(start, step, self.checkpoint_interval):
-            self.save_checkpoint()
+        # The last loop's evaluation and checkpoint are train()'s, in that order.
         if crossed(start, step, eval_interval) and step < target:
             self.evaluate(eval_steps)
+        if crossed(start, step, self.checkpoint_interval) and step < target:
+            self.save_checkpoint()
 
     def evaluate(self, steps: int = -1) -> Metrics:
         """Evaluates `steps` batches (all when -1) at the current step, then
-        runs the eval actions."""
+        runs the eval actions (`last_eval_metrics` is set before them: one
+        may end training by raising)."""
         self._require("evaluator", "evaluate")
         began = time.perf_counter()
         metrics = self.evaluator.evaluate(steps)
@@ -181,18 +201,19 @@ class Controller:
         step = self.step
         end = LoopEnd(start=step, step=step, target=step, num_steps=steps, seconds=seconds,
                       metrics=metrics)
+        self.last_eval_metrics = metrics
         for action in self.eval_actions:
             action(end)
-        self.last_eval_metrics = metrics
         return metrics
 
-    def evaluate_continuously(self, steps: int = -1, *, timeout: float,
-                              last_step: int) -> Metrics:
+    def evaluate_continuously(self, steps: int = -1, *, timeout: float, last_step: int,
+                              restore: Optional[Callable[[str], Any]] = None) -> Metrics:
         """Evaluates each new checkpoint in `checkpoint_manager.directory` as it appears.
 
         Restores the model and global step of each one (`expect_partial`: an
-        evaluator has no optimizer), evaluates `steps` batches and runs the
-        eval actions. Returns the last evaluation's metrics after evaluating
+        evaluator has no optimizer; or `restore(path)` when given: the
+        evaluator task reads the moving averages a checkpoint holds), evaluates
+        `steps` batches and runs the eval actions. Returns the last evaluation's metrics after evaluating
         a checkpoint at `last_step` or later (the end of training), or after
         `timeout` seconds without a new checkpoint. A checkpoint written while
         an evaluation runs may be skipped for a newer one, never the last.
@@ -203,7 +224,10 @@ class Controller:
         metrics: Metrics = {}
         for path in tf.train.checkpoints_iterator(directory, min_interval_secs=_POLL_SECONDS,
                                                   timeout=timeout):
-            self.checkpoint_manager.checkpoint.restore(path).expect_partial()
+            if restore is None:
+                self.checkpoint_manager.checkpoint.restore(path).expect_partial()
+            else:
+                restore(path)
             logger.info("evaluating %s", path)
             metrics = self.evaluate(steps)
             if self.step >= last_step:

@@ -129,6 +129,10 @@ class AveragedEvaluator(AbstractEvaluator):
         self.evaluator = evaluator
         self.average = average
 
+    @property
+    def metric_names(self):
+        return self.evaluator.metric_names
+
     def evaluate(self, num_steps: int = -1) -> Metrics:
         with self.average.swapped():
             return self.evaluator.evaluate(num_steps)

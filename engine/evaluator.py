@@ -25,7 +25,13 @@ from tfloop.engine.runner import AbstractEvaluator, Metrics
 
 
 class Evaluator(AbstractEvaluator):
-    """Evaluates `model` on `eval_dataset` (global batches, finite)."""
+    """Evaluates `model` on `eval_dataset` (global batches, finite).
+
+    Attributes:
+      metric_names: what `evaluate` reports besides `examples`: `loss`, then
+        the loss function's metrics; known before the first evaluation (a run
+        checks `--best_metric` against them before it writes anything).
+    """
 
     def __init__(
         self,
@@ -39,9 +45,9 @@ class Evaluator(AbstractEvaluator):
         self.model = model
         self._loss_fn = loss_fn or classification_loss
         self._dataset = strategy.experimental_distribute_dataset(eval_dataset)
-        self._sums = ReplicaSums(
-            strategy, ["loss"] + metric_names(self._loss_fn, model, eval_dataset.element_spec)
-        )
+        self.metric_names = ["loss"] + metric_names(self._loss_fn, model,
+                                                    eval_dataset.element_spec)
+        self._sums = ReplicaSums(strategy, self.metric_names)
         self._loop = tf.function(self._eval_loop)
 
     def evaluate(self, num_steps: int = -1) -> Metrics:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import shutil
 import time
@@ -29,7 +30,7 @@ from typing import Any, Callable, Optional
 import keras
 import tensorflow as tf
 
-from tfloop.engine import (actions, checkpointing, ema, logs, precision, preemption,
+from tfloop.engine import (actions, best, checkpointing, ema, logs, precision, preemption,
                            run_identity, run_record)
 from tfloop.engine import objectives as objectives_lib
 from tfloop.engine import serving, warm_start
@@ -107,17 +108,23 @@ def run(
     model, objectives, global_step = _build_model_and_objectives(plan, strategy, optimizer)
     average = _build_average(plan, strategy, model, objectives)
     evaluator = _build_evaluator(plan, strategy, model, objectives, average)
+    best.check_request(config, mode=plan.mode, in_cluster=plan.role.in_cluster,
+                       available=evaluator.metric_names if evaluator else None)
+    best_export = (_best_export(plan, strategy, model, global_step, average)
+                   if config.best_metric and config.export else None)
     if plan.role.is_evaluator:
         return RunResult(
             evaluate_each_checkpoint(config, strategy=strategy, model=model,
-                                     global_step=global_step, evaluator=evaluator),
+                                     global_step=global_step, evaluator=evaluator,
+                                     best_export=best_export),
             model=model, task=task)
     # Workers other than the chief take part in saving, into a directory of their own.
     write_dir = (config.model_dir if plan.role.is_chief
                  else checkpointing.worker_save_dir(config.model_dir, plan.role.name))
     parts = checkpointing.parts(model, objectives_lib.checkpointed(objectives), global_step)
     checkpoint, manager = checkpointing.create(
-        model=model, optimizer=parts["optimizer"], global_step=global_step, directory=write_dir, max_to_keep=config.max_checkpoints if plan.role.is_chief else 1,
+        model=model, optimizer=parts["optimizer"], global_step=global_step, directory=write_dir,
+        max_to_keep=config.max_checkpoints if plan.role.is_chief else 1,
         averages=average.averages if average else None)
     restored = _restore(plan, checkpoint, parts, average)
     start_step = int(global_step.numpy())
@@ -134,7 +141,7 @@ def run(
     try:
         record = _run_controller(plan, strategy, global_step, trainer, evaluator, manager,
                                  restored=restored, start_step=start_step,
-                                 on_loop_end=on_loop_end)
+                                 on_loop_end=on_loop_end, best_export=best_export)
         if trainer is not None and config.export:
             with average.swapped() if average else contextlib.nullcontext():
                 record["export"] = serving.export_trained(plan, strategy, model,
@@ -258,8 +265,44 @@ def _build_evaluator(plan: Plan, strategy, model, objectives,
     return ema.AveragedEvaluator(evaluator, average) if average else evaluator
 
 
+def _best_export(plan: Plan, strategy, model, global_step: tf.Variable,
+                 average: Optional[ema.WeightAverage]) -> best.ExportFn:
+    """How the best checkpoint is exported: the weights just evaluated (the
+    moving average, with one), into `<export_root>/export/<step>/`
+    (`export_root` is `model_dir/best`)."""
+    def export_best(export_root: str) -> Optional[str]:
+        with average.swapped() if average else contextlib.nullcontext():
+            return serving.export_trained(plan, strategy, model, int(global_step.numpy()),
+                                          directory=export_root)
+    return export_best
+
+
+def _keep_best(plan: Plan, evaluator, manager, start_step: int,
+               export_fn: Optional[best.ExportFn]) -> Optional[best.KeepBest]:
+    """The best checkpoint's action where this process evaluates while it
+    trains (`best.check_request` refused the rest)."""
+    config = plan.config
+    if not config.best_metric:
+        return None
+    if evaluator is None:
+        logger.info("--best_metric=%s: the evaluator task keeps the best checkpoint",
+                    config.best_metric)
+        return None
+    mode = best.resolve_mode(config.best_metric, config.best_mode)
+    logger.info("keeping the best checkpoint by %s (%s%s) in %s%s", config.best_metric, mode,
+                ", by --best_mode=auto" if config.best_mode == "auto" else "",
+                best.best_dir(config.model_dir),
+                f"; stopping after {config.early_stopping_patience} evaluations without "
+                "improvement" if config.early_stopping_patience else "")
+    return best.KeepBest(
+        metric=config.best_metric, mode=mode, checkpoint=manager.checkpoint,
+        model_dir=config.model_dir, write_dir=manager.directory, is_chief=plan.role.is_chief,
+        export_fn=export_fn, patience=config.early_stopping_patience, start_step=start_step)
+
+
 def _run_controller(plan: Plan, strategy, global_step, trainer, evaluator, manager, *,
-                    restored: Optional[str], start_step: int, on_loop_end) -> dict:
+                    restored: Optional[str], start_step: int, on_loop_end,
+                    best_export: Optional[best.ExportFn] = None) -> dict:
     """Runs the loops; `model_dir` comes into being here; metrics.json is written
     however the run ends."""
     config, role = plan.config, plan.role
@@ -267,6 +310,7 @@ def _run_controller(plan: Plan, strategy, global_step, trainer, evaluator, manag
         tf.io.gfile.makedirs(config.model_dir)
         if plan.mode != "evaluate":
             run_identity.write(config)
+    keep_best = _keep_best(plan, evaluator, manager, start_step, best_export)
     train_summaries = SummaryWriter(config.train_summary_dir) if role.is_chief else None
     eval_summaries = SummaryWriter(config.eval_summary_dir) if role.is_chief else None
     stop_request = preemption.StopRequest(
@@ -280,7 +324,8 @@ def _run_controller(plan: Plan, strategy, global_step, trainer, evaluator, manag
         # A run that only evaluates adds to evaluations.json, beside the training record.
         record_evaluations=actions.RecordEvaluation(path=config.evaluations_path,
                                                     by="--mode=evaluate")
-        if role.is_chief and plan.mode == "evaluate" else None)
+        if role.is_chief and plan.mode == "evaluate" else None,
+        keep_best=keep_best)
     controller = Controller(
         global_step=global_step, trainer=trainer, evaluator=evaluator,
         steps_per_loop=config.steps_per_loop, checkpoint_manager=manager,
@@ -307,7 +352,8 @@ def _run_controller(plan: Plan, strategy, global_step, trainer, evaluator, manag
                 writer.close()
         summary = run_record.summarize(
             plan, controller, num_replicas=strategy.num_replicas_in_sync, restored=restored,
-            start_step=start_step, interrupted=interrupted, wall_seconds=time.time() - began)
+            start_step=start_step, interrupted=interrupted, wall_seconds=time.time() - began,
+            best=keep_best.record if keep_best else None)
         if role.is_chief and plan.mode != "evaluate":
             run_record.write(config.metrics_path, summary)
     return summary
@@ -328,25 +374,40 @@ def _train_or_evaluate(plan: Plan, controller: Controller, start_step: int) -> N
         eval_steps=config.eval_steps)
 
 
+def _restore_averages_if_any(model: Any, global_step: tf.Variable, path: str) -> None:
+    """The evaluator task's restore: the moving averages where a checkpoint holds them."""
+    if checkpointing.restore_for_inference(model, global_step, path):
+        logger.info("%s holds moving averages of the weights: evaluating those", path)
+
+
 def evaluate_each_checkpoint(
-    config: RunConfig, *, strategy, model, global_step: tf.Variable, evaluator: Evaluator
+    config: RunConfig, *, strategy, model, global_step: tf.Variable, evaluator: Evaluator,
+    best_export: Optional[best.ExportFn] = None,
 ) -> dict:
     """The sidecar evaluator: evaluates every new checkpoint in `model_dir` as it
     appears, writes `summaries/eval` beside the chief's, and returns after the
     checkpoint of step `train_steps` (or after `eval_timeout` seconds with no
-    new checkpoint)."""
-    # Read-only: no max_to_keep, and an evaluator never saves.
-    watched = tf.train.CheckpointManager(
-        tf.train.Checkpoint(model=model, global_step=global_step),
-        directory=config.model_dir, max_to_keep=None)
+    new checkpoint). With `--best_metric` it keeps the best in `model_dir/best/`
+    (the model and the step: an evaluator restores no optimizer)."""
+    # Read-only: no max_to_keep, and an evaluator never saves through it.
+    checkpoint = tf.train.Checkpoint(model=model, global_step=global_step,
+                                     model_weights=checkpointing.named_weights(model))
+    watched = tf.train.CheckpointManager(checkpoint, directory=config.model_dir,
+                                         max_to_keep=None)
     writer = SummaryWriter(config.eval_summary_dir)
+    keep_best = best.KeepBest(
+        metric=config.best_metric, mode=best.resolve_mode(config.best_metric, config.best_mode),
+        checkpoint=checkpoint, model_dir=config.model_dir, export_fn=best_export,
+    ) if config.best_metric else None
     controller = Controller(global_step=global_step, evaluator=evaluator,
                             checkpoint_manager=watched,
                             eval_actions=actions.for_evaluation(writer, actions.RecordEvaluation(
-                                path=config.evaluations_path, by="evaluator")))
+                                path=config.evaluations_path, by="evaluator"), keep_best))
     try:
         last = controller.evaluate_continuously(
-            config.eval_steps, timeout=config.eval_timeout, last_step=config.train_steps)
+            config.eval_steps, timeout=config.eval_timeout, last_step=config.train_steps,
+            restore=functools.partial(_restore_averages_if_any, model, global_step))
     finally:
         writer.close()
-    return {"step": controller.step, **{f"eval/{k}": v for k, v in last.items()}}
+    return {"step": controller.step, **{f"eval/{k}": v for k, v in last.items()},
+            "best": keep_best.record if keep_best else None}

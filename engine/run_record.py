@@ -17,9 +17,13 @@ import tensorflow as tf
 
 
 def summarize(plan: Any, controller: Any, *, num_replicas: int, restored: Optional[str],
-              start_step: int, interrupted: bool, wall_seconds: float) -> dict:
+              start_step: int, interrupted: bool, wall_seconds: float,
+              best: Optional[dict] = None) -> dict:
     """The run's record: steps, throughput, final metrics (`train/...`,
-    `eval/...`) and the whole config."""
+    `eval/...`), the best checkpoint (`best`: model_dir/best/best.json's
+    metric, mode, value, step, checkpoint, export; None without one), why
+    training stopped early (`stopped_early`, None when it did not) and the
+    whole config."""
     summary = {
         "step": controller.step,
         "start_step": start_step,
@@ -33,6 +37,8 @@ def summarize(plan: Any, controller: Any, *, num_replicas: int, restored: Option
         # Which weights the evaluations and the export hold (--ema_decay).
         "evaluated_weights": "moving_average" if plan.config.ema_decay else "trained",
         "wall_seconds": round(wall_seconds, 2),
+        "best": dict(best) if best else None,
+        "stopped_early": getattr(controller, "stopped_early", None),
         "config": plan.config.as_dict(),
     }
     summary.update({f"train/{k}": v for k, v in controller.last_train_metrics.items()})

@@ -25,15 +25,18 @@ logger = logging.getLogger(__name__)
 
 
 def export_trained(plan: Any, strategy: tf.distribute.Strategy, model: Any,
-                   step: int) -> Optional[str]:
-    """Exports `model` at `step` for `plan.task`; returns the path (None off the chief)."""
+                   step: int, *, directory: Optional[str] = None) -> Optional[str]:
+    """Exports `model` at `step` for `plan.task` into `<directory>/export/<step>/`
+    (`directory`: `model_dir`, or `model_dir/best` for the best checkpoint's
+    export); returns the path (None off the chief; the evaluator task writes
+    the exports it keeps)."""
     task = plan.task
     element_spec = task_inputs.train_dataset(task, task_inputs.context_for(plan)).element_spec
     with strategy.scope():
         return export.export_model(
             model, serving_fn=task.serve, input_signature=task.serving_spec(element_spec),
-            directory=plan.config.model_dir, step=step, is_chief=plan.role.is_chief,
-            worker_name=plan.role.name)
+            directory=directory or plan.config.model_dir, step=step,
+            is_chief=plan.role.is_chief or plan.role.is_evaluator, worker_name=plan.role.name)
 
 
 def checkpoint_at(model_dir: str, step: Optional[int]) -> str:
