@@ -1,17 +1,36 @@
-"""Keras optimizers by name (`--optimizer=sgd|momentum|adam`)."""
+"""Keras optimizers by name (`--optimizer=sgd|momentum|adam|adamw`), with
+decoupled weight decay (`--weight_decay`, `--weight_decay_exclude`).
+
+Weight decay is Keras 3's own, for every optimizer (its `weight_decay=`
+constructor argument): before each update, `w -= learning_rate *
+weight_decay * w` on every variable not excluded, then the optimizer's
+update from the gradient (AdamW's decoupled decay, Loshchilov & Hutter
+2019). The decay is not part of the gradient, so it is not all-reduced, not
+loss-scaled, and not seen by Adam's moments; it scales with the scheduled
+learning rate. The fused optimizers below inherit it: Keras applies it in
+`apply`, before `update_step`, which is all they replace.
+"""
 
 from __future__ import annotations
+
+from typing import NamedTuple, Optional, Sequence
 
 import keras
 import tensorflow as tf
 
 from tfloop.engine import keras_bridge
+from tfloop.engine.config import BIASES_AND_NORMS
 from tfloop.engine.errors import ConfigError
 
+#: `--optimizer=adamw` with `--weight_decay=0`: Keras's AdamW default.
+ADAMW_DEFAULT_DECAY = 0.004
+
 _OPTIMIZERS = {
-    "sgd": lambda lr: keras.optimizers.SGD(learning_rate=lr),
-    "momentum": lambda lr: keras.optimizers.SGD(learning_rate=lr, momentum=0.9),
-    "adam": lambda lr: keras.optimizers.Adam(learning_rate=lr),
+    "sgd": lambda lr, wd: keras.optimizers.SGD(learning_rate=lr, weight_decay=wd),
+    "momentum": lambda lr, wd: keras.optimizers.SGD(learning_rate=lr, momentum=0.9,
+                                                    weight_decay=wd),
+    "adam": lambda lr, wd: keras.optimizers.Adam(learning_rate=lr, weight_decay=wd),
+    "adamw": lambda lr, wd: keras.optimizers.AdamW(learning_rate=lr, weight_decay=wd),
 }
 
 
@@ -27,10 +46,66 @@ def check(name: str) -> None:
         )
 
 
-def build(name: str, learning_rate: float) -> keras.optimizers.Optimizer:
-    """Builds optimizer `name`; call inside `strategy.scope()`."""
+def weight_decay_for(name: str, weight_decay: float) -> float:
+    """The decay optimizer `name` applies: `weight_decay`, or AdamW's default
+    when `adamw` is asked for with none."""
+    if name == "adamw" and not weight_decay:
+        return ADAMW_DEFAULT_DECAY
+    return weight_decay
+
+
+def build(name: str, learning_rate: float, *, weight_decay: float = 0.0
+          ) -> keras.optimizers.Optimizer:
+    """Builds optimizer `name` (decoupled `weight_decay`, see `weight_decay_for`);
+    call inside `strategy.scope()`."""
     check(name)
-    return _OPTIMIZERS[name](learning_rate)
+    return _OPTIMIZERS[name](float(learning_rate), weight_decay_for(name, weight_decay) or None)
+
+
+class WeightDecay(NamedTuple):
+    """What `exclude_from_decay` set up, for the start-up log line."""
+
+    rate: float
+    decayed: int
+    excluded: int
+    exclude: str
+    adamw_default: bool = False
+
+    def describe(self) -> str:
+        default = " (adamw's default; --weight_decay=0)" if self.adamw_default else ""
+        return (f"weight decay {self.rate:g}{default}: {self.decayed} variable(s) decay, "
+                f"{self.excluded} excluded (--weight_decay_exclude={self.exclude})")
+
+
+def excluded_from_decay(variables: Sequence, exclude: str) -> list:
+    """The variables `--weight_decay_exclude=exclude` leaves alone:
+    `biases_and_norms` those of at most one dimension, `none` nothing, else
+    those whose path contains one of the comma-separated substrings."""
+    if exclude == BIASES_AND_NORMS:
+        return [v for v in variables if len(v.shape) <= 1]
+    if exclude in ("none", ""):
+        return []
+    patterns = [p.strip() for p in exclude.split(",") if p.strip()]
+    return [v for v in variables if any(p in _path(v) for p in patterns)]
+
+
+def _path(variable) -> str:
+    """A Keras variable's path (`dense/kernel`); a plain tf.Variable's name."""
+    return getattr(variable, "path", None) or variable.name
+
+
+def exclude_from_decay(optimizer: keras.optimizers.Optimizer, variables: Sequence,
+                       exclude: str, *, adamw_default: bool = False) -> Optional[WeightDecay]:
+    """Tells an unbuilt `optimizer` (the one that applies the decay, not a
+    loss-scale wrapper) which of `variables` not to decay, through Keras's
+    public `exclude_from_weight_decay`; None when it does not decay."""
+    if not optimizer.weight_decay:
+        return None
+    excluded = excluded_from_decay(variables, exclude)
+    optimizer.exclude_from_weight_decay(var_list=excluded)
+    return WeightDecay(rate=float(optimizer.weight_decay),
+                       decayed=len(variables) - len(excluded), excluded=len(excluded),
+                       exclude=exclude, adamw_default=adamw_default)
 
 
 # --- fused updates (`--fused_optimizer`) --------------------------------------------------
@@ -92,13 +167,16 @@ class FusedSGD(keras.optimizers.SGD):
 
 
 _FUSED = {
-    "sgd": lambda lr: FusedSGD(learning_rate=lr),
-    "momentum": lambda lr: FusedSGD(learning_rate=lr, momentum=0.9),
-    "adam": lambda lr: FusedAdam(learning_rate=lr),
+    "sgd": lambda lr, wd: FusedSGD(learning_rate=lr, weight_decay=wd),
+    "momentum": lambda lr, wd: FusedSGD(learning_rate=lr, momentum=0.9, weight_decay=wd),
+    "adam": lambda lr, wd: FusedAdam(learning_rate=lr, weight_decay=wd),
+    # Keras's AdamW is Adam with a default decay; the fused Adam decays the same way.
+    "adamw": lambda lr, wd: FusedAdam(learning_rate=lr, weight_decay=wd),
 }
 
 
-def build_fused(name: str, learning_rate: float) -> keras.optimizers.Optimizer:
+def build_fused(name: str, learning_rate: float, *, weight_decay: float = 0.0
+                ) -> keras.optimizers.Optimizer:
     """Like `build`, with the fused update kernels; call inside `strategy.scope()`."""
     check(name)
-    return _FUSED[name](learning_rate)
+    return _FUSED[name](float(learning_rate), weight_decay_for(name, weight_decay) or None)
