@@ -9,30 +9,52 @@ all-reduce per gradient). It runs inside `strategy.scope()`.
 The usual task has one objective over every trainable variable with the
 run's `--optimizer`; its checkpoint keeps the single-optimizer layout
 (`optimizer=`), so runs written before tasks existed still resume.
+
+The recipe flags (`--lr_schedule`, `--warmup_steps`, `--scale_learning_rate`,
+`--weight_decay`) shape the optimizers the engine builds from a name: each
+such objective carries the run's `engine.schedules.LearningRate`, which the
+trainers assign before each step, and its optimizer decays the variables
+`--weight_decay_exclude` does not exclude. An optimizer object a task or
+caller supplies keeps its own learning rate and decay.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any, Optional, Sequence
 
 import keras
 import tensorflow as tf
 
-from tfloop.engine import keras_bridge, optimizers, precision
+from tfloop.engine import keras_bridge, optimizers, precision, schedules
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.losses import LossFn, LossOutput
+from tfloop.engine.schedules import LearningRate
+
+logger = logging.getLogger(__name__)
+
+#: The flags that shape only the optimizers the engine builds.
+_RECIPE_FLAGS = ("lr_schedule", "warmup_steps", "scale_learning_rate", "weight_decay")
 
 
 @dataclasses.dataclass(frozen=True)
 class BoundObjective:
-    """One objective as a trainer runs it."""
+    """One objective as a trainer runs it.
+
+    `learning_rate`: the schedule the trainers assign to `optimizer` before
+    each step (an optimizer the engine built from a name); None for an
+    optimizer object, which keeps its own rate. `weight_decay`: what its
+    optimizer decays, for the start-up log; None when it does not.
+    """
 
     name: str
     loss: LossFn
     variables: tuple
     optimizer: keras.optimizers.Optimizer
     every: int = 1
+    learning_rate: Optional[LearningRate] = None
+    weight_decay: Optional[optimizers.WeightDecay] = None
 
 
 def single(loss: LossFn, variables: Sequence, optimizer: keras.optimizers.Optimizer
@@ -54,21 +76,25 @@ def _ready(optimizer: keras.optimizers.Optimizer, variables: Sequence
     return optimizer
 
 
-def bind(task: Any, model: Any, config: Any, *,
+def bind(task: Any, model: Any, config: Any, *, num_replicas: int, total_steps: int,
          default_optimizer: Optional[keras.optimizers.Optimizer] = None) -> list[BoundObjective]:
-    """`task.objectives(model)` with optimizers built (names → `--learning_rate`,
-    None → `default_optimizer` or `--optimizer`), wrapped for mixed precision
-    and given their slots.
+    """`task.objectives(model)` with optimizers built (names → `--learning_rate`
+    on the run's schedule over `num_replicas` replicas and `total_steps`
+    steps, with `--weight_decay`; None → `default_optimizer` or
+    `--optimizer`), wrapped for mixed precision and given their slots.
 
     Raises:
       ConfigError: no objectives, a repeated name, an objective without
-        variables, or one variable updated by two objectives.
+        variables, one variable updated by two objectives, or recipe flags
+        (schedule, warmup, scaling, weight decay) when every optimizer is an
+        object that sets its own.
     """
     declared = list(task.objectives(model))
     task_name = type(task).__name__
     if not declared:
         raise ConfigError(f"{task_name}.objectives(model) returned none; return at least one")
     bound, owner = [], {}
+    schedule = None
     for objective in declared:
         if objective.name in {b.name for b in bound}:
             raise ConfigError(f"{task_name} has two objectives named {objective.name!r}; "
@@ -83,22 +109,51 @@ def bind(task: Any, model: Any, config: Any, *,
                 raise ConfigError(
                     f"{task_name}: {variable.name} is trained by both {other!r} and "
                     f"{objective.name!r}; give each variable to one objective")
-        optimizer = _ready(_build_optimizer(objective.optimizer, config, default_optimizer),
-                           variables)
-        bound.append(BoundObjective(objective.name, objective.loss, variables, optimizer,
-                                    objective.every))
+        given = objective.optimizer
+        if given is None and default_optimizer is not None:
+            given = default_optimizer
+        if isinstance(given, keras.optimizers.Optimizer):
+            optimizer = precision.wrap_optimizer(_in_scope(given), config.mixed_precision)
+            bound.append(BoundObjective(objective.name, objective.loss, variables,
+                                        _ready(optimizer, variables), objective.every))
+            continue
+        schedule = schedule or schedules.from_config(config, num_replicas=num_replicas,
+                                                     total_steps=total_steps)
+        optimizer, decay = _build_optimizer(given or config.optimizer, config, schedule,
+                                            variables)
+        bound.append(BoundObjective(objective.name, objective.loss, variables,
+                                    _ready(optimizer, variables), objective.every,
+                                    learning_rate=schedule, weight_decay=decay))
+    if schedule is None:
+        _refuse_recipe_flags(config, task_name)
     return bound
 
 
-def _build_optimizer(given, config, default_optimizer) -> keras.optimizers.Optimizer:
-    if given is None and default_optimizer is not None:
-        given = default_optimizer
-    if isinstance(given, keras.optimizers.Optimizer):
-        return precision.wrap_optimizer(_in_scope(given), config.mixed_precision)
-    name = given or config.optimizer
+def _build_optimizer(name: str, config: Any, schedule: LearningRate, variables: Sequence):
+    """The optimizer named `name`, decaying all of `variables` but those
+    excluded, and its `WeightDecay` (None: no decay)."""
     optimizers.check(name)
     build = optimizers.build_fused if config.fused_optimizer else optimizers.build
-    return precision.wrap_optimizer(build(name, config.learning_rate), config.mixed_precision)
+    optimizer = build(name, schedule.peak, weight_decay=config.weight_decay)
+    # Before wrapping: the inner optimizer applies the decay, and before
+    # `_ready` builds it, which Keras requires.
+    decay = optimizers.exclude_from_decay(
+        optimizer, variables, config.weight_decay_exclude,
+        adamw_default=name == "adamw" and not config.weight_decay)
+    return precision.wrap_optimizer(optimizer, config.mixed_precision), decay
+
+
+def _refuse_recipe_flags(config: Any, task_name: str) -> None:
+    """The recipe flags shape only optimizers the engine builds; asked for
+    when there is none, they would be ignored in silence."""
+    defaults = {f.name: f.default for f in dataclasses.fields(config)}
+    given = [f"--{name}={getattr(config, name)}" for name in _RECIPE_FLAGS
+             if getattr(config, name) != defaults[name]]
+    if given:
+        raise ConfigError(
+            f"{', '.join(given)}: every objective of {task_name} trains with an optimizer "
+            "object, which sets its own learning rate and decay; drop the flag, or let the "
+            "engine build the optimizer (--optimizer, or a name in Objective(optimizer=...))")
 
 
 def _in_scope(optimizer: keras.optimizers.Optimizer) -> keras.optimizers.Optimizer:
@@ -121,6 +176,26 @@ def checkpointed(objectives: Sequence[BoundObjective]) -> Any:
     if len(objectives) == 1:
         return objectives[0].optimizer
     return {objective.name: objective.optimizer for objective in objectives}
+
+
+def learning_rates(objectives: Sequence[BoundObjective]) -> dict:
+    """The train metric `learning_rate` (`<objective>/learning_rate` with
+    several): the rate the last step used, for each objective on the run's
+    schedule. Call where the step ran (inside the trainer's loop)."""
+    return {metric_name(objectives, o, "learning_rate"):
+            tf.convert_to_tensor(o.optimizer.learning_rate)
+            for o in objectives if o.learning_rate is not None}
+
+
+def announce(objectives: Sequence[BoundObjective], *, start_step: int, resumed: bool) -> None:
+    """The start-up lines of a training run: the learning rate schedule, a
+    rate changed by the flags on resume (`engine.schedules.announce`), and
+    what weight decay applies to."""
+    schedules.announce(objectives, start_step=start_step, resumed=resumed)
+    for objective in objectives:
+        if objective.weight_decay is not None:
+            prefix = f"{objective.name}: " if len(objectives) > 1 else ""
+            logger.info("%s%s", prefix, objective.weight_decay.describe())
 
 
 def metric_name(objectives: Sequence[BoundObjective], objective: BoundObjective,

@@ -9,6 +9,7 @@ A `TF_CONFIG` cluster of one chief, workers and ps tasks (`bin/launch --chief
                  ParameterServerTrainer.train(n), once per Controller loop:
                      split n steps into one closure per worker
                      schedule each: `k` steps in one tf.function, each step
+                         learning rate = schedule(global_step)  (a ps variable)
                          strategy.run(replica_step, next(worker's iterator))
                          global_step += 1          (a ps variable)
                      coordinator.join()            (the loop boundary)
@@ -46,6 +47,7 @@ from typing import Any, Optional
 import keras
 import tensorflow as tf
 
+from tfloop.engine import schedules
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.losses import LossFn, classification_loss
 from tfloop.engine.replica_step import metric_names, replica_gradients
@@ -103,18 +105,22 @@ class ParameterServerTrainer(AbstractTrainer):
       num_workers: the cluster's workers; each loop gets one closure per worker.
       loss_fn: the user's per-example loss (see `engine.losses`).
       seed: the run's seed, restored after the per-worker input is traced.
+      learning_rate: the schedule assigned to `optimizer` before each step
+        (`engine.schedules`); None: the optimizer keeps its own rate.
     """
 
     def __init__(self, *, strategy: tf.distribute.Strategy, model: Any,
                  optimizer: keras.optimizers.Optimizer, train_dataset_fn: Any,
                  global_batch_size: int, global_step: tf.Variable,
-                 num_workers: int, loss_fn: Optional[LossFn] = None, seed: int = 0):
+                 num_workers: int, loss_fn: Optional[LossFn] = None, seed: int = 0,
+                 learning_rate: Optional[schedules.LearningRate] = None):
         self.strategy = strategy
         self.model = model
         self.optimizer = optimizer
         self.global_step = global_step
         self.global_batch_size = global_batch_size
         self._loss_fn = loss_fn or classification_loss
+        self._learning_rate = learning_rate
         self._variables = list(model.trainable_variables)
         self.coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
         self._num_workers = num_workers
@@ -155,12 +161,15 @@ class ParameterServerTrainer(AbstractTrainer):
         means = {name: total / count if count else 0.0
                  for name, total in totals.items() if name != EXAMPLES}
         means[EXAMPLES] = count
+        if self._learning_rate is not None:  # the rate of the last step any worker ran
+            means["learning_rate"] = float(tf.convert_to_tensor(self.optimizer.learning_rate))
         return means
 
     def _steps(self, iterator, num_steps):
         """One closure, on one worker: `num_steps` steps; summed metrics."""
         sums = {name: tf.constant(0.0) for name in self._names}
         for _ in tf.range(num_steps):
+            schedules.assign_rate(self.optimizer, self._learning_rate, self.global_step)
             per_replica = self.strategy.run(self._replica_step, args=(next(iterator),))
             sums = {name: sums[name] + self.strategy.reduce(
                 tf.distribute.ReduceOp.SUM, per_replica[name], axis=None) for name in self._names}

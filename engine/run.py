@@ -138,6 +138,8 @@ def run(
     trainer = None if plan.mode == "evaluate" else plan.spec.build_trainer(
         plan, strategy=strategy, model=model, objectives=objectives, global_step=global_step,
         start_step=start_step, task=task, average=average)
+    if trainer is not None:
+        objectives_lib.announce(objectives, start_step=start_step, resumed=bool(restored))
     try:
         record = _run_controller(plan, strategy, global_step, trainer, evaluator, manager,
                                  restored=restored, start_step=start_step,
@@ -208,7 +210,8 @@ def _build_model_and_objectives(plan: Plan, strategy: tf.distribute.Strategy,
                         "are not used; %s's objectives and optimizers train it", type(task).__name__)
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
                                   aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-        objectives = objectives_lib.bind(task, model, config,
+        objectives = objectives_lib.bind(task, model, config, num_replicas=plan.replicas,
+                                         total_steps=config.train_steps,
                                          default_optimizer=optimizer or task.build_optimizer())
     return model, objectives, global_step
 

@@ -6,6 +6,7 @@ per step::
 
     for _ in tf.range(num_steps):                  # inside one tf.function
         batch = next(iterator)
+        optimizer.learning_rate = schedule(global_step)    # engine.schedules.assign
         for objective in objectives:               # usually one; a GAN's two
             if global_step % objective.every == 0:
                 strategy.run(replica_step, objective, batch)
@@ -58,7 +59,7 @@ import keras
 import tensorflow as tf
 
 from tfloop.collectives.interface import Collective
-from tfloop.engine import precision
+from tfloop.engine import precision, schedules
 from tfloop.engine import objectives as objectives_lib
 from tfloop.engine.ema import WeightAverage
 from tfloop.engine.losses import LossFn, classification_loss
@@ -170,6 +171,7 @@ class Trainer(AbstractTrainer):
             sums.reset()
         for _ in tf.range(num_steps):
             batch = next(iterator)
+            schedules.assign(self.objectives, self.global_step)  # the rate of this global step
             for index, objective in enumerate(self.objectives):
                 step = functools.partial(self._replica_step, index)
                 if objective.every == 1:
@@ -179,7 +181,7 @@ class Trainer(AbstractTrainer):
             if self.average is not None:
                 self.average.update(self.global_step)
             self.global_step.assign_add(1)
-        return self._means()
+        return {**self._means(), **objectives_lib.learning_rates(self.objectives)}
 
     def _means(self):
         if len(self.objectives) == 1:

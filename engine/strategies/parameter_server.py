@@ -67,4 +67,5 @@ class ParameterServer(ReducesItself):
             strategy=strategy, model=model, optimizer=objectives[0].optimizer,
             train_dataset_fn=train_dataset_fn, global_batch_size=config.global_batch_size,
             global_step=global_step, num_workers=len(plan.role.cluster["worker"]),
-            loss_fn=objectives[0].loss, seed=config.seed)
+            loss_fn=objectives[0].loss, seed=config.seed,
+            learning_rate=objectives[0].learning_rate)
