@@ -188,7 +188,7 @@ def announce(objectives: Sequence[Any], *, start_step: int, resumed: bool) -> No
             continue
         if schedule.describe() not in described:
             described.append(schedule.describe())
-            logger.info(schedule.describe())
+            logger.info("%s", schedule.describe())
         if not resumed or start_step < 1:
             continue
         restored = float(tf.convert_to_tensor(objective.optimizer.learning_rate))
