@@ -117,8 +117,13 @@ def _scalars(metrics: Mapping[str, float]) -> dict[str, float]:
     return {k: v for k, v in metrics.items() if k != "examples"}
 
 
+def _format_value(value: float) -> str:
+    """Four decimals; small values (a learning rate of 1e-5) in scientific notation."""
+    return f"{value:.4f}" if value == 0 or abs(value) >= 1e-3 else f"{value:.3e}"
+
+
 def _format_metrics(metrics: Mapping[str, float]) -> str:
-    return "  ".join(f"{k} {v:.4f}" for k, v in _scalars(metrics).items())
+    return "  ".join(f"{k} {_format_value(v)}" for k, v in _scalars(metrics).items())
 
 
 def _check_positive(name: str, value: int) -> None:

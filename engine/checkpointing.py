@@ -78,11 +78,22 @@ def save(manager: Optional[tf.train.CheckpointManager], step: int) -> Optional[s
     return path
 
 
+def stored_names(path: str) -> list[str]:
+    """The keys checkpoint `path` (a `ckpt-N` prefix) holds.
+
+    Through `NewCheckpointReader` on the prefix itself: `tf.train.list_variables`
+    first asks whether the path is a directory, which TensorFlow's `ram://`
+    filesystem answers yes for any prefix, and then fails to find a
+    `checkpoint` file inside it.
+    """
+    return list(tf.compat.v1.train.NewCheckpointReader(path).get_variable_to_shape_map())
+
+
 def holds(path: Optional[str], name: str) -> bool:
     """Whether checkpoint `path` has anything saved under the attribute `name`."""
     if not path:
         return False
-    return any(key.split("/")[0] == name for key, _ in tf.train.list_variables(path))
+    return any(key.split("/")[0] == name for key in stored_names(path))
 
 
 def restore_for_inference(model: Any, global_step: tf.Variable, path: str) -> bool:
@@ -94,7 +105,7 @@ def restore_for_inference(model: Any, global_step: tf.Variable, path: str) -> bo
     restore(checkpoint, path, posixpath.dirname(path), partial=True)
     if not holds(path, AVERAGES):
         return False
-    stored = {key.split("/")[1] for key, _ in tf.train.list_variables(path)
+    stored = {key.split("/")[1] for key in stored_names(path)
               if key.startswith(AVERAGES + "/")}
     weights = {key: v for key, v in named_weights(model).items() if key in stored}
     tf.train.Checkpoint(**{AVERAGES: weights}).restore(path).expect_partial()

@@ -62,8 +62,9 @@ class Objective:
       variables: `model -> list of variables` this objective updates.
       optimizer: a Keras optimizer (created inside `build_model`'s scope is not
         needed: the engine calls `objectives` under the strategy scope), an
-        optimizer name (`sgd`, `momentum`, `adam`, at `--learning_rate`), or
-        None for the run's `--optimizer`.
+        optimizer name (`sgd`, `momentum`, `adam`, `adamw`: built by the engine,
+        following `--learning_rate`'s schedule and `--weight_decay`), or None
+        for the run's `--optimizer`. An optimizer object keeps its own rate.
       every: update on steps where `step % every == 0` (a discriminator
         trained every step, a generator every second step: `every=2`).
     """

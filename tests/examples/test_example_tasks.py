@@ -53,7 +53,8 @@ def test_four_replicas_equal_one_device(tmp_path, name):
 
 
 #: A large-batch recipe's step options, all at once.
-RECIPE = dict(accumulation_steps=2, clip_norm=0.5, ema_decay=0.9)
+RECIPE = dict(accumulation_steps=2, clip_norm=0.5, ema_decay=0.9, lr_schedule="cosine",
+              warmup_steps=5, weight_decay=1e-3, optimizer="momentum")
 
 
 @pytest.mark.parametrize("name", ["regression", "gan"])
