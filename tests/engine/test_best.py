@@ -28,7 +28,7 @@ from tfloop.engine.errors import ConfigError
 from tfloop.engine.run import run
 from tfloop.engine.runner import AbstractEvaluator
 from fakes import FakeTrainer, Recorder, step_variable
-from helpers import REPO, assert_one_line_error, run_bin
+from helpers import REPO, run_bin
 
 # eval/loss at steps 2, 4, ...: better at 4 and 8, then 10 ties (not better) and
 # 12, 14 are worse: with patience 3 training stops at 14, the best is step 8.
@@ -402,22 +402,3 @@ def test_two_workers_evaluate_alike_stop_together_and_only_the_chief_keeps_the_b
     for name in kept:
         np.testing.assert_array_equal(kept[name], rolling[name])
     assert os.listdir(worker_tmp) == []
-
-
-@pytest.mark.parametrize("args,message", [
-    (["--best_metric=eval/top1"],
-     "--best_metric=eval/top1 is not a metric the evaluation reports; choose one of: "
-     "eval/loss, eval/accuracy"),
-    (["--best_metric=eval/accuracy", "--mode=train"],
-     "--best_metric=eval/accuracy keeps the best of the evaluations made while training, "
-     "and --mode=train makes none"),
-    (["--best_metric=eval/accuracy", "--early_stopping_patience=2", "--eval_interval=0"],
-     "--early_stopping_patience=2 counts evaluations, and --eval_interval=0 evaluates once"),
-])
-def test_impossible_best_flags_are_one_line_and_write_nothing(tmp_path, args, message):
-    model_dir = tmp_path / "run"
-    result = run_bin("train", f"--model_dir={model_dir}", "--train_steps=20",
-                     "--global_batch_size=32", "--devices=cpu:0", *args)
-    assert_one_line_error(result, contains=message)
-    assert result.returncode == 2
-    assert not model_dir.exists()

@@ -85,7 +85,7 @@ def test_strategy_mistakes(name, devs, message):
     ("steps_per_loop", -1, "must be a positive integer"),
     ("train_steps", -5, "must be 0 or more"),
     ("eval_steps", 0, "or -1 for the whole eval split"),
-    ("learning_rate", 0.0, "must be positive"),
+    ("learning_rate", 0.0, "must be a positive number"),
     ("mode", "fit", "is not a mode"),
 ])
 def test_config_is_validated_at_construction(field, value, message):

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from helpers import assert_one_line_error, run_bin
 from tfloop.engine import schedules
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
@@ -196,17 +195,3 @@ def test_recipe_flags_with_only_caller_optimizers_are_refused(tmp_path):
                                         "objective of ClassificationTask trains with an "
                                         "optimizer object")
     assert not (tmp_path / "run").exists()
-
-
-@pytest.mark.parametrize("args, message", [
-    (["--lr_schedule=step"], "--lr_schedule=step needs --lr_decay_steps"),
-    (["--lr_schedule=cosine", "--warmup_steps=20"],
-     "--warmup_steps=20 must be below the run's last step (20)"),
-])
-def test_bin_train_refuses_bad_recipe_flags_in_one_line(tmp_path, args, message):
-    model_dir = tmp_path / "run"
-    result = run_bin("train", f"--model_dir={model_dir}", "--train_steps=20",
-                     "--global_batch_size=32", "--devices=cpu:0", *args)
-    assert_one_line_error(result, contains=message)
-    assert result.returncode == 2
-    assert not model_dir.exists()
