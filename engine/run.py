@@ -368,8 +368,9 @@ def _train_or_evaluate(plan: Plan, controller: Controller, start_step: int) -> N
         controller.evaluate(config.eval_steps)
         return
     if start_step >= config.train_steps:
-        logger.info("already at step %d (--train_steps=%d): nothing to train",
-                    start_step, config.train_steps)
+        target = (f"--epochs={config.epochs}: step {config.train_steps}" if config.epochs
+                  else f"--train_steps={config.train_steps}")
+        logger.info("already at step %d (%s): nothing to train", start_step, target)
     controller.train(
         config.train_steps,
         eval_interval=(config.eval_interval or config.train_steps)
