@@ -250,26 +250,18 @@ class RunConfig:
                 f"--eval_steps={self.eval_steps} must be a positive number of batches, "
                 "or -1 for the whole eval split"
             )
-        if self.auto_shard_policy not in SHARD_POLICIES:
-            raise ConfigError(
-                f"--auto_shard_policy={self.auto_shard_policy!r} is not a policy; choose one of: "
-                f"{', '.join(SHARD_POLICIES)}"
-            )
+        self._check_choice("auto_shard_policy", SHARD_POLICIES, "policy")
         for name in ("collective_timeout", "eval_timeout", "startup_timeout"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"--{name}={getattr(self, name)} must be 0 or more seconds")
         if not 0 <= self.eval_fraction < 1:
             raise ConfigError(f"--eval_fraction={self.eval_fraction} must be at least 0 and below 1")
         self._check_recipe()
-        if self.mode and self.mode not in MODES:
-            raise ConfigError(f"--mode={self.mode!r} is not a mode; choose one of: {', '.join(MODES)}")
+        if self.mode:
+            self._check_choice("mode", MODES, "mode")
         if not self.model_dir:
             raise ConfigError("--model_dir is empty; name the directory for checkpoints and summaries")
-        if self.mixed_precision not in PRECISIONS:
-            raise ConfigError(
-                f"--mixed_precision={self.mixed_precision!r} is not a policy; choose one of: "
-                f"{', '.join(PRECISIONS)}"
-            )
+        self._check_choice("mixed_precision", PRECISIONS, "policy")
         parse_profile_steps(self.profile_steps)
         if self.intra_op_threads < -1:
             raise ConfigError(
@@ -277,17 +269,28 @@ class RunConfig:
                 "per CPU replica), 0 (TensorFlow's default) or a positive count"
             )
 
+    def changed(self, *names: str) -> list[str]:
+        """`--name=value` for each of `names` not at its default: the flags a
+        user set, for a refusal to name."""
+        defaults = {field.name: field.default for field in dataclasses.fields(self)}
+        return [f"--{name}={getattr(self, name)}" for name in names
+                if getattr(self, name) != defaults[name]]
+
+    def _check_choice(self, name: str, choices: tuple, noun: str) -> None:
+        if getattr(self, name) not in choices:
+            raise ConfigError(f"--{name}={getattr(self, name)!r} is not a {noun}; choose one of: "
+                              f"{', '.join(choices)}")
+
     def _check_recipe(self) -> None:
         """The learning rate, schedule, regularization and stopping flags."""
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
         resolved = self.steps_per_epoch and self.train_steps == self.epochs * self.steps_per_epoch
-        if self.epochs and self.train_steps != defaults["train_steps"] and not resolved:
+        if self.epochs and self.changed("train_steps") and not resolved:
             raise ConfigError(f"--epochs={self.epochs} and --train_steps={self.train_steps} both "
                               "say how long to train; give one")
         if self.steps_per_epoch and not self.epochs:
             raise ConfigError(f"--steps_per_epoch={self.steps_per_epoch} is the length of an "
                               "epoch for --epochs; give --epochs too, or use --train_steps")
-        if self.per_replica_batch_size and self.global_batch_size != defaults["global_batch_size"]:
+        if self.per_replica_batch_size and self.changed("global_batch_size"):
             raise ConfigError(
                 f"--per_replica_batch_size={self.per_replica_batch_size} and "
                 f"--global_batch_size={self.global_batch_size} both set the batch; give one")
@@ -297,12 +300,8 @@ class RunConfig:
         for name in ("end_learning_rate", "weight_decay", "clip_norm"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 raise ConfigError(f"--{name}={getattr(self, name)} must be 0 or a positive number")
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ConfigError(f"--lr_schedule={self.lr_schedule!r} is not a schedule; choose one "
-                              f"of: {', '.join(LR_SCHEDULES)}")
-        if self.scale_learning_rate not in LR_SCALING:
-            raise ConfigError(f"--scale_learning_rate={self.scale_learning_rate!r} is not a "
-                              f"rule; choose one of: {', '.join(LR_SCALING)}")
+        self._check_choice("lr_schedule", LR_SCHEDULES, "schedule")
+        self._check_choice("scale_learning_rate", LR_SCALING, "rule")
         steps = parse_steps("lr_decay_steps", self.lr_decay_steps)
         if self.lr_schedule == "step" and not steps:
             raise ConfigError("--lr_schedule=step needs --lr_decay_steps, the global steps where "
@@ -318,9 +317,7 @@ class RunConfig:
         if not 0 <= self.ema_decay < 1:
             raise ConfigError(f"--ema_decay={self.ema_decay} must be at least 0 and below 1 "
                               "(e.g. 0.999; 0: off)")
-        if self.best_mode not in BEST_MODES:
-            raise ConfigError(f"--best_mode={self.best_mode!r} is not a mode; choose one of: "
-                              f"{', '.join(BEST_MODES)}")
+        self._check_choice("best_mode", BEST_MODES, "mode")
         if self.best_metric and not self.best_metric.startswith("eval/"):
             raise ConfigError(f"--best_metric={self.best_metric!r} is not an evaluation metric; "
                               "name one as eval/<metric>, e.g. eval/accuracy or eval/loss")

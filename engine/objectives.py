@@ -146,9 +146,7 @@ def _build_optimizer(name: str, config: Any, schedule: LearningRate, variables: 
 def _refuse_recipe_flags(config: Any, task_name: str) -> None:
     """The recipe flags shape only optimizers the engine builds; asked for
     when there is none, they would be ignored in silence."""
-    defaults = {f.name: f.default for f in dataclasses.fields(config)}
-    given = [f"--{name}={getattr(config, name)}" for name in _RECIPE_FLAGS
-             if getattr(config, name) != defaults[name]]
+    given = config.changed(*_RECIPE_FLAGS)
     if given:
         raise ConfigError(
             f"{', '.join(given)}: every objective of {task_name} trains with an optimizer "

@@ -24,9 +24,7 @@ class ParameterServer(ReducesItself):
     def check(self, config, role) -> None:
         super().check(config, role)
         ps_trainer.check(role, mode=config.mode, jit_compile=config.jit_compile)
-        step_options = [f"--{name}={getattr(config, name)}" for name, off in
-                        (("accumulation_steps", 1), ("clip_norm", 0.0), ("ema_decay", 0.0))
-                        if getattr(config, name) != off]
+        step_options = config.changed("accumulation_steps", "clip_norm", "ema_decay")
         if step_options:
             raise ConfigError(
                 f"{step_options[0]} is a step option of the synchronous strategies, and "

@@ -30,6 +30,8 @@ def _tf_config(cluster, task_type, index=0):
      "the chief only trains"),
     (_tf_config(_PS_CLUSTER, "chief"), {"strategy": "parameter_server", "collective": "ring"},
      "--collective=ring does not apply to --strategy=parameter_server"),
+    (_tf_config(_PS_CLUSTER, "chief"), {"strategy": "parameter_server", "ema_decay": 0.9},
+     "--ema_decay=0.9 is a step option of the synchronous strategies"),
 ])
 def test_parameter_server_mistakes(monkeypatch, tmp_path, tf_config, flags, message):
     monkeypatch.setenv("TF_CONFIG", tf_config)
