@@ -40,7 +40,6 @@ the chief write into their own temporary directory and nothing else.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -85,7 +84,7 @@ def resolve_mode(metric: str, best_mode: str) -> str:
 
 def load_record(model_dir: str) -> Optional[dict]:
     """`model_dir/best/best.json`, or None before any best was kept."""
-    return _read_json(os.path.join(best_dir(model_dir), RECORD))
+    return run_record.read(os.path.join(best_dir(model_dir), RECORD))
 
 
 def check_request(config, *, mode: str, in_cluster: bool,
@@ -186,7 +185,7 @@ class KeepBest(Action):
         if self.record is not None and self.record.get("metric") != metric:
             raise ValueError(f"{self.directory} keeps the best by {self.record.get('metric')}, "
                              f"not {metric}")
-        state = _read_json(os.path.join(self.directory, STATE)) or {}
+        state = run_record.read(os.path.join(self.directory, STATE)) or {}
         after = self.record["step"] if self.record else -1
         #: Steps evaluated since the best, none of them better.
         self.since: list[int] = sorted(
@@ -260,16 +259,14 @@ class KeepBest(Action):
 
     def _remove_unnamed(self) -> list[str]:
         """Removes from `best/` what best.json does not name; returns the names removed."""
-        keep = {RECORD, STATE}
+        keep, removed = {RECORD, STATE}, []
         if self.record is not None:
             keep |= _checkpoint_names(self.record["step"])
-            if self.record.get("export"):
-                keep.add(EXPORT_DIR)
-                export_root = os.path.join(self.directory, EXPORT_DIR)
-                removed = _remove_except(export_root, {str(self.record["step"])})
-                left = [f"{EXPORT_DIR}/{name}" for name in removed]
-                return left + _remove_except(self.directory, keep)
-        return _remove_except(self.directory, keep)
+        if self.record is not None and self.record.get("export"):
+            keep.add(EXPORT_DIR)
+            removed = [f"{EXPORT_DIR}/{name}" for name in _remove_except(
+                os.path.join(self.directory, EXPORT_DIR), {str(self.record["step"])})]
+        return removed + _remove_except(self.directory, keep)
 
 
 def _checkpoint_names(step: int) -> set:
@@ -294,10 +291,3 @@ def _remove_except(directory: str, keep: set) -> list[str]:
             tf.io.gfile.remove(path)
         removed.append(name)
     return removed
-
-
-def _read_json(path: str) -> Optional[dict]:
-    if not tf.io.gfile.exists(path):
-        return None
-    with tf.io.gfile.GFile(path) as f:
-        return json.load(f)

@@ -15,13 +15,11 @@ Through `tf.io.gfile`, like everything under `model_dir`.
 
 from __future__ import annotations
 
-import json
 import logging
 import posixpath
 from typing import Any, Iterable, Mapping, Optional
 
-import tensorflow as tf
-
+from tfloop.engine import run_record
 from tfloop.engine.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -38,11 +36,7 @@ def path(model_dir: str) -> str:
 
 def load(model_dir: str) -> Optional[dict]:
     """The stored identity of `model_dir`, or None for a new (or pre-run.json) run."""
-    where = path(model_dir)
-    if not tf.io.gfile.exists(where):
-        return None
-    with tf.io.gfile.GFile(where) as f:
-        return json.load(f)
+    return run_record.read(path(model_dir))
 
 
 def fill(values: Mapping[str, Any], given: Iterable[str], stored: Optional[dict]) -> dict:
@@ -81,5 +75,4 @@ def write(config: Any) -> None:
     """Records the identity (and the global batch size) of the run in `config.model_dir`."""
     record = {name: getattr(config, name) for name in IDENTITY}
     record["global_batch_size"] = config.global_batch_size
-    with tf.io.gfile.GFile(path(config.model_dir), "w") as f:
-        f.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    run_record.write(path(config.model_dir), record)

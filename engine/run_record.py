@@ -54,12 +54,17 @@ def write(path: str, payload: dict) -> None:
     tf.io.gfile.rename(temporary, path, overwrite=True)
 
 
+def read(path: str) -> Optional[dict]:
+    """A JSON file `write` wrote (through `tf.io.gfile`), or None when there is none."""
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as f:
+        return json.load(f)
+
+
 def add_evaluation(path: str, *, step: int, by: str, metrics: dict) -> None:
     """Appends one evaluation's results to `evaluations.json`."""
-    record = {"evaluations": []}
-    if tf.io.gfile.exists(path):
-        with tf.io.gfile.GFile(path) as f:
-            record = json.load(f)
+    record = read(path) or {"evaluations": []}
     record["evaluations"].append({
         "step": step, "by": by, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         **{f"eval/{k}": v for k, v in metrics.items()}})
