@@ -15,6 +15,8 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
+from tfloop.engine.errors import ConfigError
+
 
 def summarize(plan: Any, controller: Any, *, num_replicas: int, restored: Optional[str],
               start_step: int, interrupted: bool, wall_seconds: float,
@@ -55,11 +57,25 @@ def write(path: str, payload: dict) -> None:
 
 
 def read(path: str) -> Optional[dict]:
-    """A JSON file `write` wrote (through `tf.io.gfile`), or None when there is none."""
+    """A JSON file `write` wrote (through `tf.io.gfile`), or None when there is none.
+
+    Raises:
+      ConfigError: the file is there but is not a JSON object (damaged, or
+        edited by hand): one line naming it, rather than a decoder traceback.
+    """
     if not tf.io.gfile.exists(path):
         return None
-    with tf.io.gfile.GFile(path) as f:
-        return json.load(f)
+    with tf.io.gfile.GFile(path, "rb") as f:
+        content = f.read()
+    try:
+        record = json.loads(content)
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
+        record = error
+    if not isinstance(record, dict):
+        reason = str(record) if isinstance(record, ValueError) else "not a JSON object"
+        raise ConfigError(f"{path} cannot be read ({reason[:120]}); restore it, or move it "
+                          "away to start that record afresh")
+    return record
 
 
 def add_evaluation(path: str, *, step: int, by: str, metrics: dict) -> None:

@@ -69,3 +69,17 @@ def test_a_cluster_with_a_single_process_strategy_is_refused(tmp_path, monkeypat
     with pytest.raises(ConfigError, match="use --strategy=multi_worker"):
         run(RunConfig(strategy="mirrored", model_dir=str(tmp_path / "run"), **SMALL))
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe garbage", b"[1, 2]"])
+def test_a_damaged_run_json_is_one_line_and_nothing_changes(tmp_path, content):
+    """run.json is read before anything is built; a damaged one names itself."""
+    model_dir = tmp_path / "run"
+    model_dir.mkdir()
+    (model_dir / "run.json").write_bytes(content)
+    with pytest.raises(ConfigError) as error:
+        run(RunConfig(model_dir=str(model_dir), **SMALL))
+    message = str(error.value)
+    assert "run.json cannot be read" in message and "\n" not in message
+    assert sorted(p.name for p in model_dir.iterdir()) == ["run.json"]
+    assert (model_dir / "run.json").read_bytes() == content
