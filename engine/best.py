@@ -48,7 +48,7 @@ from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
-from tfloop.engine import run_record
+from tfloop.engine import export, run_record
 from tfloop.engine.actions import Action, LoopEnd, StopTraining
 from tfloop.engine.errors import ConfigError
 
@@ -57,7 +57,6 @@ logger = logging.getLogger(__name__)
 BEST_DIR = "best"
 RECORD = "best.json"
 STATE = "state.json"
-EXPORT_DIR = "export"
 MODES = ("max", "min")
 #: Metric names that improve upward, as Keras's ModelCheckpoint decides `auto`.
 _UPWARD = ("acc", "auc", "precision", "recall", "f1")
@@ -246,7 +245,7 @@ class KeepBest(Action):
         record = {
             "metric": self.metric, "mode": self.mode, "value": value, "step": step,
             "checkpoint": f"{BEST_DIR}/ckpt-{step}",
-            "export": f"{BEST_DIR}/{EXPORT_DIR}/{step}" if exported else None,
+            "export": f"{BEST_DIR}/{export.EXPORT_DIR}/{step}" if exported else None,
         }
         self.record, self.since = record, []
         if not self.is_chief:
@@ -263,9 +262,9 @@ class KeepBest(Action):
         if self.record is not None:
             keep |= _checkpoint_names(self.record["step"])
         if self.record is not None and self.record.get("export"):
-            keep.add(EXPORT_DIR)
-            removed = [f"{EXPORT_DIR}/{name}" for name in _remove_except(
-                os.path.join(self.directory, EXPORT_DIR), {str(self.record["step"])})]
+            keep.add(export.EXPORT_DIR)
+            removed = [f"{export.EXPORT_DIR}/{name}" for name in _remove_except(
+                os.path.join(self.directory, export.EXPORT_DIR), {str(self.record["step"])})]
         return removed + _remove_except(self.directory, keep)
 
 

@@ -59,6 +59,8 @@ from tfloop.engine.errors import ConfigError
 logger = logging.getLogger(__name__)
 
 SIGNATURE_KEY = "serving_default"
+#: The folder of a directory's exports, one `<step>/` each.
+EXPORT_DIR = "export"
 KERAS_FILENAME = "model.keras"
 SAVED_MODEL_FILENAME = "saved_model.pb"
 
@@ -77,7 +79,7 @@ ServingFunction = tf.types.experimental.GenericFunction
 
 def export_path(directory: str, step: int) -> str:
     """Where `export_model(..., directory=directory, step=step)` writes."""
-    return os.path.join(directory, "export", str(step))
+    return os.path.join(directory, EXPORT_DIR, str(step))
 
 
 def latest_export(export_root: str) -> Optional[str]:

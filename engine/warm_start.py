@@ -47,6 +47,7 @@ from __future__ import annotations
 import collections
 import io
 import os
+import posixpath
 import re
 import tempfile
 import zipfile
@@ -98,7 +99,8 @@ def _find_source(path: str) -> tuple[str, str]:
     if gfile.exists(prefix + ".index"):  # first: ram:// calls any prefix of a file a folder
         return "checkpoint", prefix
     if gfile.isdir(path):
-        if gfile.exists(_join(path, "checkpoint")) and not gfile.isdir(_join(path, "checkpoint")):
+        state = posixpath.join(path, "checkpoint")
+        if gfile.exists(state) and not gfile.isdir(state):
             latest = tf.train.latest_checkpoint(path)
             if latest is None:
                 raise ConfigError(
@@ -106,7 +108,7 @@ def _find_source(path: str) -> tuple[str, str]:
                     "it lists is there; point --init_from at a checkpoint prefix (.../ckpt-N) "
                     "or an export")
             return "checkpoint", latest
-        if gfile.exists(_join(path, export.SAVED_MODEL_FILENAME)):
+        if gfile.exists(posixpath.join(path, export.SAVED_MODEL_FILENAME)):
             return _export_step(path, path)
         latest = export.latest_export(path)
         if latest:
@@ -124,15 +126,15 @@ def _find_source(path: str) -> tuple[str, str]:
 
 
 def _export_step(path: str, folder: str) -> tuple[str, str]:
-    keras_file = _join(folder, export.KERAS_FILENAME)
+    keras_file = posixpath.join(folder, export.KERAS_FILENAME)
     if not tf.io.gfile.exists(keras_file):
         raise ConfigError(f"--init_from={path} is an export without {export.KERAS_FILENAME}; "
                           "point --init_from at the run's --model_dir (its checkpoints)")
     return "keras", keras_file
 
 
-def _join(*parts: str) -> str:
-    return "/".join(part.rstrip("/") for part in parts)
+def _misfit(path: str, detail: str) -> ConfigError:
+    return ConfigError(f"--init_from={path} does not fit this model: {detail}; {_FIT_HINT}")
 
 
 # ---------------------------------------------------------------------------
@@ -159,25 +161,22 @@ def _load_from_checkpoint(model: Any, path: str, prefix: str) -> int:
         raise ConfigError(f"--init_from={path}: this model has no variables to load into")
     shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
 
-    def misfit(detail: str) -> ConfigError:
-        return ConfigError(f"--init_from={path} does not fit this model: {detail}; {_FIT_HINT}")
-
     for name, variable in wanted.items():
         label = getattr(variable, "path", None) or variable.name
         key = stored.get(name)
         if key is None:
-            raise misfit(f"{_source_name(prefix, path)} has no value for {label} "
-                         f"(it holds {len(stored)} variables, the model has {len(wanted)})")
+            raise _misfit(path, f"{_source_name(prefix, path)} has no value for {label} "
+                                f"(it holds {len(stored)} variables, the model has {len(wanted)})")
         there, here = tuple(shapes[key]), tuple(variable.shape)
         if there != here:
-            raise misfit(f"{label} is {there} there but {here} here")
+            raise _misfit(path, f"{label} is {there} there but {here} here")
         dtype = tf.as_dtype(variable.dtype)
         if dtypes[key] != dtype:
-            raise misfit(f"{label} is {dtypes[key].name} there but {dtype.name} here")
+            raise _misfit(path, f"{label} is {dtypes[key].name} there but {dtype.name} here")
     extra = sorted(name for name in stored if name not in wanted)
     if extra:
-        raise misfit(f"it holds {len(stored)} variables, the model has {len(wanted)} "
-                     f"(nothing here takes model_weights/{extra[0]})")
+        raise _misfit(path, f"it holds {len(stored)} variables, the model has {len(wanted)} "
+                            f"(nothing here takes model_weights/{extra[0]})")
     values = [reader.get_tensor(stored[name]) for name in wanted]
     for variable, value in zip(wanted.values(), values):
         variable.assign(value)
@@ -250,20 +249,17 @@ def _check_keras_entries(model: keras.Model, path: str, where: str, source: dict
     label = _h5_labeller(model, expected)
     order = {w.path: index for index, w in enumerate(model.weights)}
 
-    def misfit(detail: str) -> ConfigError:
-        return ConfigError(f"--init_from={path} does not fit this model: {detail}; {_FIT_HINT}")
-
     # The first offender is the first in the model's weight order.
     for name in sorted(expected, key=lambda name: (order.get(label(name), len(order)), name)):
         if name not in source:
-            raise misfit(f"{_source_name(where, path)} has no value for {label(name)} "
-                         f"(it holds {len(source)} variables, the model has {len(expected)})")
+            raise _misfit(path, f"{_source_name(where, path)} has no value for {label(name)} "
+                                f"(it holds {len(source)} variables, the model has {len(expected)})")
         if source[name] != expected[name]:
-            raise misfit(f"{label(name)} is {source[name]} there but {expected[name]} here")
+            raise _misfit(path, f"{label(name)} is {source[name]} there but {expected[name]} here")
     extra = sorted(set(source) - set(expected))
     if extra:
-        raise misfit(f"it holds {len(source)} variables, the model has {len(expected)} "
-                     f"(nothing here takes {extra[0]})")
+        raise _misfit(path, f"it holds {len(source)} variables, the model has {len(expected)} "
+                            f"(nothing here takes {extra[0]})")
     return len(expected)
 
 

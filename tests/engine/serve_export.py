@@ -11,6 +11,8 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# Any import of tfloop (by a custom object in the export, say) fails here.
+sys.modules["tfloop"] = None
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -23,7 +25,6 @@ def main(export_dir: str, features_path: str, predictions_path: str) -> None:
     signature = serve(**{name: tf.constant(value) for name, value in features.items()})
     model = keras.models.load_model(os.path.join(export_dir, "model.keras"))
     predicted = model.predict(features, verbose=0)
-    assert "tfloop" not in sys.modules, sorted(m for m in sys.modules if m.startswith("tfloop"))
     np.savez(predictions_path, signature=signature["outputs"].numpy(), keras=predicted)
 
 

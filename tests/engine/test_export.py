@@ -218,9 +218,11 @@ def test_mistakes_are_one_line_and_write_nothing(tmp_path, kwargs, says):
 
 
 def test_a_module_without_serving_fn_is_one_line(tmp_path):
-    with pytest.raises(ConfigError, match="pass serving_fn"):
+    with pytest.raises(ConfigError, match="pass serving_fn") as raised:
         export_model(_two_tower_module(), input_signature=tf.TensorSpec([None, 3]),
-                     directory=str(tmp_path), step=1)
+                     directory=str(tmp_path / "run"), step=1)
+    assert "\n" not in str(raised.value)
+    assert not (tmp_path / "run").exists()
 
 
 def _clipped_serving(model, inputs):

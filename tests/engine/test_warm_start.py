@@ -115,37 +115,6 @@ def assert_one_line_refusal(error, *parts):
 
 # --- each source loads exactly the weights, and nothing else -----------------
 
-def test_model_dir_loads_the_latest_checkpoint_into_a_mirrored_model(tmp_path, strategy):
-    saved = write_run(tmp_path / "run", mlp(), steps=[10, 20, 30])
-    model = build_under(strategy, mlp)
-    randomize(model, seed=99)
-
-    said = load_initial_weights(model, str(tmp_path / "run"))
-
-    assert said == f"model weights of {tmp_path / 'run' / 'ckpt-30'} (4 variables)"
-    assert_weights(model, saved[30])
-
-
-@pytest.mark.parametrize("suffix", ["", ".index"])
-def test_checkpoint_prefix_loads_that_checkpoint(tmp_path, strategy, suffix):
-    saved = write_run(tmp_path / "run", mlp(), steps=[10, 20, 30])
-    model = build_under(strategy, mlp)
-
-    load_initial_weights(model, str(tmp_path / "run" / "ckpt-20") + suffix)
-
-    assert_weights(model, saved[20])
-
-
-def test_checkpoint_into_a_module_holding_two_keras_models(tmp_path, strategy):
-    saved = write_run(tmp_path / "run", TwoModels(), steps=[5])
-    model = build_under(strategy, TwoModels)
-
-    said = load_initial_weights(model, str(tmp_path / "run"))
-
-    assert said.endswith("ckpt-5 (6 variables)")
-    assert_weights(model, saved[5])
-
-
 class Scaled(keras.Model):
     """A variable set on the model itself: a checkpoint stores it as model/scale."""
 
@@ -159,21 +128,33 @@ class Scaled(keras.Model):
         return self.dense(inputs) * self.scale
 
 
-def test_checkpoint_into_a_model_with_a_variable_of_its_own(tmp_path, strategy):
-    saved = write_run(tmp_path / "run", Scaled(), steps=[2])
-    model = build_under(strategy, Scaled)
+@pytest.mark.parametrize("make, count, root", [
+    (mlp, 4, None), (TwoModels, 6, None), (Scaled, 3, None), (mlp, 4, "ram://warm_start/run"),
+], ids=["mirrored_keras_model", "module_of_two_models", "variable_on_the_model",
+        "another_filesystem"])
+def test_a_model_dir_loads_its_latest_checkpoint(tmp_path, strategy, make, count, root):
+    """A run folder: its newest checkpoint, into a mirrored model, exactly; a
+    module holding two models, a variable set on the model itself (stored as
+    model/scale), and a `ram://` folder alike."""
+    root = root or str(tmp_path / "run")
+    saved = write_run(root, make(), steps=[10, 20])
+    model = build_under(strategy, make)
+    randomize(model, seed=99)
 
-    said = load_initial_weights(model, str(tmp_path / "run"))
+    said = load_initial_weights(model, root)
 
-    assert said.endswith("ckpt-2 (3 variables)")
-    assert_weights(model, saved[2])
+    assert said == f"model weights of {root}/ckpt-20 ({count} variables)"
+    assert_weights(model, saved[20])
 
 
-def test_checkpoint_on_another_filesystem(strategy):
-    saved = write_run("ram://warm_start/run", mlp(), steps=[3])
+@pytest.mark.parametrize("suffix", ["", ".index"])
+def test_checkpoint_prefix_loads_that_checkpoint(tmp_path, strategy, suffix):
+    saved = write_run(tmp_path / "run", mlp(), steps=[10, 20, 30])
     model = build_under(strategy, mlp)
-    load_initial_weights(model, "ram://warm_start/run")
-    assert_weights(model, saved[3])
+
+    load_initial_weights(model, str(tmp_path / "run" / "ckpt-20") + suffix)
+
+    assert_weights(model, saved[20])
 
 
 def test_export_folder_loads_its_model_keras(tmp_path, strategy):
