@@ -88,7 +88,7 @@ class Task:
     module docstring. One instance serves one run.
     """
 
-    #: Shown in the start-up line and recorded in `model_dir`; the class name by default.
+    #: Shown in the start-up line (`describe`), after the class name; empty: nothing more.
     name: str = ""
 
     @classmethod
@@ -177,8 +177,6 @@ class ClassificationTask(Task):
                           eval_fraction=eval_fraction)
         self._model_fn, self._loss_fn = model_fn, loss_fn or classification_loss
         self.splits: Optional[inputs.Splits] = None
-        self.name = type(self).name or (
-            f"{model if model_fn is None else 'custom model'} on {dataset}")
 
     @classmethod
     def from_config(cls, config: Any, *, model_fn=None, loss_fn=None) -> "ClassificationTask":
@@ -201,8 +199,8 @@ class ClassificationTask(Task):
         evaluated = (f"{_split_size(splits.eval)} to evaluate" if splits.eval is not None
                      else "no eval split")
         classes = (f", classes {', '.join(splits.class_names)}" if splits.class_names else "")
-        return (f"dataset {self.dataset}: {_split_size(splits.train)} to train on, "
-                f"{evaluated}{classes}")
+        return (f"{self.name + ': ' if self.name else ''}dataset {self.dataset}: "
+                f"{_split_size(splits.train)} to train on, {evaluated}{classes}")
 
     @property
     def has_eval(self) -> bool:

@@ -101,9 +101,6 @@ class RingGAN(Task):
         loss = tf.nn.sigmoid_cross_entropy_with_logits(tf.ones_like(fake_logit), fake_logit)
         return LossOutput(per_example_loss=loss)
 
-    def loss(self, model, batch, *, training: bool) -> LossOutput:
-        return self.discriminator_loss(model, batch, training=training)
-
 
 def main(model_dir: str) -> None:
     from tfloop.engine.config import RunConfig

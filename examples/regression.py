@@ -2,8 +2,8 @@
 
 Two named inputs (`size`, four floats; `rooms`, one float), a float target and
 a per-example weight. The loss is the weighted squared error; MSE and MAE are
-reported unweighted. The train stream reads `context.start_step` and skips
-what a resumed run has trained on before batching, so resuming is exact and
+reported unweighted. The train stream skips what a resumed run has trained
+on before batching (`context.examples_to_skip`), so resuming is exact and
 cheap. Run it (four logical CPU replicas)::
 
     python examples/regression.py [model_dir]
@@ -59,8 +59,10 @@ class Regression(Task):
         examples = len(self.train[1])
         ds = tf.data.Dataset.from_tensor_slices(self.train).cache()
         ds = ds.shuffle(examples, seed=context.seed, reshuffle_each_iteration=True).repeat()
-        # Exact resume: start where the interrupted run stopped, before batching.
-        ds = ds.skip(context.start_step * context.global_batch_size)
+        # Exact resume: start where the interrupted run stopped, before batching
+        # (examples_to_skip reads context.start_step and counts what this
+        # pipeline fed each step, which under file/off sharding is 1/W of a batch).
+        ds = ds.skip(context.examples_to_skip)
         return ds.batch(context.global_batch_size, drop_remainder=True)
 
     def eval_dataset(self, context) -> tf.data.Dataset:

@@ -295,9 +295,17 @@ class RecordData:
 
     # --- Datasets. ---
 
-    def _parse(self, serialized):
-        """A batch of serialized records → (features, label[, weight])."""
+    def _parse(self, serialized, batch_size=None):
+        """A batch of serialized records → (features, label[, weight]).
+
+        `batch_size`: every batch has this many records (train): sparse
+        features (`VarLenFeature`) get it as their static first dimension,
+        which `parse_example` leaves unknown, as dense ones have it.
+        """
         parsed = tf.io.parse_example(serialized, self._specs)
+        for value in parsed.values():
+            if batch_size is not None and isinstance(value, tf.SparseTensor):
+                value.set_shape([batch_size] + value.shape.as_list()[1:])
         label = parsed.pop(self._label_key)
         if self._weight_key is None:
             return parsed, label
@@ -314,7 +322,8 @@ class RecordData:
             compression=self._compression).repeat()
         ds = ds.skip(context.examples_to_skip)
         ds = ds.batch(context.global_batch_size, drop_remainder=True)
-        ds = ds.map(self._parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        ds = ds.map(lambda records: self._parse(records, context.global_batch_size),
+                    num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         return ds.prefetch(tf.data.AUTOTUNE)
 
     def eval_dataset(self, context) -> Optional[tf.data.Dataset]:

@@ -60,7 +60,7 @@ class Tiny(Task):
     (Tiny(features=3), "the loss function fails on a batch of (float32 (32, 3), float32 (32,)): Input 0 with name"),
 ])
 def test_a_task_whose_data_cannot_work_is_one_line_and_writes_nothing(tmp_path, task, says):
-    with pytest.raises(ConfigError, match=None) as error:
+    with pytest.raises(ConfigError) as error:
         run(_config(tmp_path / "run"), task=task)
     message = str(error.value)
     assert says in message and "\n" not in message, message
@@ -205,7 +205,7 @@ def test_task_mistakes_are_one_line_and_write_nothing(tmp_path, monkeypatch):
         (NoLoss(), "NoLoss does not define loss; a Task defines build_model"),
         (NoEvalData(), "NoEvalData.eval_dataset(context) returned None"),
     ]:
-        with pytest.raises(ConfigError, match=None) as error:
+        with pytest.raises(ConfigError) as error:
             run(_config(tmp_path / "run", mode=""), task=task)
         assert says in str(error.value) and "\n" not in str(error.value)
         assert not (tmp_path / "run").exists()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfloop import inputs
+from tfloop.engine import task_inputs
 from tfloop.inputs import InputContext, InputError, RecordData
 
 FEATURES = {"age": "float", "tokens": ("int64", [3]), "id": "int64",
@@ -116,7 +116,7 @@ def test_eval_reads_sorted_files_once_with_a_partial_last_batch(files):
                                   np.arange(100, 107))
 
 
-def test_gzip_files_on_a_ram_filesystem(files):
+def test_gzip_files_on_a_ram_filesystem():
     for index, ids in enumerate((range(0, 5), range(5, 9))):
         _write(f"ram://user_records/part-{index}.tfrecord.gz", ids, compression="GZIP")
     data = RecordData(train_files="ram://user_records/part-*.tfrecord.gz", features=FEATURES,
@@ -186,8 +186,7 @@ def _worker_ids(data, policy, worker, *, start_step, steps, batch=8, workers=2):
 
     context = _context(batch=batch, seed=4, start_step=start_step, shard_policy=policy,
                        num_input_pipelines=workers, input_pipeline_id=worker)
-    # The policy as the engine sets it on every task dataset (engine.task_inputs).
-    ds = inputs.with_shard_policy(data.train_dataset(context), policy)
+    ds = task_inputs.train_dataset(data, context)  # as the engine sets the policy
     ds = ds.rebatch(distribute.batch_sizes_for_worker(batch, workers, 1, worker))
     ds = input_ops.auto_shard_dataset(ds, workers, worker, workers)
     return [element[0]["id"].numpy() for element in ds.take(steps)]
