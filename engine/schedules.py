@@ -164,17 +164,9 @@ def assign_rate(optimizer: Any, schedule: Optional[LearningRate], step: Any) -> 
 
 
 def assign(objectives: Sequence[Any], step: Any) -> None:
-    """Before a step's objectives run: each scheduled objective's rate for `step`.
-
-    Objectives share one schedule object in the usual case, computed once.
-    """
-    rates = {}
+    """Before a step's objectives run: each scheduled objective's rate for `step`."""
     for objective in objectives:
-        schedule = objective.learning_rate
-        if schedule is not None:
-            if id(schedule) not in rates:
-                rates[id(schedule)] = schedule(step)
-            objective.optimizer.learning_rate = rates[id(schedule)]
+        assign_rate(objective.optimizer, objective.learning_rate, step)
 
 
 def announce(objectives: Sequence[Any], *, start_step: int, resumed: bool) -> None:

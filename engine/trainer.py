@@ -141,7 +141,6 @@ class Trainer(AbstractTrainer):
         if objectives is None:
             objectives = self._one_objective(strategy, model, optimizer, loss_fn)
         self.objectives = list(objectives)
-        self.optimizer = self.objectives[0].optimizer
         self._sums = [
             ReplicaSums(strategy, ["loss", GRAD_NORM]
                         + metric_names(o.loss, model, train_dataset.element_spec))

@@ -269,6 +269,8 @@ def test_the_best_checkpoint_holds_the_weights_of_the_best_evaluation(tmp_path, 
     mode = best.resolve_mode(metric, "auto")
     evaluations = _evaluations(tmp_path, metric.split("/")[1])
     step, value, stop = _expected(evaluations, mode, patience)
+    # The run with patience does stop early, so the `if stop:` part below runs.
+    assert (stop is not None) == bool(patience)
     record = json.loads((tmp_path / "best" / "best.json").read_text())
     assert (record["step"], record["mode"]) == (step, mode)
     assert np.float32(record["value"]) == np.float32(value)
