@@ -154,15 +154,16 @@ def count_records(path: str, compression: str = "") -> int:
 
 
 def damage_at(path: str, offset: int, compression: str = "") -> Optional[str]:
-    """What is wrong with the record that starts at byte `offset` of `path`'s
-    (uncompressed) stream, or None when `path` is not the file TensorFlow
-    meant: its frames do not reach `offset` intact, or the record there reads
-    (header and data checksums both checked). Walks the headers before
-    `offset`, so it costs one read per earlier record."""
+    """What is wrong with the record TensorFlow's reader refused at byte
+    `offset` of `path`'s (uncompressed) stream, or None when `path` is not
+    the file it meant: its frames do not reach `offset` intact, or the record
+    there reads. TensorFlow names a record's start when its header is bad and
+    the start of its data (12 bytes on) when the data is; both are accepted.
+    Walks the headers before `offset`: one read per earlier record."""
     try:
         with tf.io.gfile.GFile(path, "rb") as raw:
             stream, position, index = _stream(raw, compression), 0, 0
-            while position < offset:
+            while position < offset and position + HEADER_BYTES != offset:
                 header = stream.read(HEADER_BYTES)
                 length = _length(header) if len(header) == HEADER_BYTES else None
                 if length is None or not _skip(stream, raw, compression,
@@ -170,9 +171,9 @@ def damage_at(path: str, offset: int, compression: str = "") -> Optional[str]:
                     return None
                 position += HEADER_BYTES + length + FOOTER_BYTES
                 index += 1
-            if position != offset:
+            if position > offset:
                 return None
-            where = f"record {index} (byte {offset})"
+            where = f"record {index} (byte {position})"
             header = stream.read(HEADER_BYTES)
             if not header:
                 return None
@@ -181,7 +182,7 @@ def damage_at(path: str, offset: int, compression: str = "") -> Optional[str]:
             length = _length(header)
             if length is None:
                 return f"{where} has a header that fails its checksum" + (
-                    " (is this a TFRecord file?)" if offset == 0 else "")
+                    " (is this a TFRecord file?)" if position == 0 else "")
             data = stream.read(length + FOOTER_BYTES)
             if len(data) < length + FOOTER_BYTES:
                 return f"{where} is cut short: it holds {length} bytes and the file ends first"

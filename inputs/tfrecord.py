@@ -79,8 +79,8 @@ def parse(serialized, image_shape: tuple[int, int, int], num_classes: Optional[i
         if num_classes is not None:
             ok = data_errors.check(ok & (label >= 0) & (label < num_classes), lambda: (
                 tf.strings.join([where(), ": label ", tf.strings.as_string(label),
-                                 f" is outside [0, {num_classes}) ({METADATA}'s num_classes); "
-                                 "fix the labels or the metadata"])))
+                                 f" is outside [0, {num_classes}), the num_classes of "
+                                 f"{METADATA}; fix the labels or the metadata"])))
         with tf.control_dependencies([ok]):
             image = tf.identity(image)
     return tf.ensure_shape(image, image_shape), label
@@ -192,8 +192,8 @@ def _check_first(path: str, record: bytes, image_shape, num_classes: int) -> Non
                          f"{LABEL_KEY}); re-create the folder with bin/convert_to_tfrecord"
                          ) from None
     if not 0 <= label < num_classes:
-        raise InputError(f"{path} record 0: label {label} is outside [0, {num_classes}) "
-                         f"({METADATA}'s num_classes); fix the labels or the metadata")
+        raise InputError(f"{path} record 0: label {label} is outside [0, {num_classes}), the "
+                         f"num_classes of {METADATA}; fix the labels or the metadata")
     height, width = image_shape[:2]
     if png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR":
         png_width, png_height = struct.unpack(">II", png[16:24])
