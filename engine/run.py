@@ -44,6 +44,7 @@ from tfloop.engine.plan import Plan, make_plan
 from tfloop.engine.losses import LossFn
 from tfloop.engine.summaries import SummaryWriter
 from tfloop.engine.task import ClassificationTask, Task
+from tfloop.inputs import data_errors
 
 logger = logging.getLogger(__name__)
 
@@ -141,9 +142,10 @@ def run(
     if trainer is not None:
         objectives_lib.announce(objectives, start_step=start_step, resumed=bool(restored))
     try:
-        record = _run_controller(plan, strategy, global_step, trainer, evaluator, manager,
-                                 restored=restored, start_step=start_step,
-                                 on_loop_end=on_loop_end, best_export=best_export)
+        with data_errors.naming():  # damaged data mid-run: one line naming the file
+            record = _run_controller(plan, strategy, global_step, trainer, evaluator, manager,
+                                     restored=restored, start_step=start_step,
+                                     on_loop_end=on_loop_end, best_export=best_export)
         if trainer is not None and config.export:
             with average.swapped() if average else contextlib.nullcontext():
                 record["export"] = serving.export_trained(plan, strategy, model,

@@ -30,7 +30,10 @@ more, write TFRecords and use `inputs.RecordData`.
 
 Mistakes in the arrays are one-line `InputError`s at construction: lengths
 that differ (naming each array and its length), empty or scalar arrays,
-strings or objects, a `sample_weight` that is not 1-D, negative or not finite.
+strings or objects, NaN or infinity in a floating array (naming the first
+row), a `sample_weight` that is not 1-D, negative or not finite, and, when
+`num_classes` is given, a target outside `[0, num_classes)`. All of it is one
+pass over arrays already in memory.
 """
 
 from __future__ import annotations
@@ -60,8 +63,9 @@ def _named(name: str, arrays) -> list[tuple[str, object]]:
     return [(name, arrays)]
 
 
-def _check_array(name: str, value) -> np.ndarray:
-    """One numeric array of at least one row; floats as float32."""
+def _check_array(name: str, value, *, finite: bool = True) -> np.ndarray:
+    """One numeric array of at least one row; floats as float32 (and, with
+    `finite`, free of NaN and infinity)."""
     try:
         array = np.asarray(value)
     except (TypeError, ValueError) as error:  # ragged lists
@@ -76,7 +80,36 @@ def _check_array(name: str, value) -> np.ndarray:
         raise InputError(f"{name} is empty (shape {array.shape}); give at least one example")
     if array.dtype.kind == "f" and array.dtype != np.float32:
         array = array.astype(np.float32)
+    if finite and array.dtype.kind == "f":
+        _check_finite(name, array)
     return array
+
+
+def _check_finite(name: str, array: np.ndarray, chunk_rows: int = 4096) -> None:
+    """NaN or infinity anywhere in `array`: one line naming the first row.
+
+    Checked a block of rows at a time, so the check needs little memory
+    beside the array; one pass at memory speed."""
+    rows = array.reshape(array.shape[0], -1)
+    for start in range(0, rows.shape[0], chunk_rows):
+        finite = np.isfinite(rows[start:start + chunk_rows]).all(axis=1)
+        if not finite.all():
+            row = start + int(np.argmin(finite))
+            total = int(np.count_nonzero(~np.isfinite(rows)))
+            raise InputError(f"{name} holds {total} NaN or infinite value(s), the first in row "
+                             f"{row}; fix or drop those rows")
+
+
+def _check_classes(name: str, targets: np.ndarray, num_classes: int) -> None:
+    """Integer class indices in [0, num_classes): one line naming the first row outside."""
+    if targets.dtype.kind not in "iu":
+        raise InputError(f"{name} holds {targets.dtype} values but num_classes={num_classes} "
+                         "asks for integer class indices")
+    bad = ((targets < 0) | (targets >= num_classes)).reshape(targets.shape[0], -1).any(axis=1)
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise InputError(f"{name}[{row}] is {targets[row].tolist()}, outside [0, {num_classes}) "
+                         f"(num_classes={num_classes}); {int(bad.sum())} row(s) outside")
 
 
 def _structure(name: str, arrays) -> Union[np.ndarray, dict]:
@@ -155,6 +188,9 @@ class ArrayData:
         not the run's seed), so runs with different seeds evaluate on the same
         examples; both splits keep the arrays' order.
       split_seed: the seed of that permutation.
+      num_classes: when given, `targets` (one array) are class indices:
+        each must lie in [0, num_classes), checked here, naming the first
+        row outside; otherwise targets are not interpreted.
 
     Raises:
       InputError: one line naming the array that is wrong and how.
@@ -164,8 +200,15 @@ class ArrayData:
                  sample_weight: Optional[np.ndarray] = None,
                  eval_features: Optional[Arrays] = None, eval_targets: Optional[Arrays] = None,
                  eval_sample_weight: Optional[np.ndarray] = None,
-                 eval_fraction: float = 0.0, split_seed: int = _SPLIT_SEED):
+                 eval_fraction: float = 0.0, split_seed: int = _SPLIT_SEED,
+                 num_classes: Optional[int] = None):
         train = self._split("", features, targets, sample_weight)
+        if num_classes is not None:
+            if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 1:
+                raise InputError(f"num_classes={num_classes!r} must be a positive integer")
+            if isinstance(train[1], dict):
+                raise InputError("num_classes checks targets given as one array, not a dict")
+            _check_classes("targets", train[1], num_classes)
         has_eval_arrays = eval_features is not None or eval_targets is not None
         if has_eval_arrays and (eval_features is None or eval_targets is None):
             raise InputError("give both eval_features and eval_targets, or neither")
@@ -179,6 +222,8 @@ class ArrayData:
         evaluation = None
         if has_eval_arrays:
             evaluation = self._split("eval_", eval_features, eval_targets, eval_sample_weight)
+            if num_classes is not None:
+                _check_classes("eval_targets", evaluation[1], num_classes)
             _like(self._parts("eval_", evaluation, weights=False),
                   self._parts("", train, weights=False))
         elif eval_fraction:
@@ -201,7 +246,7 @@ class ArrayData:
                  _structure(f"{prefix}targets", targets))
         if sample_weight is not None:
             name = f"{prefix}sample_weight"
-            split += (_check_weights(name, _check_array(name, sample_weight)),)
+            split += (_check_weights(name, _check_array(name, sample_weight, finite=False)),)
         _rows("", cls._parts(prefix, split))
         return split
 
@@ -304,14 +349,15 @@ def from_npz(path: str, *, features: Union[str, Mapping[str, str]],
              eval_features: Union[str, Mapping[str, str], None] = None,
              eval_targets: Union[str, Mapping[str, str], None] = None,
              eval_sample_weight: Optional[str] = None, eval_fraction: float = 0.0,
-             split_seed: int = _SPLIT_SEED) -> ArrayData:
+             split_seed: int = _SPLIT_SEED, num_classes: Optional[int] = None) -> ArrayData:
     """An `ArrayData` from the arrays of an `.npz` file, read through `tf.io.gfile`.
 
     Each argument names the file's key(s) for that role: `features="x_train"`,
     or a dict name → key (`{"pixels": "x", "age": "age"}`) for a dict of
     features; likewise `targets`, `sample_weight` and the `eval_` ones. A key
     the file lacks is one line listing the keys it has; any mistake in the
-    arrays is `ArrayData`'s one line, prefixed with the path.
+    arrays (a NaN, a label outside `num_classes`) is `ArrayData`'s one line,
+    prefixed with the path.
     """
     arrays = read_npz(path)
 
@@ -334,7 +380,8 @@ def from_npz(path: str, *, features: Union[str, Mapping[str, str]],
         eval_targets=pick("eval_targets", eval_targets),
         eval_sample_weight=pick("eval_sample_weight", eval_sample_weight))
     try:
-        data = ArrayData(**picked, eval_fraction=eval_fraction, split_seed=split_seed)
+        data = ArrayData(**picked, eval_fraction=eval_fraction, split_seed=split_seed,
+                         num_classes=num_classes)
     except InputError as error:
         raise InputError(f"{path}: {error}") from None
     logger.info("%s: %s", path, data.describe())

@@ -121,11 +121,13 @@ def _serialize(image: np.ndarray, label: int) -> bytes:
 
 def _write_split(directory: str, name: str, split: Split, num_shards: int) -> dict:
     """Contiguous shards: example i goes to shard i * num_shards // count, so
-    reading the files in name order gives the source order back."""
+    reading the files in name order gives the source order back. Each shard's
+    record count and byte size go into the metadata: the loader compares the
+    sizes with the files' (a truncated or replaced shard costs a `stat` to see)."""
     count = len(split)
     num_shards = min(num_shards, count) if name != "train" else num_shards
     files = [tfrecord.shard_name(name, i, num_shards) for i in range(num_shards)]
-    writers = [None] * num_shards
+    writers, counts = [None] * num_shards, [0] * num_shards
     try:
         written = 0
         for index, (image, label) in enumerate(_examples(split)):
@@ -133,6 +135,7 @@ def _write_split(directory: str, name: str, split: Split, num_shards: int) -> di
             if writers[shard] is None:
                 writers[shard] = tf.io.TFRecordWriter(os.path.join(directory, files[shard]))
             writers[shard].write(_serialize(image, label))
+            counts[shard] += 1
             written += 1
     finally:
         for writer in writers:
@@ -140,7 +143,8 @@ def _write_split(directory: str, name: str, split: Split, num_shards: int) -> di
                 writer.close()
     if written != count:
         raise InputError(f"the {name} split gave {written} examples, expected {count}")
-    return {"count": count, "files": files}
+    sizes = [tf.io.gfile.stat(os.path.join(directory, f)).length for f in files]
+    return {"count": count, "files": files, "counts": counts, "bytes": sizes}
 
 
 def write(splits: Splits, output_dir: str, *, num_shards: int, source: str = "") -> str:

@@ -17,10 +17,16 @@ loaded: empty files, and files whose first bytes are not a JPEG, PNG, GIF or
 BMP signature (or a PNG without its end chunk, i.e. truncated). The check
 reads a few bytes per file, so it costs little on 25 000 images and runs
 before TensorFlow's runtime starts. An image that passes it but still fails
-to decode (a JPEG corrupted inside) stops the run with TensorFlow's
-`InvalidArgumentError` at the batch that holds it: dropping it at run time
+to decode (a JPEG corrupted inside or truncated) stops the run at the batch
+that holds it, with one line naming the file: dropping it at run time
 (`ignore_errors`) would shift every later batch, and exact resume skips
-batches by count before decoding.
+batches by count before decoding. TensorFlow's decode error does not say
+which file failed, and naming it inside the pipeline measured about 100
+times slower than the decode itself (a nested dataset per image), so after
+such a failure `explain` decodes the split's images once, in parallel, to
+find it: one epoch's decoding, paid only by a run that has already failed.
+Decoding every image up front would cost that on every start; it is not
+done.
 
 Decoding and resizing (bilinear, to `--image_size` square, RGB) happen in
 `tf.data` with a parallel map, after shuffling and skipping the file names.
@@ -179,6 +185,44 @@ def decode(path, label, image_shape: tuple[int, int, int]):
     image = tf.cast(tf.clip_by_value(tf.round(image), 0.0, 255.0), tf.uint8)
     image = tf.ensure_shape(image, image_shape)
     return image, tf.cast(label, tf.int64)
+
+
+_DECODE_FAILURES = ("DecodeImage", "JPEG", "PNG", "GIF", "BMP", "Input is empty",
+                    "channels inherent")
+
+
+def explain(error: tf.errors.OpError, split: ImageFiles):
+    """For `data_errors`: the file of `split` behind a decode `error`, as one
+    line, or None (not a decode error, or every file decodes)."""
+    if not any(marker in (error.message or "") for marker in _DECODE_FAILURES):
+        return None
+    path = first_undecodable(split.paths)
+    if path is None:
+        return None
+    try:
+        tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
+        reason = "it decodes alone"
+    except tf.errors.OpError as failure:
+        reason = (failure.message or type(failure).__name__).split("[Op:")[0].strip()
+    return (f"{path} cannot be decoded as an image ({reason}); remove or replace the file "
+            "(the run stopped at the batch that holds it)")
+
+
+def first_undecodable(paths) -> "str | None":
+    """The first of `paths` TensorFlow cannot decode, or None: each file is
+    decoded once, in parallel; a failure leaves a gap in the indices."""
+    ds = tf.data.Dataset.from_tensor_slices(list(paths)).enumerate()
+    ds = ds.map(lambda index, path: (index, tf.shape(tf.io.decode_image(
+        tf.io.read_file(path), channels=3, expand_animations=False))),
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    expected = 0
+    for indices, _ in ds.ignore_errors().batch(1024):
+        indices = indices.numpy()
+        gaps = np.flatnonzero(indices != np.arange(expected, expected + len(indices)))
+        if gaps.size:
+            return paths[expected + int(gaps[0])]
+        expected += len(indices)
+    return paths[expected] if expected < len(paths) else None
 
 
 def decoded(split: ImageFiles):

@@ -2,7 +2,9 @@
 
 The file holds `x_train (N, 28, 28) uint8, y_train (N,), x_test, y_test`, as
 written by `keras.datasets.mnist.load_data()`'s cache or `np.savez`. Float
-pixels in [0, 1] (a preprocessed copy) are scaled back to 0..255. The file is
+pixels in [0, 1] (a preprocessed copy) are scaled back to 0..255; NaN or
+infinite pixels are refused. The class count is the largest train label + 1,
+and every class must have a train example (`_num_classes`). The file is
 read through `tf.io.gfile`, so `--data_dir` may be `gs://...` or `ram://...`
 (this starts no TensorFlow runtime).
 """
@@ -83,5 +85,31 @@ def load(*, data_dir: str) -> Splits:
     if train.x.shape[1:] != test.x.shape[1:]:
         raise InputError(f"{path}: train images {train.x.shape[1:]} and test images "
                          f"{test.x.shape[1:]} differ in shape")
-    num_classes = int(max(train.y.max(), test.y.max())) + 1
-    return Splits(train=train, eval=test, num_classes=num_classes)
+    return Splits(train=train, eval=test, num_classes=_num_classes(path, train.y, test.y))
+
+
+def _num_classes(path: str, y_train: np.ndarray, y_test: np.ndarray) -> int:
+    """The class count the labels imply (largest train label + 1), refused
+    unless every class 0..N-1 has a train example and every test label is
+    one of them: a stray -1 would fail mid-training, and a stray 10**9 would
+    build a billion-class model."""
+    for name, y in (("y_train", y_train), ("y_test", y_test)):
+        negative = np.flatnonzero(y < 0)
+        if negative.size:
+            row = int(negative[0])
+            raise InputError(f"{path}: {name}[{row}] is {int(y[row])}; labels must be class "
+                             f"indices 0, 1, ... ({negative.size} negative label(s))")
+    present = np.unique(y_train)
+    num_classes = int(present[-1]) + 1
+    if len(present) < num_classes:
+        missing = int(np.argmax(present != np.arange(len(present))))  # sorted, so one is
+        raise InputError(
+            f"{path}: y_train's largest label is {num_classes - 1}, which makes {num_classes} "
+            f"classes, but no train example has label {missing} ({len(present)} distinct "
+            "labels); labels must be the class indices 0..N-1")
+    outside = np.flatnonzero(y_test >= num_classes)
+    if outside.size:
+        row = int(outside[0])
+        raise InputError(f"{path}: y_test[{row}] is {int(y_test[row])}, a class y_train never "
+                         f"has (its labels are 0..{num_classes - 1})")
+    return num_classes

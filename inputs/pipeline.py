@@ -18,6 +18,11 @@ differ::
     batch(global batch, drop remainder)
     cast to float in [0, 1]
 
+Damaged data stops the run with one line naming the file (`data_errors`):
+TFRecord records travel with their file and index, so a wrong label or image
+size names them; a damaged frame or an image that does not decode is traced
+to its file after the failure.
+
 The order depends only on `seed` and the split (not on the machine: the
 interleave's cycle length is a constant), so a resumed run that skips the
 examples it already trained on sees exactly the batches an uninterrupted run
@@ -39,7 +44,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfloop.inputs import image_folder, tfrecord
+from tfloop.inputs import data_errors, image_folder, tfrecord
 from tfloop.inputs.context import examples_per_step
 from tfloop.inputs.errors import InputError
 from tfloop.inputs.splits import Examples, ImageFiles, RecordFiles, Split
@@ -101,12 +106,19 @@ def _to_float(x: tf.Tensor, y: tf.Tensor):
     return tf.cast(x, tf.float32) / 255.0, y
 
 
-def read_records(files: tf.data.Dataset, cycle_length: int, compression: str = "") -> tf.data.Dataset:
-    """The records of `files`, interleaved `cycle_length` at a time in a fixed order."""
-    return files.interleave(
-        lambda path: tf.data.TFRecordDataset(path, compression_type=compression),
-        cycle_length=cycle_length, block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True)
+def read_records(files: tf.data.Dataset, cycle_length: int, compression: str = "", *,
+                 named: bool = False) -> tf.data.Dataset:
+    """The records of `files`, interleaved `cycle_length` at a time in a fixed
+    order; with `named`, each as (file path, index in the file, record), so a
+    check further down can say which record is wrong."""
+    def read(path):
+        records = tf.data.TFRecordDataset(path, compression_type=compression)
+        if not named:
+            return records
+        return records.enumerate().map(lambda index, record: (path, index, record))
+
+    return files.interleave(read, cycle_length=cycle_length, block_length=1,
+                            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
 def record_shuffle_buffer(records: int, record_bytes: int) -> int:
@@ -114,15 +126,30 @@ def record_shuffle_buffer(records: int, record_bytes: int) -> int:
     return max(1, min(records, _SHUFFLE_BYTES // max(1, record_bytes)))
 
 
-def shuffled_records(files, *, seed, buffer: int, compression: str = "") -> tf.data.Dataset:
+def shuffled_records(files, *, seed, buffer: int, compression: str = "",
+                     named: bool = False) -> tf.data.Dataset:
     """The records of TFRecord `files`, reshuffled every epoch: the file list
     shuffled, read `_CYCLE_LENGTH` files at a time (a constant, so the order
-    does not depend on the machine), the records shuffled in `buffer`."""
+    does not depend on the machine), the records shuffled in `buffer`
+    (`named`: as `read_records` says)."""
     paths = list(files)
     files = tf.data.Dataset.from_tensor_slices(paths)
     files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
-    records = read_records(files, min(len(paths), _CYCLE_LENGTH), compression)
+    records = read_records(files, min(len(paths), _CYCLE_LENGTH), compression, named=named)
     return records.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+
+
+def _watch(split: Split) -> None:
+    """What names the file when a file split fails mid-run (`data_errors`)."""
+    if isinstance(split, RecordFiles):
+        data_errors.watch(split.files, data_errors.records_explainer(split.files))
+    elif isinstance(split, ImageFiles):
+        data_errors.watch(split.paths, lambda error: image_folder.explain(error, split))
+
+
+def _parse_record(split: RecordFiles):
+    return lambda path, index, record: tfrecord.parse(record, split.image_shape,
+                                                      split.num_classes, path, index)
 
 
 def _shuffled_source(split: Split, seed: int):
@@ -133,8 +160,8 @@ def _shuffled_source(split: Split, seed: int):
                           reshuffle_each_iteration=True), None
     if isinstance(split, RecordFiles):
         records = shuffled_records(split.files, seed=seed, buffer=record_shuffle_buffer(
-            min(split.count, _SHUFFLE_BUFFER), split.record_bytes))
-        return records, lambda r: tfrecord.parse(r, split.image_shape)
+            min(split.count, _SHUFFLE_BUFFER), split.record_bytes), named=True)
+        return records, _parse_record(split)
     if isinstance(split, ImageFiles):
         ds = tf.data.Dataset.from_tensor_slices((list(split.paths), list(split.labels)))
         ds = ds.shuffle(len(split), seed=seed, reshuffle_each_iteration=True)
@@ -148,7 +175,7 @@ def _ordered_source(split: Split):
         return tf.data.Dataset.from_tensor_slices((split.x, split.y)), None
     if isinstance(split, RecordFiles):
         files = tf.data.Dataset.from_tensor_slices(list(split.files))
-        return read_records(files, 1), lambda r: tfrecord.parse(r, split.image_shape)
+        return read_records(files, 1, named=True), _parse_record(split)
     if isinstance(split, ImageFiles):
         ds = tf.data.Dataset.from_tensor_slices((list(split.paths), list(split.labels)))
         return ds, lambda p, l: image_folder.decode(p, l, split.image_shape)
@@ -167,6 +194,7 @@ def train_batches(
     worker consumes `global_batch_size / num_workers` of its examples per step.
     """
     policy = resolve_shard_policy(split, shard_policy, num_workers)
+    _watch(split)
     ds, decode = _shuffled_source(split, seed)
     ds = ds.repeat()
     if start_step:
@@ -187,6 +215,7 @@ def eval_batches(
     """One pass over `split` in its stored order, the last batch possibly
     partial (every example is counted exactly once by the evaluator)."""
     policy = resolve_shard_policy(split, shard_policy, num_workers)
+    _watch(split)
     ds, decode = _ordered_source(split)
     if decode is not None:
         ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

@@ -33,27 +33,30 @@ not on the machine), the serialized records shuffled, repeated, skipped by
 only) and parsed a batch at a time (`tf.io.parse_example`, much faster than
 per record). Multi-worker `file` sharding deals the sorted files out.
 
-At construction the first record of the train files (and of the eval files)
-is read in plain Python (a `tf.train.Example` protobuf; TensorFlow's runtime
-is not started, so this may happen before the strategy exists) and checked
-against the specs: a missing key, a value type or a fixed size that does not
-match is one line naming the key and what the record has. Later records are
-parsed only at run time, where a bad one stops the run with TensorFlow's error.
-Nothing counts the records (that would read every file).
+At construction the first record frame of every file is read in plain
+Python (`inputs.framing`: its header checksum; on a remote filesystem a
+sample of 256 files), so a text file, random bytes or a compressed file read
+as uncompressed is one line naming it; TensorFlow's runtime is not started,
+so this may happen before the strategy exists. The first record (a
+`tf.train.Example` protobuf) is checked against the specs: a missing key, a
+value type or a fixed size that does not match is one line naming the key
+and what the record has. Later records are parsed only at run time, where a
+bad one stops the run with TensorFlow's error; damage inside a file found at
+run time ("corrupted record at N") stops the run with one line naming the
+file (`inputs.data_errors`). Nothing counts the records (that would read
+every file).
 """
 
 from __future__ import annotations
 
-import gzip
 import logging
-import struct
 import zlib
 from typing import Mapping, Optional, Sequence, Union
 
 import tensorflow as tf
 
 from tfloop.inputs.errors import InputError
-from tfloop.inputs import pipeline
+from tfloop.inputs import data_errors, framing, pipeline
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +68,7 @@ _TYPES = {"float": tf.float32, "float32": tf.float32, "int64": tf.int64, "int": 
           "bytes": tf.string, "string": tf.string}
 _LIST_OF = {tf.float32: "float_list", tf.int64: "int64_list", tf.string: "bytes_list"}
 _COMPRESSIONS = ("", "GZIP", "ZLIB")
+_REMOTE_SAMPLE = 256  # files whose first frame is read at construction, on gs:// and the like
 
 
 # --- Specs. ---
@@ -132,46 +136,6 @@ def _resolve(argument: str, files: Files) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
-class _ZlibReader:
-    """A read(n) stream over a ZLIB-compressed file (TFRecordOptions('ZLIB'))."""
-
-    def __init__(self, raw):
-        self._raw, self._inflate, self._buffer = raw, zlib.decompressobj(), b""
-
-    def read(self, n: int) -> bytes:
-        while len(self._buffer) < n:
-            chunk = self._raw.read(1 << 16)
-            if not chunk:
-                self._buffer += self._inflate.flush()
-                break
-            self._buffer += self._inflate.decompress(chunk)
-        out, self._buffer = self._buffer[:n], self._buffer[n:]
-        return out
-
-
-def _first_record(path: str, compression: str = "") -> Optional[bytes]:
-    """The first serialized record of a TFRecord file, or None if it has none.
-
-    Plain Python over `tf.io.gfile` (TFRecord framing: little-endian uint64
-    length, its 4-byte CRC, the data, its 4-byte CRC; CRCs not checked), so
-    TensorFlow's runtime stays unstarted.
-    """
-    with tf.io.gfile.GFile(path, "rb") as raw:
-        stream = (gzip.GzipFile(fileobj=raw) if compression == "GZIP"
-                  else _ZlibReader(raw) if compression == "ZLIB" else raw)
-        header = stream.read(12)
-        if not header:
-            return None
-        if len(header) < 12:
-            raise InputError(f"{path} is not a TFRecord file (it ends inside the first header)")
-        (length,) = struct.unpack("<Q", header[:8])
-        data = stream.read(length)
-        if len(data) < length:
-            raise InputError(f"{path} is not a TFRecord file (the first record is cut short)"
-                             f"{'' if compression else '; if it is compressed, pass compression='}")
-        return data
-
-
 class RecordData:
     """Train (and optionally eval) examples in the user's own TFRecord files.
 
@@ -223,18 +187,28 @@ class RecordData:
         self._shuffle_buffer = pipeline.record_shuffle_buffer(shuffle_buffer, record_bytes)
 
     def _check(self, argument: str, files: tuple[str, ...]) -> int:
-        """Reads the first record of `files` and checks it against the specs;
-        returns its size in bytes."""
+        """Reads the first record frame of every file (of at most
+        `_REMOTE_SAMPLE` spread over them on a remote filesystem, where each
+        read is a request), so a damaged or foreign file is refused here and
+        not mid-run; checks the first record against the specs; returns its
+        size in bytes."""
         record, path = None, files[0]
-        for path in files:  # the first file that holds a record
+        step = max(1, len(files) // _REMOTE_SAMPLE) if "://" in files[0] else 1
+        for candidate in files[::step]:
             try:
-                record = _first_record(path, self._compression)
+                first = framing.first_record(candidate, self._compression)
+            except framing.Damaged as damage:
+                raise InputError(
+                    f"{candidate} is not a TFRecord file ({damage})"
+                    f"{'' if self._compression else '; if it is compressed, pass compression='}"
+                ) from None
             except (OSError, EOFError, zlib.error, tf.errors.OpError) as error:
                 raise InputError(
-                    f"{path} cannot be read as a {self._compression or 'uncompressed'} TFRecord "
-                    f"file ({type(error).__name__}); check compression= and the path") from None
-            if record is not None:
-                break
+                    f"{candidate} cannot be read as a {self._compression or 'uncompressed'} "
+                    f"TFRecord file ({type(error).__name__}); check compression= and the path"
+                ) from None
+            if record is None and first is not None:
+                record, path = first, candidate
         if record is None:
             raise InputError(f"{argument}: the {len(files)} file(s) hold no record "
                              f"(e.g. {files[0]})")
@@ -317,6 +291,8 @@ class RecordData:
         `context.seed`, starting at `context.start_step` (exact resume; with
         `file`/`off` sharding a worker's stream feeds it global_batch /
         num_input_pipelines records a step, and the skip follows that)."""
+        data_errors.watch(self._train_files, data_errors.records_explainer(
+            self._train_files, self._compression))
         ds = pipeline.shuffled_records(
             self._train_files, seed=context.seed, buffer=self._shuffle_buffer,
             compression=self._compression).repeat()
@@ -331,6 +307,8 @@ class RecordData:
         last batch may be partial. None when there are no eval files."""
         if self._eval_files is None:
             return None
+        data_errors.watch(self._eval_files, data_errors.records_explainer(
+            self._eval_files, self._compression))
         ds = pipeline.read_records(tf.data.Dataset.from_tensor_slices(list(self._eval_files)), 1,
                                    self._compression)
         ds = ds.batch(context.global_batch_size)

@@ -57,12 +57,15 @@ class RecordFiles:
       image_shape: (H, W, C) of every image.
       record_bytes: average serialized record size, which bounds the
         shuffle buffer's memory.
+      num_classes: labels lie in [0, num_classes), checked as records are
+        read; None: not checked.
     """
 
     files: tuple[str, ...]
     count: int
     image_shape: tuple[int, int, int]
     record_bytes: int = 1024
+    num_classes: Optional[int] = None
 
     def __len__(self) -> int:
         return self.count

@@ -99,3 +99,31 @@ def test_a_signal_saves_a_checkpoint_and_the_same_command_resumes(tmp_path, sign
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"resuming from {model_dir}/ckpt-{interrupted_step} at step {interrupted_step}" in result.stdout
     assert json.loads((model_dir / "metrics.json").read_text())["step"] == target
+
+
+def test_damaged_tfrecord_shards_are_one_line_naming_the_shard(tmp_path):
+    """Before training (a shard replaced by text: its size disagrees with
+    metadata.json) nothing is written; during training (one byte flipped
+    inside a record: same size, found only when read) the run stops with the
+    shard's name and the record, exit 2, no traceback."""
+    from helpers import write_tfrecord_dir
+
+    data_dir = write_tfrecord_dir(str(tmp_path / "records"), num_shards=4, num_train=256,
+                                  num_eval=32)
+    shard = os.path.join(data_dir, "train-00001-of-00004.tfrecord")
+    original = open(shard, "rb").read()
+    open(shard, "w").write("not a TFRecord file\n" * 50)
+    model_dir = tmp_path / "run"
+    args = ["--dataset=tfrecord", f"--data_dir={data_dir}", f"--model_dir={model_dir}", *SMALL]
+    result = run_bin("train", *args)
+    assert result.returncode == 2
+    assert_one_line_error(result, contains=f"{shard} holds 1000 bytes but metadata.json says")
+    assert not model_dir.exists()
+
+    damaged = bytearray(original)
+    damaged[len(damaged) // 2] ^= 0xFF
+    open(shard, "wb").write(bytes(damaged))
+    result = run_bin("train", *args)
+    assert result.returncode == 2
+    line = assert_one_line_error(result, contains=f"{shard} is damaged: record ")
+    assert "corrupted record at" in line
