@@ -98,7 +98,8 @@ class StrategySpec(abc.ABC):
                         gradient_dtype=config.gradient_dtype)
         return collectives.create(
             self.collective_name(config.collective, devices, **wrappers),
-            devices=devices, reduce_device=config.reduce_device or None, **wrappers)
+            devices=devices, reduce_device=config.reduce_device or None,
+            check_steps=config.check_collective, **wrappers)
 
     @abc.abstractmethod
     def build(self, devices: Sequence[str], *, config: Any = None,
