@@ -87,7 +87,8 @@ class RunConfig:
         "CPU ids beyond the physical CPUs create logical CPU devices.")
     collective: str = option(
         "auto", "Gradient all-reduce: auto | nccl | ring | hierarchical_copy | "
-        "reduce_to_one_device, or module:Class for your own.")
+        "reduce_to_one_device, or module:Class for your own (imported from sys.path and run "
+        "inside every step: trusted code only; its results are checked).")
     num_packs: int = option(0, "Pack gradients into this many buckets per all-reduce (0: off).")
     pack_bytes: int = option(0, "Pack gradients into buckets of about this many bytes (0: off).")
     gradient_dtype: str = option(
