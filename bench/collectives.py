@@ -51,6 +51,10 @@ _UNIT_ROUNDOFF = {
 #: bucket) and num_packs=1 (copying the cnn's 11 MB one) made the copy-based
 #: collectives slower (docs/collectives.md).
 DEFAULT_MODEL_PACK_BYTES = 256 << 10
+#: `bin/bench_collectives`' sweep without flags: about a minute on 4 logical CPUs of
+#: a 2-core machine. `--full` is the nccl-tests range, about ten minutes there.
+DEFAULT_SIZES = "4K:4M"
+FULL_SIZES = "4K:256M"
 
 
 def parse_size(text: str) -> int:
@@ -121,6 +125,8 @@ class CollectiveBenchConfig:
       overhead: also time TF's cross-device ops directly (plug-in overhead).
       output_dir: where the CSV, JSON and PNG go ("" = write nothing).
       seed: the inputs' random seed.
+      plot: also draw the busbw PNG (needs matplotlib, checked here, before
+        any timing; the CSV and JSON are written first either way).
     """
 
     devices: tuple[str, ...]
@@ -139,6 +145,7 @@ class CollectiveBenchConfig:
     overhead: bool = True
     output_dir: str = ""
     seed: int = 0
+    plot: bool = True
 
     def __post_init__(self):
         if not self.devices:
@@ -160,6 +167,8 @@ class CollectiveBenchConfig:
             raise CollectiveError(f"--min_sample_ms={self.min_sample_ms!r} must be a number >= 0")
         if not self.sizes and not self.model:
             raise CollectiveError("--sizes is empty and no --model given; nothing to measure")
+        if self.plot and self.sizes and self.output_dir and not report.can_plot():
+            raise CollectiveError(report.NO_PLOT)
         for size in self.sizes:
             if size < _itemsize(self.dtype):
                 raise CollectiveError(
@@ -445,19 +454,42 @@ def run(
     return results
 
 
-def main(*, devices: str, collectives: Sequence[str], sizes: str, intra_op_threads: int = -1,
-         progress: Progress = print, **options: Any) -> CollectiveBenchResults:
+def wrong_sums(results: CollectiveBenchResults) -> str:
+    """One line naming every collective whose sum was wrong (beyond the
+    summation-order tolerance) and where; "" when every sum was right."""
+    wrong: dict[str, list[str]] = {}
+    for row in results.sweep:
+        if not row.correct:
+            wrong.setdefault(row.collective, []).append(
+                f"{format_size(row.size)} (max relative error {row.max_rel_err:.3g} > "
+                f"{row.tolerance:.3g})")
+    for row in results.model:
+        if not row.correct:
+            wrong.setdefault(row.collective, []).append(f"the {row.model} gradients")
+    if not wrong:
+        return ""
+    found = "; ".join(f"{name} at {', '.join(where)}" for name, where in wrong.items())
+    return (f"wrong all-reduce sums: {found}; the timings of a collective that does not sum "
+            "mean nothing (the table and files are written, marked WRONG)")
+
+
+def main(*, devices: str, collectives: Sequence[str], sizes: str = DEFAULT_SIZES,
+         full: bool = False, intra_op_threads: int = -1, progress: Progress = print,
+         **options: Any) -> CollectiveBenchResults:
     """What `bin/bench_collectives` does with its flags' values.
 
     Parses `devices` ("cpu:0,cpu:1"), `collectives` (names, blanks dropped) and
-    `sizes` ("4K:256M"); `options` are the other `CollectiveBenchConfig`
-    fields. Then sets up the devices and threads and runs.
+    `sizes` ("4K:256M"; `full`: `FULL_SIZES`); `options` are the other
+    `CollectiveBenchConfig` fields. Then sets up the devices and threads and runs.
     """
     # TF's per-trace INFO lines ("batch_all_reduce: ...") would bury the table.
     tf.get_logger().setLevel("ERROR")
+    if full:
+        if sizes != DEFAULT_SIZES:
+            raise CollectiveError(f"--full sweeps {FULL_SIZES} and --sizes={sizes!r} asks for "
+                                  "other sizes; give one of them")
+        sizes = FULL_SIZES
     names = engine_devices.parse_devices(devices)
-    if sizes.strip() and not report.can_plot():
-        progress(f"bench: {report.NO_PLOT}")
     config = CollectiveBenchConfig(
         devices=tuple(names),
         collectives=tuple(c.strip() for c in collectives if c.strip()),

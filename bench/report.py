@@ -49,13 +49,14 @@ def write_csv(path: str, rows: Sequence[Any]) -> str:
     return path
 
 
-#: Said before a run that would plot, when it cannot: the CSV/JSON still come.
-NO_PLOT = ("matplotlib is not installed, so no PNG plot this run (pip install 'tfloop[bench]'); "
-           "the CSV and JSON are written as usual")
+#: The refusal before a run that would plot and cannot: said before any timing,
+#: so a plain `pip install .` never ends a long sweep without its plot.
+NO_PLOT = ("matplotlib is not installed, and the PNG plot needs it: pip install '.[plot]' "
+           "(or 'tfloop[plot]'), or run with --noplot (the CSV and JSON are written either way)")
 
 
 def can_plot() -> bool:
-    """matplotlib is an extra (`[bench]`), not a dependency of the engine."""
+    """matplotlib is an extra (`[plot]`), not a dependency of the engine."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -159,7 +160,8 @@ def _model_table(results: CollectiveBenchResults) -> str:
 
 
 def write_collectives_outputs(results: CollectiveBenchResults) -> list[str]:
-    """CSV per table, one JSON with everything, and the busbw plot."""
+    """CSV per table, one JSON with everything, then (with `config.plot`) the
+    busbw plot: the numbers are on disk before matplotlib is touched."""
     from tfloop.bench import timing
 
     out_dir = results.config.output_dir
@@ -177,7 +179,7 @@ def write_collectives_outputs(results: CollectiveBenchResults) -> list[str]:
         auto_vs_fastest=results.auto_vs_fastest(),
         model=[dataclasses.asdict(r) for r in results.model],
     )))
-    if results.sweep and can_plot():
+    if results.sweep and results.config.plot:
         files.append(plot_busbw(results, os.path.join(out_dir, "bench_collectives_busbw.png")))
     return files
 
@@ -243,10 +245,12 @@ def write_training_result(result: TrainBenchResult, output_dir: str) -> str:
                       result.as_dict())
 
 
-def write_training_sweep(results: Sequence[dict], output_dir: str) -> list[str]:
-    """`bench_train.json` (every device count's result) and `bench_train.png`."""
+def write_training_sweep(results: Sequence[dict], output_dir: str, *,
+                         plot: bool = True) -> list[str]:
+    """`bench_train.json` (every device count's result), then with `plot`
+    `bench_train.png`."""
     path = write_json(os.path.join(output_dir, "bench_train.json"), list(results))
-    if not can_plot():
+    if not plot:
         return [path]
     return [path, plot_training_scaling(results, os.path.join(output_dir, "bench_train.png"))]
 

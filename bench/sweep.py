@@ -42,7 +42,7 @@ def child_args(argv: Sequence[str]) -> list[str]:
 
 
 def sweep(device_counts: Sequence[int], device_kind: str, argv: Sequence[str], output_dir: str,
-          *, script: str, progress: Progress = print) -> list[dict]:
+          *, script: str, progress: Progress = print, plot: bool = True) -> list[dict]:
     """Runs `script argv --devices=<kind>:0..N-1` once per count in a subprocess
     (logical devices are fixed per process); combines their JSON, prints one
     table, writes `bench_train.json` and the plot."""
@@ -57,6 +57,6 @@ def sweep(device_counts: Sequence[int], device_kind: str, argv: Sequence[str], o
         with open(os.path.join(sub_dir, name)) as f:
             results.append(json.load(f))
     progress(report.training_table(results))
-    path, figure = report.write_training_sweep(results, output_dir)
-    progress(f"wrote {path}, {figure}")
+    files = report.write_training_sweep(results, output_dir, plot=plot)
+    progress(f"wrote {', '.join(files)}")
     return results

@@ -368,12 +368,14 @@ def run(config: TrainBenchConfig, *, progress: Progress = print) -> TrainBenchRe
 
 def main(*, devices: str, device_counts: Sequence[str] = (), intra_op_threads: int = -1,
          argv: Sequence[str] = (), script: str = "", progress: Progress = print,
-         **options: Any) -> None:
+         plot: bool = True, **options: Any) -> None:
     """What `bin/bench_train` does with its flags' values.
 
     `options` are `TrainBenchConfig`'s fields but `devices`. With
     `device_counts`, runs `script argv` once per count instead (`bench.sweep`);
     otherwise times the variants on `devices` ("cpu:0,cpu:1") in this process.
+    `plot`: draw `bench_train.png` after a sweep; without matplotlib that is
+    refused before the sweep starts (`report.NO_PLOT`).
     """
     check_names(variants=options["variants"], mixed_precision=options["mixed_precision"],
                 model=options["model"], optimizer=options["optimizer"])
@@ -381,10 +383,10 @@ def main(*, devices: str, device_counts: Sequence[str] = (), intra_op_threads: i
     global_batch_size = options["global_batch_size"]
     if device_counts:
         counts = sweep.parse_device_counts(device_counts, global_batch_size=global_batch_size)
-        if not report.can_plot():
-            progress(f"bench: {report.NO_PLOT}")
+        if plot and not report.can_plot():
+            raise ConfigError(report.NO_PLOT)
         sweep.sweep(counts, device_names.kind(names[0]), sweep.child_args(argv),
-                    options["output_dir"], script=script, progress=progress)
+                    options["output_dir"], script=script, progress=progress, plot=plot)
         return
     if global_batch_size % len(names):
         raise ConfigError(f"--global_batch_size={global_batch_size} does not divide by the "

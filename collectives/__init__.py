@@ -18,6 +18,7 @@ from tfloop.collectives.registry import available, create, register, resolve
 from tfloop.collectives.base import CrossDeviceOpsCollective, TFPackedAllReduce, Wrapper
 from tfloop.collectives.packing import Packing
 from tfloop.collectives.compression import Compression
+from tfloop.collectives.checked import Checked
 
 # Importing an implementation registers it.
 from tfloop.collectives import auto as _auto  # noqa: F401,E402
@@ -28,6 +29,7 @@ from tfloop.collectives import ring as _ring  # noqa: F401,E402
 from tfloop.collectives import strategy_native as _strategy_native  # noqa: F401,E402
 
 __all__ = [
+    "Checked",
     "Collective",
     "CollectiveError",
     "Compression",

@@ -43,3 +43,8 @@ def per_replica(tensors: Sequence[tf.Tensor]) -> tf.distribute.DistributedValues
 def mirrored(tensors: Sequence[tf.Tensor]) -> tf.distribute.DistributedValues:
     """A Mirrored value holding `tensors`: equal values, one copy per device."""
     return _values.Mirrored(tuple(tensors))
+
+
+def is_mirrored(value) -> bool:
+    """True for a Mirrored value (a MirroredVariable too), False for PerReplica."""
+    return isinstance(value, _values.Mirrored)

@@ -116,6 +116,12 @@ def mirrored(tensors: Sequence[tf.Tensor]) -> Any:
     return _tf_private.mirrored(tensors)
 
 
+def is_mirrored(value: Any) -> bool:
+    """A distributed value holding one copy per device (a reduced result),
+    not one different value per replica (PerReplica: still to be reduced)."""
+    return _tf_private.is_mirrored(value)
+
+
 def nbytes(value: Any) -> int:
     """Bytes of one replica's component (0 when unknown while tracing)."""
     c = components(value)[0]

@@ -54,6 +54,13 @@ class CollectiveError(ValueError):
     """A user-facing configuration mistake: the message is one line saying what
     is wrong and how to fix it, printed by the binaries without a traceback."""
 
+    #: Raised while a step is traced (a plug-in's results checked, `checked.py`),
+    #: it must leave `tf.function` as it is: autograph otherwise re-raises it as
+    #: a `StagingError` with the traced code's stack in its message. This
+    #: attribute is autograph's own opt-out (`autograph/impl/api.py`); the
+    #: tests in `tests/collectives/test_checked_plugins.py` fail if it stops working.
+    ag_pass_through = True
+
 
 class Collective(abc.ABC):
     """Sums per-replica gradients across replicas; see the module docstring."""

@@ -9,7 +9,12 @@ so an impossible choice fails here, in one line, before anything is built::
     # -> Compression? ( Packing( Ring ) )
 
 A name of the form `package.module:ClassName` loads a user's own `Collective`
-subclass, so trying a new all-reduce needs no change to this package.
+subclass, so trying a new all-reduce needs no change to this package. That
+imports and runs the module (code from `sys.path`), and the class's results
+are checked, not trusted: it is wrapped in `checked.Checked` (innermost, as
+the user wrote it), and whatever its constructor raises is one line::
+
+    create("my_module:MySum", ...)   # -> Compression? ( Packing? ( Checked( MySum ) ) )
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import importlib
 from typing import Callable, Optional, Sequence, TypeVar
 
+from tfloop.collectives.checked import Checked
 from tfloop.collectives.compression import Compression
 from tfloop.collectives.interface import Collective, CollectiveError
 from tfloop.collectives.options import check_options
@@ -82,6 +88,7 @@ def create(
     pack_bytes: int = 0,
     gradient_dtype: str = "float32",
     reduce_device: Optional[str] = None,
+    check_steps: int = 0,
 ) -> Collective:
     """Builds the collective `name` for `devices` and checks it can run there.
 
@@ -99,6 +106,9 @@ def create(
         before the all-reduce and back after (`Compression`).
       reduce_device: the device `reduce_to_one_device` sums on ("cpu:0");
         refused for any other collective.
+      check_steps: compare the first this many all-reduces with the plain
+        sum of the replicas and stop at a difference (`--check_collective`;
+        0 = off). A plug-in is checked structurally either way.
 
     Raises:
       CollectiveError: one line naming the argument, the value and the fix.
@@ -124,7 +134,17 @@ def create(
         kwargs["gradient_dtype"] = gradient_dtype
     if "reduce_device" in native and reduce_device not in (None, ""):
         kwargs["reduce_device"] = reduce_device
-    collective = _instantiate(cls, label, kwargs)
+    if isinstance(check_steps, bool) or not isinstance(check_steps, int) or check_steps < 0:
+        raise CollectiveError(f"check_steps={check_steps!r} must be an integer >= 0 (0: off)")
+    if check_steps and not getattr(cls, "shortcut_single_replica", True):
+        raise CollectiveError(
+            "--check_collective compares each all-reduce with the sum of this process's "
+            f"replicas, and this strategy's own all-reduce ({label}) sums across machines too; "
+            "drop --check_collective")
+    plugin = ":" in label
+    collective = _instantiate(cls, label, kwargs, plugin=plugin)
+    if plugin or check_steps:
+        collective = Checked(collective, label=label, compare_steps=check_steps)
 
     wrap_packs = num_packs if "num_packs" not in native else 0
     wrap_bytes = pack_bytes if "pack_bytes" not in native else 0
@@ -178,10 +198,13 @@ def _load_user_class(spec: str) -> type[Collective]:
     return cls
 
 
-def _instantiate(cls: type[Collective], label: str, kwargs: dict) -> Collective:
+def _instantiate(cls: type[Collective], label: str, kwargs: dict, *,
+                 plugin: bool = False) -> Collective:
     try:
         collective = cls(**kwargs)
-    except CollectiveError:
+    except CollectiveError as exc:
+        if plugin and label not in str(exc):
+            raise CollectiveError(f"--collective={label}: {exc}") from None
         raise
     except TypeError as exc:
         reason = " ".join(str(exc).split())
@@ -189,6 +212,14 @@ def _instantiate(cls: type[Collective], label: str, kwargs: dict) -> Collective:
             f"--collective={label!r} cannot be constructed ({reason}); a Collective needs a "
             "constructor taking only its native_options as keywords, and every abstract "
             "method implemented"
+        ) from None
+    except Exception as exc:  # a plug-in's constructor: whatever it raises is the user's
+        if not plugin:
+            raise
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+        raise CollectiveError(
+            f"--collective={label!r} cannot be constructed: its constructor raised {reason}; "
+            "fix the plug-in or choose a built-in collective"
         ) from None
     if not getattr(collective, "name", ""):
         collective.name = label

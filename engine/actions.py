@@ -160,7 +160,9 @@ class EvalProgress(Action):
 
 
 class TrainSummaries(Action):
-    """Train scalars (and steps/s, examples/s) on multiples of `interval`.
+    """Train scalars (and steps/s, examples/s) on multiples of `interval`, and
+    at the last step of training whatever it is, so the curve ends where the
+    run did (the learning rate is one of the scalars: `engine.objectives`).
 
     Loops end on those multiples whether or not there is a `writer`: every
     worker of a cluster must end its loops at the same steps (the stop request
@@ -180,7 +182,9 @@ class TrainSummaries(Action):
         return next_multiple(step, self.interval) if self.interval else None
 
     def __call__(self, loop: LoopEnd) -> None:
-        if self.writer is None or not crossed(loop.start, loop.step, self.interval):
+        if self.writer is None or not self.interval:
+            return
+        if not crossed(loop.start, loop.step, self.interval) and loop.step < loop.target:
             return
         steps_per_sec = loop.num_steps / loop.seconds if loop.seconds else 0.0
         scalars = _scalars(loop.metrics)

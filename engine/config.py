@@ -87,7 +87,8 @@ class RunConfig:
         "CPU ids beyond the physical CPUs create logical CPU devices.")
     collective: str = option(
         "auto", "Gradient all-reduce: auto | nccl | ring | hierarchical_copy | "
-        "reduce_to_one_device, or module:Class for your own.")
+        "reduce_to_one_device, or module:Class for your own (imported from sys.path and run "
+        "inside every step: trusted code only; its results are checked).")
     num_packs: int = option(0, "Pack gradients into this many buckets per all-reduce (0: off).")
     pack_bytes: int = option(0, "Pack gradients into buckets of about this many bytes (0: off).")
     gradient_dtype: str = option(
@@ -96,6 +97,9 @@ class RunConfig:
         "", "Where --collective=reduce_to_one_device sums, e.g. cpu:0 (default: first device).")
     collective_timeout: float = option(
         0.0, "multi_worker: seconds a collective waits for its peers before failing (0: none).")
+    check_collective: int = option(
+        0, "Debug: compare the first N all-reduces with the plain sum of the replicas and stop "
+        "at a difference, naming the gradient (0: off; e.g. 3 to test a --collective=module:Class).")
     # Model and data.
     task: str = option(
         "", "Your own task, module:Class (a tfloop.engine.task.Task subclass, imported from the "
@@ -231,7 +235,7 @@ class RunConfig:
         non_negative = (
             "train_steps", "checkpoint_interval", "summary_interval", "eval_interval", "seed",
             "epochs", "steps_per_epoch", "per_replica_batch_size", "warmup_steps",
-            "early_stopping_patience",
+            "early_stopping_patience", "check_collective",
         )
         for name in positive:
             if getattr(self, name) < 1:

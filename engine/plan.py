@@ -79,7 +79,7 @@ class Plan:
             f"{self.role.name}: " if self.role.in_cluster else "",
             "evaluator" if self.role.is_evaluator else self.spec.name,
             f" over {num_replicas} replica(s) [{device_names.short_list(self.devices)}], ",
-            f"collective {self.collective.describe() if self.collective else 'none'}, ",
+            f"collective {self.spec.describe_collective(self.collective, self.config, self.devices)}, ",
             f"global batch {batch} ({batch // num_replicas} per replica",
             f" in {micro} micro-batches of {batch // num_replicas // micro})" if micro > 1 else ")",
             f", {self.intra_op_threads} intra-op thread(s) per op" if self.intra_op_threads else "",

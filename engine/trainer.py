@@ -58,6 +58,7 @@ from typing import Any, Optional, Sequence
 import keras
 import tensorflow as tf
 
+from tfloop.collectives import checked
 from tfloop.collectives.interface import Collective
 from tfloop.engine import precision, schedules
 from tfloop.engine import objectives as objectives_lib
@@ -151,6 +152,8 @@ class Trainer(AbstractTrainer):
         self._gradients = [compile_fn(functools.partial(self._compute_gradients, o))
                            for o in self.objectives]
         self._loop = tf.function(self._train_loop)
+        for objective in self.objectives:  # a plug-in's results, checked before anything is written
+            checked.probe(collective, strategy, list(objective.variables))
 
     @staticmethod
     def _one_objective(strategy, model, optimizer, loss_fn) -> list[BoundObjective]:
@@ -162,7 +165,13 @@ class Trainer(AbstractTrainer):
 
     def train(self, num_steps: int) -> Metrics:
         """Runs one compiled loop of `num_steps` steps; returns its mean metrics."""
-        results = self._loop(self._iterator, tf.constant(num_steps, tf.int32))
+        try:
+            results = self._loop(self._iterator, tf.constant(num_steps, tf.int32))
+        except tf.errors.InvalidArgumentError:
+            mismatch = checked.mismatch(self.collective)  # --check_collective stopped the step
+            if mismatch is None:
+                raise
+            raise mismatch from None
         return {name: float(value) for name, value in results.items()}
 
     def _train_loop(self, iterator, num_steps):

@@ -18,7 +18,8 @@ from tfloop.collectives import device_names
 from tfloop.engine import watchdog
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.strategies.registry import register
-from tfloop.engine.strategies.spec import NO_CLUSTER, StrategySpec, local_replicas_of_a_cluster_task
+from tfloop.engine.strategies.spec import (NO_CLUSTER, StrategySpec, announce_open_server,
+                                            local_replicas_of_a_cluster_task)
 
 _IMPLEMENTATIONS = {
     "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
@@ -82,6 +83,25 @@ class MultiWorker(StrategySpec):
     def input_workers(self, role) -> int:
         return role.num_workers if role.in_cluster else 1
 
+    def describe_collective(self, collective, config, devices) -> str:
+        """TF's collective ops inside the strategy, the implementation named:
+        not the `strategy` collective's own name, which says nothing."""
+        if collective is None:
+            return super().describe_collective(collective, config, devices)
+        if config.collective == "auto":
+            on_cpus = all(device_names.kind(d) == "cpu" for d in devices)
+            implementation = "auto (TF's choice: ring on CPUs)" if on_cpus else \
+                "auto (TF's choice on GPUs)"
+        else:
+            implementation = config.collective
+        options = [f"bytes_per_pack={config.pack_bytes}"] if config.pack_bytes else []
+        if config.gradient_dtype != "float32":
+            options.append(f"gradients in {config.gradient_dtype}")
+        if config.collective_timeout:
+            options.append(f"timeout {config.collective_timeout:g} s")
+        return (f"MultiWorkerMirroredStrategy's collective all-reduce across the workers, "
+                f"implementation {implementation}" + "".join(f", {o}" for o in options))
+
     def build(self, devices, *, config=None, role=NO_CLUSTER, connection=None):
         gpu_ids = [device_names.index(d) for d in devices if device_names.kind(d) == "gpu"]
         if gpu_ids:  # each worker replicates over the listed local GPUs only
@@ -92,6 +112,8 @@ class MultiWorker(StrategySpec):
             f"{program}: error: {role.name} waited {config.startup_timeout:g} s for the cluster "
             f"({role.describe_cluster()}) and not every task came up; start every task of "
             "TF_CONFIG (bin/launch does), check their addresses, or raise --startup_timeout")
+        if role.in_cluster:
+            announce_open_server(role)
         try:
             # The constructor blocks until every task has joined (see engine.watchdog).
             with watchdog.deadline(config.startup_timeout, never_formed):

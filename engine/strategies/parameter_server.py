@@ -11,7 +11,8 @@ import tensorflow as tf
 from tfloop.engine import ps_trainer, task_inputs
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.strategies.registry import register
-from tfloop.engine.strategies.spec import NO_CLUSTER, ReducesItself, local_replicas_of_a_cluster_task
+from tfloop.engine.strategies.spec import (NO_CLUSTER, ReducesItself, announce_open_server,
+                                            local_replicas_of_a_cluster_task)
 
 
 @register
@@ -41,9 +42,11 @@ class ParameterServer(ReducesItself):
         return role.task_type in ("worker", "ps")
 
     def serve(self, role) -> dict:
+        announce_open_server(role)
         return ps_trainer.serve(role)
 
-    def build(self, devices, **unused) -> tf.distribute.Strategy:
+    def build(self, devices, *, role=NO_CLUSTER, **unused) -> tf.distribute.Strategy:
+        announce_open_server(role)  # the chief's coordinator serves too
         return tf.distribute.experimental.ParameterServerStrategy(
             tf.distribute.cluster_resolver.TFConfigClusterResolver())
 

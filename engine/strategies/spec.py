@@ -8,6 +8,7 @@ which strategy it has. The engine calls a spec in this order::
     connection = spec.connect(config)           # tpu: find the hardware (bounded)
     replicas = spec.num_replicas(devices, role=role, connection=connection)
     collective = spec.create_collective(config, devices)   # --collective is read here
+    spec.describe_collective(collective, config, devices)  # the start-up line's reduction
     ... devices are set up, nothing has been written ...
     strategy = spec.build(devices, config=config, role=role, connection=connection)
     trainer = spec.build_trainer(plan, strategy=..., model=..., ...)
@@ -21,6 +22,7 @@ what differs from a single-process, all-reducing strategy, and `register`.
 from __future__ import annotations
 
 import abc
+import logging
 from typing import Any, ClassVar, Optional, Sequence
 
 import tensorflow as tf
@@ -31,6 +33,8 @@ from tfloop.collectives import device_names
 from tfloop.launch import tf_config
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.trainer import Trainer
+
+logger = logging.getLogger(__name__)
 
 #: The role of a process outside any TF_CONFIG cluster.
 NO_CLUSTER = tf_config.Role()
@@ -92,13 +96,24 @@ class StrategySpec(abc.ABC):
         """The `collectives` registry name `--collective` means for this strategy."""
         return collective
 
+    def describe_collective(self, collective: Optional[collectives.Collective], config: Any,
+                            devices: Sequence[str]) -> str:
+        """What really sums the gradients, for the start-up line; a `--collective`
+        given to a task that does not train (the evaluator) is said to be unused."""
+        if collective is not None:
+            return collective.describe()
+        if config.collective != "auto":
+            return f"none (--collective={config.collective} unused: this task does not train)"
+        return "none"
+
     def create_collective(self, config: Any, devices: Sequence[str]) -> collectives.Collective:
         """The trainer's all-reduce; the one place `--collective` and its options are read."""
         wrappers = dict(num_packs=config.num_packs, pack_bytes=config.pack_bytes,
                         gradient_dtype=config.gradient_dtype)
         return collectives.create(
             self.collective_name(config.collective, devices, **wrappers),
-            devices=devices, reduce_device=config.reduce_device or None, **wrappers)
+            devices=devices, reduce_device=config.reduce_device or None,
+            check_steps=config.check_collective, **wrappers)
 
     @abc.abstractmethod
     def build(self, devices: Sequence[str], *, config: Any = None,
@@ -133,6 +148,24 @@ class StrategySpec(abc.ABC):
             clip_norm=config.clip_norm, average=average)
 
 
+def announce_open_server(role: tf_config.Role) -> None:
+    """The start-up line of a cluster task whose TensorFlow gRPC server starts.
+
+    TensorFlow binds that server to `0.0.0.0:<port>` whatever host TF_CONFIG
+    names, with insecure credentials (`GrpcServer::Init` in
+    tensorflow/core/distributed_runtime/rpc/grpc_server_lib.cc:
+    `AddListeningPort("0.0.0.0:" + port, GetServerCredentials(...))`), and no
+    public API takes a bind address or credentials: `tf.distribute.Server`,
+    `ServerDef` (its `port` field replaces the port only) and the strategies
+    reach the same code. Anyone who can reach the port can run operations in
+    the process (read its files, for one), so the user is told, once.
+    """
+    host, _, port = (role.address or "").rpartition(":")
+    logger.info("%s: security: TensorFlow's gRPC server listens on port %s of every network "
+                "interface (not only %s) and has no authentication; run the cluster on a "
+                "trusted network or behind a firewall", role.name, port, host or "this host")
+
+
 class ReducesItself(StrategySpec):
     """A strategy that reduces gradients itself (parameter servers, TPUs):
     the trainer's all-reduce goes through the strategy, and `--collective`
@@ -150,6 +183,9 @@ class ReducesItself(StrategySpec):
             raise ConfigError(
                 f"{given} does not apply to --strategy={self.name}, {self.reduction}; drop it")
         return "strategy"
+
+    def describe_collective(self, collective, config, devices) -> str:
+        return f"none: the strategy reduces itself, {self.reduction}"
 
 
 def local_replicas_of_a_cluster_task(name: str, devices: Sequence[str]) -> int:

@@ -5,6 +5,7 @@ correctly, and writes what it says. Numbers live in docs/collectives.md.
 """
 
 import csv
+import os
 import json
 import pytest
 
@@ -135,3 +136,75 @@ def test_config_validation(kwargs, expected):
     with pytest.raises(CollectiveError) as raised:
         collective_bench.CollectiveBenchConfig(**kwargs)
     assert expected in str(raised.value)
+
+
+PLUGINS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "collectives")
+QUICK = ("--devices=cpu:0,cpu:1", "--sizes=4K", "--iters=1", "--warmup=1", "--repeats=1",
+         "--rounds=1", "--min_sample_ms=0")
+
+
+def _pythonpath(*folders):
+    return {"PYTHONPATH": os.pathsep.join([*folders, os.environ.get("PYTHONPATH", "")])}
+
+
+def test_a_wrong_sum_exits_1_after_writing_the_files(tmp_path):
+    """A plug-in of the right shape that averages instead of summing: the table
+    and files say WRONG, and the benchmark fails (exit 1), naming it."""
+    out = tmp_path / "bench"
+    result = run_bin("bench_collectives", *QUICK, "--noplot", f"--output_dir={out}",
+                     "--collectives=ring,faulty_collective_plugins:Averages",
+                     env=_pythonpath(PLUGINS))
+    assert result.returncode == 1, result.stderr[-3000:]
+    error = assert_one_line_error(result, contains="wrong all-reduce sums: "
+                                  "faulty_collective_plugins:Averages at 4K (max relative error")
+    assert error.startswith("bench_collectives: error: ") and "ring" not in error
+    rows = json.loads((out / "bench_collectives.json").read_text())["sweep"]
+    assert {r["collective"]: r["correct"] for r in rows} == {
+        "ring": True, "faulty_collective_plugins:Averages": False}
+
+
+@pytest.fixture
+def no_matplotlib(tmp_path):
+    """A PYTHONPATH on which `import matplotlib` fails, as after a plain `pip install .`."""
+    fake = tmp_path / "no_matplotlib" / "matplotlib"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError(\"No module named 'matplotlib'\")\n")
+    return str(fake.parent)
+
+
+def test_without_matplotlib_the_sweep_is_refused_before_it_starts(tmp_path, no_matplotlib):
+    out = tmp_path / "bench"
+    result = run_bin("bench_collectives", *QUICK, f"--output_dir={out}",
+                     env=_pythonpath(no_matplotlib))
+    assert result.returncode == 2
+    assert_one_line_error(result, contains="matplotlib is not installed, and the PNG plot needs "
+                                           "it: pip install '.[plot]'")
+    assert "timing" not in result.stdout and not out.exists()
+
+
+def test_without_matplotlib_noplot_writes_csv_and_json(tmp_path, no_matplotlib):
+    out = tmp_path / "bench"
+    result = run_bin("bench_collectives", *QUICK, "--collectives=ring", "--noplot",
+                     f"--output_dir={out}", env=_pythonpath(no_matplotlib))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert sorted(p.name for p in out.iterdir()) == [
+        "bench_collectives.json", "bench_collectives_overhead.csv", "bench_collectives_sweep.csv"]
+
+
+def test_bench_train_sweep_without_matplotlib_is_refused_before_it_starts(tmp_path,
+                                                                         no_matplotlib):
+    out = tmp_path / "bench"
+    result = run_bin("bench_train", "--device_counts=1,2", f"--output_dir={out}",
+                     env=_pythonpath(no_matplotlib), timeout=120)
+    assert result.returncode == 2
+    assert_one_line_error(result, contains="pip install '.[plot]'")
+    assert "=== 1 device(s)" not in result.stdout and not out.exists()
+
+
+def test_the_default_sweep_is_short_and_full_is_a_flag():
+    assert collective_bench.parse_sizes(collective_bench.DEFAULT_SIZES)[-1] == 4 << 20
+    assert collective_bench.parse_sizes(collective_bench.FULL_SIZES)[-1] == 256 << 20
+    with pytest.raises(CollectiveError, match="--full sweeps 4K:256M and --sizes='64K' asks"):
+        collective_bench.main(devices="cpu:0,cpu:1", collectives=["ring"], sizes="64K",
+                              full=True)

@@ -56,7 +56,41 @@ def test_without_matplotlib_the_json_is_still_written(tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
     assert not report.can_plot()
     results = [_train_result(1, 1000.0), _train_result(2, 1800.0)]
-    files = report.write_training_sweep(results, str(tmp_path / "out"))
+    files = report.write_training_sweep(results, str(tmp_path / "out"), plot=False)
     assert [path.rsplit("/", 1)[-1] for path in files] == ["bench_train.json"]
     assert not (tmp_path / "out" / "bench_train.png").exists()
-    assert "pip install 'tfloop[bench]'" in report.NO_PLOT
+    assert "pip install '.[plot]'" in report.NO_PLOT and "--noplot" in report.NO_PLOT
+
+
+def test_the_plot_extra_is_declared():
+    import pathlib
+    import tomllib
+
+    pyproject = pathlib.Path(__file__).resolve().parents[2] / "pyproject.toml"
+    extras = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]
+    assert extras["plot"] == ["matplotlib"]
+
+
+def test_a_training_sweep_without_the_plot_writes_its_json(tmp_path):
+    """bench.sweep after its device counts, with --noplot (a plain `pip install .`):
+    the JSON and the table, no unpacking of a plot that was never drawn."""
+    import sys
+
+    from tfloop.bench import sweep
+
+    script = tmp_path / "fake_bench_train.py"
+    script.write_text(
+        "import json, os, sys\n"
+        "args = dict(a[2:].split('=', 1) for a in sys.argv[1:] if '=' in a)\n"
+        "n = len(args['devices'].split(','))\n"
+        "os.makedirs(args['output_dir'], exist_ok=True)\n"
+        f"result = {_train_result(1, 1000.0)!r}\n"
+        "result['num_devices'] = n\n"
+        "json.dump(result, open(os.path.join(args['output_dir'], f'r{n}.json'), 'w'))\n")
+    lines = []
+    results = sweep.sweep([1, 2], "cpu", [], str(tmp_path / "out"), script=str(script),
+                          progress=lines.append, plot=False)
+    assert [r["num_devices"] for r in results] == [1, 2]
+    assert lines[-1] == f"wrote {tmp_path / 'out' / 'bench_train.json'}"
+    assert not (tmp_path / "out" / "bench_train.png").exists()
+    assert sys.executable  # the children ran with this interpreter

@@ -59,6 +59,12 @@ def test_two_workers_train_like_mirrored_over_two_devices(tmp_path, mirrored_wei
     assert result.returncode == 0, result.stderr[-3000:]
     assert "[worker:1]" in result.stdout
     assert f"train step {TRAIN_STEPS}/{TRAIN_STEPS}" in result.stdout
+    # The start-up line names the reduction that runs; each task warns of its open port.
+    for worker in ("worker:0", "worker:1"):
+        assert (f"{worker}: multi_worker over 2 replica(s) [cpu:0], collective "
+                "MultiWorkerMirroredStrategy's collective all-reduce across the workers, "
+                "implementation ring") in result.stdout
+        assert f"{worker}: security: TensorFlow's gRPC server listens on port" in result.stdout
     # Only the chief wrote to model_dir; the other worker's saves are gone.
     assert tf.train.latest_checkpoint(str(cluster_dir)).endswith(f"ckpt-{TRAIN_STEPS}")
     assert json.loads((cluster_dir / "metrics.json").read_text())["num_replicas"] == 2
@@ -169,6 +175,44 @@ def test_a_killed_worker_restarts_the_cluster_which_resumes_to_the_same_weights(
     # (TensorFlow's own autograph files of the killed process stay behind.)
     assert [name for name in os.listdir(worker_tmp) if name.startswith("tfloop-")] == []
     _assert_same_weights(model_dir, mirrored_weights)
+
+
+@pytest.mark.parametrize("flags, says", [
+    (dict(), "MultiWorkerMirroredStrategy's collective all-reduce across the workers, "
+             "implementation auto (TF's choice: ring on CPUs)"),
+    (dict(collective="ring", pack_bytes=4096, gradient_dtype="bfloat16", collective_timeout=30),
+     "MultiWorkerMirroredStrategy's collective all-reduce across the workers, implementation "
+     "ring, bytes_per_pack=4096, gradients in bfloat16, timeout 30 s"),
+])
+def test_the_start_up_line_names_the_reduction_that_really_runs(flags, says):
+    """Not `collective strategy`: which of TF's implementations, and its options."""
+    from tfloop.engine import strategies
+    from tfloop.engine.config import RunConfig
+
+    spec = strategies.get("multi_worker")
+    config = RunConfig(strategy="multi_worker", **flags)
+    collective = spec.create_collective(config, ["/cpu:0"])
+    assert spec.describe_collective(collective, config, ["/cpu:0"]) == says
+    # The evaluator task trains nothing: a --collective it was given is said to be unused.
+    assert spec.describe_collective(None, config, ["/cpu:0"]) == (
+        "none (--collective=ring unused: this task does not train)"
+        if flags.get("collective") else "none")
+
+
+def test_the_security_line_names_the_open_port(caplog):
+    import logging
+
+    from tfloop.engine.strategies import spec
+    from tfloop.launch import tf_config
+
+    role = tf_config.parse(json.dumps({"cluster": {"worker": ["10.0.0.7:2222", "h:1"]},
+                                       "task": {"type": "worker", "index": 0}}))
+    with caplog.at_level(logging.INFO, logger="tfloop"):
+        spec.announce_open_server(role)
+    assert caplog.messages == [
+        "worker:0: security: TensorFlow's gRPC server listens on port 2222 of every network "
+        "interface (not only 10.0.0.7) and has no authentication; run the cluster on a trusted "
+        "network or behind a firewall"]
 
 
 def test_tf_config_mistakes_are_one_line(tmp_path):

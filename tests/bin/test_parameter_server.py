@@ -62,6 +62,16 @@ def test_chief_two_workers_one_ps_train_and_survive_a_dead_worker(tmp_path):
     assert "launch: worker:1 died with signal 9 (SIGKILL); the chief's coordinator carries on" in err
     assert "training finished; stopping the workers and ps tasks" in err
     assert re.search(r"\[worker:0\] .*serving at localhost:\d+", out)
+    # Every task says its gRPC port is open to every interface, unauthenticated.
+    for task in ("chief:0", "worker:0", "worker:1", "ps:0"):
+        assert re.search(rf"\[{task}\] .*{task}: security: TensorFlow's gRPC server listens on "
+                         r"port \d+ of every network interface \(not only localhost\) and has "
+                         "no authentication; run the cluster on a trusted network or behind a "
+                         "firewall", out), task
+    # The start-up line says no all-reduce runs.
+    assert re.search(r"\[chief:0\] .*chief:0: parameter_server over 1 replica\(s\) \[cpu:0\], "
+                     r"collective none: the strategy reduces itself, whose workers update the "
+                     "variables on the ps tasks, with no all-reduce", out)
     losses = [float(m) for m in re.findall(r"\[chief:0\] .*train step \d+/\d+  loss ([\d.]+)", out)]
     assert len(losses) >= TRAIN_STEPS // 20, out
     metrics = json.loads((model_dir / "metrics.json").read_text())

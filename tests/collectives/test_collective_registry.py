@@ -181,8 +181,9 @@ def test_user_class_with_native_options_is_not_wrapped(plugin_path):
     collective = collectives.create(
         "my_collective_plugin:WithNativePacking", devices=["/cpu:0", "/cpu:1"], num_packs=3
     )
-    assert type(collective).__name__ == "WithNativePacking"
-    assert collective.num_packs == 3
+    assert isinstance(collective, collectives.Checked)  # a plug-in is checked, not wrapped
+    assert type(collective.inner).__name__ == "WithNativePacking"
+    assert collective.inner.num_packs == 3
 
 
 def test_register_adds_a_name(monkeypatch):

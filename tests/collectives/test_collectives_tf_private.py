@@ -39,6 +39,9 @@ def test_per_replica_and_mirrored_constructors(cpu_devices):
         assert list(value.values) == tensors
     assert type(_tf_private.mirrored(tensors)).__name__ == "Mirrored"
     assert type(_tf_private.per_replica(tensors)).__name__ == "PerReplica"
+    assert _tf_private.is_mirrored(_tf_private.mirrored(tensors))
+    assert not _tf_private.is_mirrored(_tf_private.per_replica(tensors))
+    assert not _tf_private.is_mirrored(tensors[0])
 
 
 def test_no_other_module_imports_tensorflow_python():

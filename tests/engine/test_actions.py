@@ -38,7 +38,7 @@ def test_loops_end_on_checkpoint_and_summary_multiples(tmp_path):
     controller.train(30)
     assert trainer.loop_ends == [4, 8, 10, 12, 16, 20, 24, 28, 30]
     assert _checkpoints(tmp_path) == [10, 20, 30]
-    assert [s for s, _ in writer.writes] == [4, 8, 12, 16, 20, 24, 28]
+    assert [s for s, _ in writer.writes] == [4, 8, 12, 16, 20, 24, 28, 30]  # and the last
     scalars = writer.writes[0][1]
     assert set(scalars) == {"loss", "steps_per_second", "examples_per_second"}
     assert scalars["examples_per_second"] == pytest.approx(8 * scalars["steps_per_second"])
@@ -54,7 +54,7 @@ def test_a_resumed_run_keeps_the_same_boundaries(tmp_path):
     controller.train(30)
     assert trainer.loop_ends == [16, 20, 24, 28, 30]
     assert _checkpoints(tmp_path) == [20, 30]
-    assert [s for s, _ in writer.writes] == [16, 20, 24, 28]
+    assert [s for s, _ in writer.writes] == [16, 20, 24, 28, 30]
 
 
 def test_summaries_without_a_writer_still_cut_loops():
@@ -216,3 +216,31 @@ def test_an_action_asking_to_stop_in_the_past_is_refused():
     controller = Controller(global_step=step, trainer=FakeTrainer(step), train_actions=[Stuck()])
     with pytest.raises(ValueError, match=r"next_stop\(0\) returned 0"):
         controller.train(5)
+
+
+def _event_scalars(logdir):
+    """{tag: [steps]} from the event files under `logdir`."""
+    import collections
+
+    steps = collections.defaultdict(list)
+    for path in sorted(glob.glob(os.path.join(str(logdir), "events.out.tfevents.*"))):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                steps[value.tag].append(event.step)
+    return dict(steps)
+
+
+def test_a_run_summarizes_its_last_step_and_its_learning_rate(tmp_path):
+    """30 steps with summaries every 20: the event files hold step 20 and the
+    final step 30 (not only 20), and `learning_rate` is a TensorBoard scalar."""
+    from tfloop.engine.config import RunConfig
+    from tfloop.engine.run import run
+
+    config = RunConfig(strategy="one_device", devices="cpu:0", global_batch_size=32,
+                       train_steps=30, steps_per_loop=10, summary_interval=20, mode="train",
+                       export=False, lr_schedule="cosine", model_dir=str(tmp_path / "run"))
+    run(config)
+    scalars = _event_scalars(tmp_path / "run" / "summaries" / "train")
+    assert scalars["loss"] == [20, 30]
+    assert scalars["learning_rate"] == [20, 30]
+    assert scalars["steps_per_second"] == [20, 30]

@@ -1,0 +1,104 @@
+"""Plug-ins that are wrong in the ways a user's collective goes wrong, loaded as
+`--collective=faulty_collective_plugins:<Class>` (a module on sys.path).
+
+Each would train silently wrong, or end in a traceback, if the engine trusted it."""
+
+import tensorflow as tf
+
+from tfloop import collectives
+
+
+def _sum(value):
+    parts = collectives.components(value)
+    sums = []
+    for part in parts:
+        with tf.device(part.device):
+            sums.append(tf.add_n(list(parts)))
+    return sums
+
+
+def _mirrored(tensors_per_device):
+    return collectives.mirrored(tensors_per_device)
+
+
+class DropsLast(collectives.Collective):
+    """Loses the last gradient."""
+
+    def _sum_replicas(self, values, destinations):
+        return [_mirrored(_sum(v)) for v in values[:-1]]
+
+
+class Transposes(collectives.Collective):
+    """Sums, then hands matrices back transposed."""
+
+    def _sum_replicas(self, values, destinations):
+        return [_mirrored([tf.transpose(s) if s.shape.rank == 2 else s for s in _sum(v)])
+                for v in values]
+
+
+class LeavesPerReplica(collectives.Collective):
+    """Returns its inputs: per-replica values, never summed."""
+
+    def _sum_replicas(self, values, destinations):
+        return list(values)
+
+
+class ReturnsNone(collectives.Collective):
+    def _sum_replicas(self, values, destinations):
+        return [_mirrored(_sum(v)) for v in values[:-1]] + [None]
+
+
+class OneTensor(collectives.Collective):
+    """The sum as a single tensor on the first device, not one copy per replica."""
+
+    def _sum_replicas(self, values, destinations):
+        return [_sum(v)[0] for v in values]
+
+
+class Float16(collectives.Collective):
+    def _sum_replicas(self, values, destinations):
+        return [_mirrored([tf.cast(s, tf.float16) for s in _sum(v)]) for v in values]
+
+
+class Averages(collectives.Collective):
+    """The mean, not the sum: right shapes and dtypes, off by the replica count."""
+
+    def _sum_replicas(self, values, destinations):
+        n = len(collectives.components(values[0]))
+        return [_mirrored([s / n for s in _sum(v)]) for v in values]
+
+
+class OwnReplicaOnly(collectives.Collective):
+    """Each replica keeps its own gradient, mirrored: the shape of a sum, unsummed."""
+
+    def _sum_replicas(self, values, destinations):
+        return [_mirrored(list(collectives.components(v))) for v in values]
+
+
+class BrokenConstructor(collectives.Collective):
+    def __init__(self):
+        raise RuntimeError("cannot reach the interconnect")
+
+    def _sum_replicas(self, values, destinations):
+        return values
+
+
+class BrokenCheckDevices(collectives.Collective):
+    def check_devices(self, devices):
+        return {}["rdma0"]
+
+    def _sum_replicas(self, values, destinations):
+        return values
+
+
+class RefusesDevices(collectives.Collective):
+    def check_devices(self, devices):
+        raise collectives.CollectiveError("needs GPUs")
+
+    def _sum_replicas(self, values, destinations):
+        return values
+
+
+class BrokenSum(collectives.Collective):
+    def _sum_replicas(self, values, destinations):
+        return [v.no_such_attribute for v in values]
