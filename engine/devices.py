@@ -88,7 +88,9 @@ def prepare_devices(names: Sequence[str]) -> None:
                 + (
                     f" (gpu:0..gpu:{num_gpus - 1})"
                     if num_gpus
-                    else "; use cpu:N devices, e.g. --devices=cpu:0,cpu:1"
+                    else "; TensorFlow sees no GPU: for an NVIDIA GPU, install GPU support with "
+                    "pip install '.[gpu]' (TensorFlow's CUDA wheels, Linux) and check that "
+                    "nvidia-smi lists it, or use cpu:N devices, e.g. --devices=cpu:0,cpu:1"
                 )
             )
     if cpu_ids:
