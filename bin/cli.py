@@ -1,20 +1,32 @@
 """What every binary in `bin/` shares: quiet TensorFlow, readable logs, and
-user mistakes reported as one line instead of a traceback.
+user mistakes and signals reported as one line instead of a traceback.
 
 A binary calls `cli.run(main)` instead of `absl.app.run(main)`. The flags
 themselves are in the binaries and `bin/flag_defs.py`.
+
+Signals: from the moment this module is imported (before TensorFlow is),
+SIGINT and SIGTERM end the binary with one line and exit 130 / 143, whatever
+it was doing (importing TensorFlow, setting up devices, building datasets).
+Once training runs, `engine.preemption.StopRequest` takes them over (a
+checkpoint is saved first) and gives them back when training ends.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import re
+import signal
 import sys
+import tempfile
+import threading
 from typing import Callable, Optional
 
 # TensorFlow's C++ start-up chatter (including "failed call to cuInit" on
-# machines without a GPU) drowns the progress lines; TF_CPP_MIN_LOG_LEVEL=0
-# brings it back.
+# machines without a GPU) drowns the progress lines: level 3 silences what
+# TensorFlow logs once its logging is set up, and `import_tensorflow` what it
+# logs before (--verbose brings both back).
+_TF_LOG_LEVEL_GIVEN = "TF_CPP_MIN_LOG_LEVEL" in os.environ
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from absl import app  # noqa: E402
@@ -25,6 +37,93 @@ from tfloop.engine import logs  # noqa: E402  (imports no TensorFlow)
 EXIT_FAILURE = 1  # the run failed, e.g. a multi-worker peer was lost
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+
+_SIGNAL_REASONS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "terminated (SIGTERM)"}
+
+
+class Signalled(BaseException):
+    """SIGINT or SIGTERM before (or after) training: unwinds to `run`, which
+    prints one line and exits 128+signum. A BaseException, so that no
+    `except Exception` on the way (TensorFlow's import has some) stops it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+#: The signals `_raise_signalled` got. TensorFlow code may turn the raised
+#: exception into another on its way up (pybind11 reports a `RuntimeError`
+#: when a handler raises inside a C++ call): this is what says it was a signal.
+_received: list[int] = []
+
+
+def _raise_signalled(signum, frame) -> None:
+    _received.append(signum)
+    raise Signalled(signum)
+
+
+def _as_signalled() -> None:
+    """Raises `Signalled` for the first signal received, if any (called with
+    an exception in flight, which is then only its consequence)."""
+    if _received:
+        raise Signalled(_received[0]) from None
+
+
+def install_signal_handlers() -> None:
+    """SIGINT and SIGTERM raise `Signalled` (main thread only: Python runs
+    handlers there). Idempotent; `StopRequest` replaces and restores them."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in _SIGNAL_REASONS:
+            signal.signal(signum, _raise_signalled)
+
+
+# At import, before TensorFlow: a binary imports this module first thing.
+install_signal_handlers()
+
+# What TensorFlow's C++ logging writes before `absl::InitializeLog()`, which
+# TF_CPP_MIN_LOG_LEVEL cannot silence: glog-style lines ("I0000 00:00:... port.cc:153]
+# oneDNN ...", cudart_stub, cpu_feature_guard and its "To enable the following
+# instructions" continuation) and absl's own warning about them.
+_CHATTER = re.compile(
+    r"^([IWEF]\d{4} [\d:.]+\s+\d+ \S+:\d+\]"
+    r"|WARNING: All log messages before absl::InitializeLog\(\) is called"
+    r"|To enable the following instructions: .*rebuild TensorFlow)")
+
+
+def import_tensorflow(verbose: bool = False) -> None:
+    """Imports TensorFlow, without its C++ start-up chatter unless `verbose`.
+
+    The chatter is written to file descriptor 2 by C++ before any setting can
+    stop it, so fd 2 goes to a temporary file during the import and is
+    restored right after; what was written there that is not chatter (a
+    Python warning, an import error's messages) is then written to stderr.
+    """
+    if "tensorflow" in sys.modules:
+        return
+    if verbose:
+        if not _TF_LOG_LEVEL_GIVEN:
+            os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"
+        import tensorflow  # noqa: F401
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    captured = tempfile.TemporaryFile()
+    try:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import tensorflow  # noqa: F401
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+        captured.seek(0)
+        kept = [line for line in captured.read().decode("utf-8", "replace").splitlines(True)
+                if not _CHATTER.match(line)]
+        captured.close()
+        if kept:
+            sys.stderr.write("".join(kept))
+            sys.stderr.flush()
 
 
 def program_name() -> str:
@@ -107,14 +206,23 @@ def run(
     def guarded(argv: list[str]) -> Optional[int]:
         logs.configure_logging()
         errors, preempted, failures = user_errors, (), ()
-        if errors is None:  # these import TensorFlow: only after flag parsing
-            errors = user_error_types()
-            from tfloop.engine.errors import ClusterFailure
-            from tfloop.engine.preemption import Preempted
-
-            preempted, failures = (Preempted,), (ClusterFailure,)
         try:
-            return main(argv)
+            if errors is None:  # these import TensorFlow: only after flag parsing
+                import_tensorflow(verbose="verbose" in flags.FLAGS and flags.FLAGS.verbose)
+                errors = user_error_types()
+                from tfloop.engine.errors import ClusterFailure
+                from tfloop.engine.preemption import Preempted
+
+                preempted, failures = (Preempted,), (ClusterFailure,)
+        except BaseException:
+            _as_signalled()
+            raise
+        try:
+            try:
+                return main(argv)
+            except BaseException:
+                _as_signalled()  # whatever the signal became on its way up
+                raise
         except errors as error:
             fail(program, str(error))
         except failures as failure:
@@ -127,8 +235,21 @@ def run(
             print(f"{program}: interrupted", file=sys.stderr, flush=True)
             sys.exit(EXIT_INTERRUPTED)
 
+    install_signal_handlers()
     try:
-        app.run(guarded, flags_parser=parse_flags)
+        try:
+            app.run(guarded, flags_parser=parse_flags)
+        except BaseException as error:
+            if not isinstance(error, SystemExit):
+                _as_signalled()
+            raise
+    except Signalled as signalled:
+        # Whatever it interrupted (an import, device set-up, a dataset build),
+        # one line: a traceback through TensorFlow's internals helps no one.
+        for signum in _SIGNAL_REASONS:  # a second signal while leaving: leave now
+            signal.signal(signum, lambda signum, frame: os._exit(128 + signum))
+        print(f"{program}: {_SIGNAL_REASONS[signalled.signum]}", file=sys.stderr, flush=True)
+        _exit_now(128 + signalled.signum)
     except SystemExit as exit_:
         if not skip_teardown:
             raise

@@ -16,6 +16,11 @@ from absl import flags
 
 from tfloop.engine.config import RunConfig  # imports no TensorFlow
 
+#: Every binary that imports TensorFlow takes it (`cli.import_tensorflow` reads it).
+VERBOSE = flags.DEFINE_bool(
+    "verbose", False, "Also print TensorFlow's own C++ start-up and log lines (oneDNN, CUDA, "
+    "CPU features, ...), hidden otherwise so that the first line is the engine's.")
+
 _DEFINE = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float,
            str: flags.DEFINE_string}
 

@@ -82,15 +82,16 @@ def prepare_devices(names: Sequence[str]) -> None:
     if gpu_ids:
         num_gpus = len(tf.config.list_physical_devices("GPU"))
         missing = [i for i in gpu_ids if i >= num_gpus]
+        if missing and not num_gpus:
+            raise ConfigError(
+                f"--devices: gpu:{missing[0]} does not exist: TensorFlow sees no GPU on this "
+                "machine; for an NVIDIA GPU install GPU support with pip install '.[gpu]' "
+                "(TensorFlow's CUDA wheels, Linux) and check that nvidia-smi lists it, or use "
+                "cpu:N devices, e.g. --devices=cpu:0,cpu:1")
         if missing:
             raise ConfigError(
-                f"--devices: gpu:{missing[0]} does not exist; this machine has {num_gpus} GPU(s)"
-                + (
-                    f" (gpu:0..gpu:{num_gpus - 1})"
-                    if num_gpus
-                    else "; use cpu:N devices, e.g. --devices=cpu:0,cpu:1"
-                )
-            )
+                f"--devices: gpu:{missing[0]} does not exist; this machine has {num_gpus} GPU(s) "
+                f"(gpu:0..gpu:{num_gpus - 1})")
     if cpu_ids:
         ensure_logical_cpus(max(cpu_ids) + 1)
 

@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
+from tfloop.engine import iterators
 from tfloop.engine.losses import LossFn, classification_loss
 from tfloop.engine.replica_step import metric_names
 from tfloop.engine.replica_sums import ReplicaSums
@@ -55,7 +56,9 @@ class Evaluator(AbstractEvaluator):
 
         Returns mean metrics and `examples`, the number of examples seen.
         """
-        results = self._loop(iter(self._dataset), tf.constant(num_steps, tf.int32))
+        # A fresh iterator each time, destroyed without a stall (engine.iterators).
+        results = self._loop(iterators.distributed(self._dataset),
+                             tf.constant(num_steps, tf.int32))
         return {name: float(value) for name, value in results.items()}
 
     def _eval_loop(self, iterator, num_steps):

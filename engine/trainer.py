@@ -60,7 +60,7 @@ import tensorflow as tf
 
 from tfloop.collectives import checked
 from tfloop.collectives.interface import Collective
-from tfloop.engine import precision, schedules
+from tfloop.engine import iterators, precision, schedules
 from tfloop.engine import objectives as objectives_lib
 from tfloop.engine.ema import WeightAverage
 from tfloop.engine.losses import LossFn, classification_loss
@@ -147,7 +147,9 @@ class Trainer(AbstractTrainer):
                         + metric_names(o.loss, model, train_dataset.element_spec))
             for o in self.objectives
         ]
-        self._iterator = iter(strategy.experimental_distribute_dataset(train_dataset))
+        # Destroyed without a stall when the trainer goes (engine.iterators).
+        self._iterator = iterators.distributed(
+            strategy.experimental_distribute_dataset(train_dataset))
         compile_fn = (lambda f: tf.function(f, jit_compile=True)) if jit_compile else (lambda f: f)
         self._gradients = [compile_fn(functools.partial(self._compute_gradients, o))
                            for o in self.objectives]

@@ -12,14 +12,25 @@ behind. Everything is written through `tf.io.gfile`, so `--output_dir` may
 also be `gs://...` or `ram://...`; there (no atomic folder rename) the files
 are moved into place one by one, `metadata.json` last, and a folder without
 it is refused by the loader.
+
+A converter killed mid-write (SIGKILL, a crash) leaves its hidden staging
+folder (`.<name>.tmp-*`) behind; the next conversion to the same local
+`--output_dir` removes it, with a log line. A staging folder is stale when no
+process holds the `fcntl` lock on its lock file (the lock dies with its
+holder), so a conversion still running is left alone. On `gs://`-like
+filesystems there is no such lock and stale staging folders stay.
 """
 
 from __future__ import annotations
 
+import fcntl
+import glob
 import json
 import logging
 import os
+import shutil
 import tempfile
+import time
 import uuid
 from typing import Iterator
 
@@ -58,15 +69,59 @@ def _check_output_dir(output_dir: str) -> str:
     return output_dir
 
 
-def _make_staging(output_dir: str) -> str:
-    """An empty hidden sibling of `output_dir` to write into (`.<name>.tmp-<random>`)."""
+_LOCK = ".writing"  # in a local staging folder, locked while its converter runs
+_UNLOCKED_GRACE_S = 60  # a staging folder without a lock file younger than this may be new
+
+
+def _staging_prefix(output_dir: str) -> str:
+    parent, name = os.path.split(output_dir)
+    return os.path.join(parent, f".{name}.tmp-")
+
+
+def _holds_lock(staging: str):
+    """Opens and locks `staging`'s lock file; returns the open file, or None
+    when another process holds it."""
+    handle = open(os.path.join(staging, _LOCK), "a")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        return None
+    return handle
+
+
+def remove_stale_staging(output_dir: str) -> list[str]:
+    """Removes the staging folders of `output_dir` (local) that no running
+    converter owns; returns them."""
+    removed = []
+    for staging in sorted(glob.glob(glob.escape(_staging_prefix(output_dir)) + "*")):
+        if not os.path.isdir(staging):
+            continue
+        if not os.path.exists(os.path.join(staging, _LOCK)):
+            # An older converter's, or one between mkdtemp and its lock: by age.
+            if time.time() - os.path.getmtime(staging) < _UNLOCKED_GRACE_S:
+                continue
+        else:
+            handle = _holds_lock(staging)
+            if handle is None:
+                continue  # a converter is writing it now
+            handle.close()
+        shutil.rmtree(staging, ignore_errors=True)
+        logger.info("removed %s, left by an interrupted conversion", staging)
+        removed.append(staging)
+    return removed
+
+
+def _make_staging(output_dir: str):
+    """An empty hidden sibling of `output_dir` to write into
+    (`.<name>.tmp-<random>`), and, when local, its held lock (or None)."""
     if _is_local(output_dir):
-        parent, name = os.path.split(output_dir)
-        staging = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=parent)
+        staging = tempfile.mkdtemp(prefix=os.path.basename(_staging_prefix(output_dir)),
+                                   dir=os.path.dirname(output_dir))
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(staging, 0o777 & ~umask)  # mkdtemp's 0700 is for the temporary name only
-        return staging
+        return staging, _holds_lock(staging)
     parent, _, name = output_dir.rpartition("/")
     staging = f"{parent}/.{name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
@@ -74,7 +129,14 @@ def _make_staging(output_dir: str) -> str:
     except tf.errors.OpError as error:
         raise InputError(f"--output_dir={output_dir} cannot be written: {staging} cannot be "
                          f"created ({type(error).__name__})") from None
-    return staging
+    return staging, None
+
+
+def _release(staging: str, lock) -> None:
+    """Unlocks and deletes the lock file: it is no part of the dataset."""
+    if lock is not None:
+        os.remove(os.path.join(staging, _LOCK))
+        lock.close()
 
 
 def _move_into_place(staging: str, output_dir: str) -> None:
@@ -167,7 +229,9 @@ def write(splits: Splits, output_dir: str, *, num_shards: int, source: str = "")
             "use fewer shards"
         )
     output_dir = _check_output_dir(output_dir)
-    staging = _make_staging(output_dir)
+    if _is_local(output_dir):
+        remove_stale_staging(output_dir)
+    staging, lock = _make_staging(output_dir)
     try:
         meta = {
             "format": tfrecord.FORMAT, "version": tfrecord.VERSION, "source": source,
@@ -183,9 +247,13 @@ def write(splits: Splits, output_dir: str, *, num_shards: int, source: str = "")
                 meta["splits"][name] = _write_split(staging, name, split, num_shards)
         with tf.io.gfile.GFile(os.path.join(staging, tfrecord.METADATA), "w") as f:
             f.write(json.dumps(meta, indent=2) + "\n")
+        _release(staging, lock)
+        lock = None
         _move_into_place(staging, output_dir)
     except BaseException:
         _remove(staging)
+        if lock is not None:
+            lock.close()
         raise
     logger.info("wrote %s: %s", output_dir, ", ".join(
         f"{name} {entry['count']} examples in {len(entry['files'])} files"
@@ -201,7 +269,9 @@ def convert(source: str, *, output_dir: str, num_shards: int, data_dir: str = ""
     """`bin/convert_to_tfrecord`: loads `source` as `--dataset=<source>` would and writes it."""
     if source not in SOURCES:
         raise InputError(f"--source={source!r} is not a source; choose one of: {', '.join(SOURCES)}")
-    _check_output_dir(output_dir)  # before the (possibly long) load
+    checked = _check_output_dir(output_dir)  # before the (possibly long) load
+    if _is_local(checked):
+        remove_stale_staging(checked)
     splits = registry.load(source, data_dir=data_dir, seed=seed, image_size=image_size,
                            eval_fraction=eval_fraction)
     return write(splits, output_dir, num_shards=num_shards, source=source)

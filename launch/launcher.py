@@ -19,6 +19,9 @@ The supervision loop, for one launch::
             exit 0 is the end, the workers are stopped with the ps tasks, and
             a worker's death is reported, not fatal; see `Launcher.coordinated`)
           - SIGINT/SIGTERM/SIGHUP to the launcher -> stop all; exit 128+signal
+          - the launcher killed (kill -9, a crash)  -> every task gets SIGKILL
+            (`launch.guardian`: PR_SET_PDEATHSIG on Linux, and a guardian
+            process that kills the tasks' process groups on any POSIX system)
 
 A restart runs the *same* command, so training resumes from the chief's last
 checkpoint in `--model_dir`. The evaluator is a sidecar: it is outside the
@@ -46,6 +49,7 @@ import threading
 import time
 from typing import IO, Mapping, Sequence
 
+from tfloop.launch import guardian
 from tfloop.launch.tf_config import (CHIEF, CLUSTER_JOBS, EVALUATOR, PS, WORKER, Role, cluster_spec,
                               tf_config_for)
 
@@ -208,6 +212,49 @@ class _Proc:
             pump.join(max(0.0, deadline - time.monotonic()))
 
 
+class _Guardian:
+    """The launcher's end of `launch.guardian`: tells it which task groups
+    run; if the launcher dies, the guardian kills them. Writes never fail the
+    launch: without a guardian the tasks still die with it on Linux."""
+
+    def __init__(self):
+        try:
+            self._popen: subprocess.Popen | None = subprocess.Popen(
+                [sys.executable, "-I", "-S", guardian.__file__], stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, start_new_session=True, text=True)
+        except OSError:
+            self._popen = None
+
+    def _send(self, line: str) -> None:
+        if self._popen is not None:
+            try:
+                self._popen.stdin.write(line + "\n")
+                self._popen.stdin.flush()
+            except (OSError, ValueError):
+                pass
+
+    def watch(self, pgid: int) -> None:
+        self._send(f"+{pgid}")
+
+    def release(self, pgid: int) -> None:
+        self._send(f"-{pgid}")
+
+    def close(self) -> None:
+        """Every task is stopped: the guardian leaves without killing anything."""
+        if self._popen is None:
+            return
+        self._send("done")
+        try:
+            self._popen.stdin.close()
+        except OSError:
+            pass
+        try:
+            self._popen.wait(timeout=_REAP_S)
+        except subprocess.TimeoutExpired:
+            self._popen.kill()
+        self._popen = None
+
+
 class Launcher:
     """Runs `config.command` once per task of a local cluster and supervises it.
 
@@ -215,7 +262,11 @@ class Launcher:
     evaluator, if any, too); the failing task's status (128+N for signal N)
     when restarts are exhausted; 128+N when the launcher got signal N (130 for
     Ctrl-C); `EXIT_EVALUATOR_TIMEOUT` when the evaluator outlived its timeout.
-    Every task is gone when `run()` returns, whatever happened.
+    Every task is gone when `run()` returns, whatever happened, and if the
+    launcher dies before it returns (`kill -9`), its tasks die with it
+    (`launch.guardian`). Call `run()` from a thread that lives until it returns
+    (it does not return before its tasks are stopped): on Linux the tasks are
+    bound to the life of the thread that started them.
     """
 
     def __init__(self, config: LaunchConfig, *, env: Mapping[str, str] | None = None,
@@ -230,6 +281,7 @@ class Launcher:
         self._procs: list[_Proc] = []
         self._signal: int | None = None  # the last SIGINT/SIGTERM/SIGHUP the launcher got
         self._signals_seen = 0
+        self._guardian: _Guardian | None = None
 
     @property
     def coordinated(self) -> bool:
@@ -247,6 +299,7 @@ class Launcher:
 
     def run(self) -> int:
         previous = self._install_signal_handlers()
+        self._guardian = _Guardian()
         try:
             return self._run_attempts()
         except _Interrupted as interrupt:
@@ -256,6 +309,7 @@ class Launcher:
         finally:
             # Whatever went wrong (a bug included), leave no task behind.
             self._stop_all(first_signal=signal.SIGTERM)
+            self._guardian.close()
             self._restore_signal_handlers(previous)
 
     def _run_attempts(self) -> int:
@@ -367,9 +421,13 @@ class Launcher:
                 # Its own group: the launcher signals the task and its children
                 # together, and a terminal's Ctrl-C reaches only the launcher,
                 # which then stops the tasks in order.
-                start_new_session=True)
+                start_new_session=True,
+                # SIGKILL when the launcher dies without stopping it (Linux).
+                preexec_fn=guardian.die_with_parent())
         except OSError as error:
             raise LaunchError(f"cannot start {self.config.command[0]!r}: {error.strerror}") from None
+        if self._guardian is not None:
+            self._guardian.watch(popen.pid)  # its own session: the group's id is its pid
         prefix = f"[{task.label}] "
         pumps = [self._pump(popen.stdout, prefix, self._stdout),
                  self._pump(popen.stderr, prefix, self._stderr)]
@@ -423,6 +481,9 @@ class Launcher:
                 proc.popen.wait(timeout=_REAP_S)
             except subprocess.TimeoutExpired:
                 self._say(f"{proc.task.label} (pid {proc.popen.pid}) survived SIGKILL")
+            else:
+                if self._guardian is not None:
+                    self._guardian.release(proc.popen.pid)
             proc.drain(timeout=1.0)
 
     # -- signals and messages -------------------------------------------------------

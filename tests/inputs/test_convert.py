@@ -4,6 +4,9 @@ records read back equal the source) is in test_tfrecord.py and
 test_image_folder.py."""
 
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -29,3 +32,32 @@ def test_converter_refuses_to_overwrite_and_writes_nothing_half_done(records, tm
         convert.write(synthetic.load(seed=0, num_train=8, num_eval=2), str(tmp_path / "out"),
                       num_shards=9)
     assert sorted(os.listdir(tmp_path)) == []  # no output, no temporary left behind
+
+
+def test_a_killed_conversions_staging_folder_is_removed_by_the_next_one(tmp_path):
+    output = tmp_path / "records"
+    # What a converter killed mid-write leaves: its staging folder, the lock
+    # file in it no longer held (the process that held it is gone).
+    killed = subprocess.run(
+        [sys.executable, "-c", "import os, sys\nfrom tfloop.inputs import convert\n"
+         f"staging, lock = convert._make_staging({str(output)!r})\n"
+         "open(os.path.join(staging, 'train-00000-of-00004.tfrecord'), 'w').write('half')\n"
+         "print(staging)\nos._exit(9)"], capture_output=True, text=True, timeout=120)
+    left_by_kill = killed.stdout.strip()
+    assert os.path.isdir(left_by_kill), killed.stderr
+    # An older converter's (no lock file), last written to an hour ago.
+    old = tmp_path / ".records.tmp-old12345"
+    old.mkdir()
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    # One a converter is writing right now (its lock held): left alone.
+    writing, lock = convert._make_staging(str(tmp_path / "records"))
+
+    result = run_bin("convert_to_tfrecord", "--source=synthetic", f"--output_dir={output}",
+                     "--num_shards=2", timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert f"removed {left_by_kill}, left by an interrupted conversion" in result.stdout
+    assert f"removed {old}, left by an interrupted conversion" in result.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["records", os.path.basename(writing)])
+    assert ".writing" not in os.listdir(output)  # the lock file is no part of the dataset
+    lock.close()

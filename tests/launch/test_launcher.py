@@ -319,3 +319,66 @@ def test_help_is_not_an_error_and_ignores_the_commands_flags():
                      "import sys; print(sys.argv[1:])", "--help", timeout=30)
     assert result.returncode == 0, result.stderr
     assert "[worker:0] ['--help']" in result.stdout
+
+
+def test_kill_9_of_the_launcher_takes_every_task_and_its_children_with_it(tmp_path):
+    """Nothing outlives the launcher: kill -9 leaves it no chance to stop its
+    tasks, so each task dies by PR_SET_PDEATHSIG (Linux) and the guardian kills
+    their process groups (a task's own children too)."""
+    command = _script(tmp_path, """
+        if NAME == "worker0":
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+            record("grandchild.pid", child.pid)
+        record(NAME + ".pid", os.getpid())
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(REPO, "bin", "launch"), "--num_workers=2", "--",
+         *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 20
+        while len(_pids(tmp_path)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pids = _pids(tmp_path)
+        assert sorted(pids) == ["grandchild", "worker0", "worker1"]
+        proc.kill()
+        proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+    _assert_all_gone(pids, timeout=10)
+
+
+def test_a_task_dies_with_the_launcher_without_the_guardian(tmp_path):
+    """The kernel's half alone (PR_SET_PDEATHSIG, Linux): a Launcher whose
+    guardian never started still takes its tasks with it."""
+    command = _script(tmp_path, """
+        record(NAME + ".pid", os.getpid())
+        time.sleep(60)
+    """)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    script = tmp_path / "drive.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, sys
+        from tfloop.launch import launcher
+        launcher._Guardian.__init__ = lambda self: setattr(self, "_popen", None)
+        config = launcher.LaunchConfig(command={command!r}, num_workers=2)
+        sys.exit(launcher.Launcher(config).run())
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    try:
+        deadline = time.monotonic() + 20
+        while len(_pids(tmp_path)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pids = _pids(tmp_path)
+        assert sorted(pids) == ["worker0", "worker1"]
+        proc.kill()
+        proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+    _assert_all_gone(pids, timeout=10)

@@ -1,0 +1,102 @@
+"""How a binary starts and ends, seen from outside: no TensorFlow C++ chatter
+before the engine's first line (unless --verbose), Ctrl-C and SIGTERM during
+start-up as one line and 130 / 143, `--devices=gpu:0` without a GPU says how
+to get GPU support, and the process ends right after its last line."""
+
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import REPO, assert_one_line_error, run_bin, start_bin
+
+TINY = ["--train_steps=20", "--steps_per_loop=10", "--global_batch_size=32", "--devices=cpu:0"]
+CHATTER = re.compile(r"cuInit|oneDNN|absl::InitializeLog|cudart|cpu_feature_guard|"
+                     r"^[IWEF]\d{4} [\d:.]+\s+\d+ \S+:\d+\]", re.MULTILINE)
+
+
+def test_no_tensorflow_chatter_unless_verbose(tmp_path):
+    quiet = run_bin("train", *TINY, f"--model_dir={tmp_path / 'quiet'}", "--mode=train",
+                    "--noexport")
+    assert quiet.returncode == 0, quiet.stderr[-3000:]
+    assert not CHATTER.search(quiet.stdout + quiet.stderr), quiet.stdout + quiet.stderr
+    assert quiet.stderr == ""
+    # The first line is the engine's.
+    assert re.match(r"\d\d:\d\d:\d\d  ", quiet.stdout), quiet.stdout[:300]
+
+    verbose = run_bin("train", *TINY, f"--model_dir={tmp_path / 'verbose'}", "--mode=train",
+                      "--noexport", "--verbose")
+    assert verbose.returncode == 0, verbose.stderr[-3000:]
+    assert CHATTER.search(verbose.stdout + verbose.stderr)  # TensorFlow's, as it writes it
+
+
+def test_gpu_without_a_gpu_says_how_to_install_gpu_support(tmp_path):
+    result = run_bin("train", *TINY[:-1], "--devices=gpu:0", f"--model_dir={tmp_path / 'run'}")
+    line = assert_one_line_error(result, contains="TensorFlow sees no GPU on this machine")
+    assert "pip install '.[gpu]'" in line
+    assert result.returncode == 2
+    assert not (tmp_path / "run").exists()
+
+
+def _signal_at(process, signum, *, after_s=None, marker=None):
+    if marker is None:
+        time.sleep(after_s)
+    else:
+        for line in process.stdout:
+            if marker in line:
+                break
+    process.send_signal(signum)
+    return process.communicate(timeout=60)
+
+
+@pytest.mark.parametrize("signum, status, reason", [
+    (signal.SIGTERM, 143, "terminated (SIGTERM)"),
+    (signal.SIGINT, 130, "interrupted (Ctrl-C)"),
+], ids=["sigterm", "sigint"])
+@pytest.mark.parametrize("moment", [dict(after_s=0.5), dict(after_s=2.0),
+                                    dict(marker="dataset synthetic")],
+                         ids=["0.5s", "2s", "dataset"])
+def test_a_signal_during_start_up_is_one_line(tmp_path, signum, status, reason, moment):
+    """0.5 s: Python and absl start-up; 2 s: inside `import tensorflow`;
+    the dataset line: building the model, datasets and compiled step."""
+    process = start_bin("train", *TINY[:-1], "--devices=cpu:0,cpu:1", "--train_steps=100000",
+                        f"--model_dir={tmp_path / 'run'}")
+    try:
+        stdout, stderr = _signal_at(process, signum, **moment)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=10)
+    assert process.returncode == status, stderr
+    assert "Traceback" not in stderr
+    # Ours, or, where training had just begun, StopRequest's ("preempted (SIGTERM)
+    # at step N; saved ..."): one line either way.
+    assert len(stderr.strip().splitlines()) == 1, stderr
+    assert stderr.startswith("train: ") and reason.split()[-1] in stderr, stderr
+
+
+def test_bin_train_exits_right_after_its_last_line(tmp_path):
+    """From outside: the time from the last stdout line to the exit. Before
+    `cli.run(skip_teardown=True)` and engine.iterators this was 1 to 30 s (a
+    tf.data iterator's destructor waiting); the bound is generous for a
+    loaded 2-core machine."""
+    process = subprocess.Popen(
+        [sys.executable, f"{REPO}/bin/train", "--devices=cpu:0,cpu:1,cpu:2,cpu:3",
+         "--train_steps=200", "--steps_per_loop=50", "--global_batch_size=64",
+         "--eval_interval=100", f"--model_dir={tmp_path / 'run'}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+        env={**__import__("os").environ, "PYTHONUNBUFFERED": "1"})
+    last_line_at = None
+    lines = []
+    for line in process.stdout:
+        last_line_at = time.monotonic()
+        lines.append(line)
+    process.wait(timeout=120)
+    seconds = time.monotonic() - last_line_at
+    print(f"exit {seconds:.2f} s after the last line ({lines[-1].strip()[:80]})")
+    assert process.returncode == 0, process.stderr.read()[-3000:]
+    assert "exported" in lines[-1]
+    assert seconds < 2.0
