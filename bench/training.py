@@ -42,6 +42,7 @@ import keras
 import tensorflow as tf
 
 from tfloop.bench import report, sweep, timing
+from tfloop.engine import iterators
 from tfloop.bench.timing import Progress
 from tfloop.bench.variants import VARIANTS
 from tfloop.collectives import device_names
@@ -234,7 +235,7 @@ def time_hand_loop(config: TrainBenchConfig) -> list[float]:
     strategy = baseline_strategy(config)
     with strategy.scope():
         model, optimizer = _build(config, splits)
-    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    iterator = iterators.distributed(strategy.experimental_distribute_dataset(dataset))
     batch_size = config.global_batch_size
 
     def step(batch):
