@@ -134,7 +134,8 @@ def short(text: str, limit: int = 120) -> str:
     return line[:cut if cut > 0 else limit].rstrip(" ,;:(") + "..."
 
 
-def _state(model_dir: str) -> tuple[Optional[list[str]], Optional[list[float]], float, Optional[str]]:
+def _state(model_dir: str) -> tuple[Optional[list[str]], Optional[list[float]], float,
+                                    Optional[str]]:
     """The state file's entries (oldest first, the latest last), their
     timestamps, its `last_preserved_timestamp`, and what is wrong with it."""
     path = posixpath.join(model_dir, STATE_FILE)
@@ -248,7 +249,8 @@ def set_aside(found: Survey) -> None:
         target_dir = posixpath.join(model_dir, DAMAGED_DIR)
         tf.io.gfile.makedirs(target_dir)
         for path in files:
-            tf.io.gfile.rename(path, _free_name(posixpath.join(target_dir, posixpath.basename(path))))
+            target = posixpath.join(target_dir, posixpath.basename(path))
+            tf.io.gfile.rename(path, _free_name(target))
         logger.info("moved %s into %s", ", ".join(posixpath.basename(f) for f in files), target_dir)
     if found.state_problem and found.newest:
         _write_state(model_dir, found)
