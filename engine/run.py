@@ -2,14 +2,14 @@
 
 The order is the point. Everything that can be wrong with the request is
 checked first (`engine.plan`), so a mistake costs one line and leaves no
-directory behind; only then is `model_dir` locked (and so created) and
-anything built::
+directory behind; only then is anything built, and `model_dir` locked (and
+so created) before anything is written to it::
 
     plan = make_plan(config)                     # checks only; writes nothing
+    strategy = plan.spec.build(...)              # logical CPUs were made first
     take model_dir's lock (engine.run_lock)      # one writer; model_dir comes into being
     the chief: damaged checkpoints to damaged/, the state file rewritten,
                stale ckpt-*_temp/ removed        # engine.checkpoint_files
-    strategy = plan.spec.build(...)              # logical CPUs were made first
     with strategy.scope(): task.build_model(), objectives and optimizers, global_step
     restore the latest checkpoint in model_dir   # "resuming from ckpt-N"
     trainer (skipping the batches already trained on), evaluator
@@ -108,9 +108,15 @@ def run(
     config = plan.config  # with what the plan resolved: --epochs, --per_replica_batch_size
     if plan.spec.serves_only(plan.role):
         return RunResult(plan.spec.serve(plan.role))  # until stopped: the chief trains
+    if config.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    # Before the lock (which creates model_dir): joining a cluster can end in
+    # the watchdog's SIGKILL (engine.watchdog), which leaves no chance to clean up.
+    strategy = _build_strategy(plan)
     lock = run_lock.acquire(config.model_dir, plan.lock) if plan.lock else None
     try:
-        return _run_planned(plan, task, optimizer=optimizer, on_loop_end=on_loop_end, lock=lock)
+        return _run_planned(plan, task, strategy, optimizer=optimizer, on_loop_end=on_loop_end,
+                            lock=lock)
     except BaseException:
         if lock is not None:
             lock.discard()  # removes model_dir if this run created it and never trained
@@ -120,16 +126,14 @@ def run(
             lock.release()
 
 
-def _run_planned(plan: Plan, task: Task, *, optimizer, on_loop_end,
-                 lock: Optional[run_lock.RunLock]) -> RunResult:
-    """`run` once the plan holds and this process holds its lock."""
+def _run_planned(plan: Plan, task: Task, strategy: tf.distribute.Strategy, *, optimizer,
+                 on_loop_end, lock: Optional[run_lock.RunLock]) -> RunResult:
+    """`run` once the plan holds, the strategy is built and this process
+    holds its lock."""
     config = plan.config
     if plan.lock == run_lock.TRAIN and plan.checkpoints is not None:
         checkpoint_files.set_aside(plan.checkpoints)
         checkpoint_files.remove_stale_temp(config.model_dir)
-    if config.deterministic:
-        tf.config.experimental.enable_op_determinism()
-    strategy = _build_strategy(plan)
     model, objectives, global_step = _build_model_and_objectives(plan, strategy, optimizer)
     average = _build_average(plan, strategy, model, objectives)
     evaluator = _build_evaluator(plan, strategy, model, objectives, average)
