@@ -34,7 +34,7 @@ from absl import flags  # noqa: E402
 
 from tfloop.engine import logs  # noqa: E402  (imports no TensorFlow)
 
-EXIT_FAILURE = 1  # the run failed, e.g. a multi-worker peer was lost
+EXIT_FAILURE = 1  # the run failed (engine.errors.RunFailure): a full disk, a lost peer
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
@@ -210,10 +210,10 @@ def run(
             if errors is None:  # these import TensorFlow: only after flag parsing
                 import_tensorflow(verbose="verbose" in flags.FLAGS and flags.FLAGS.verbose)
                 errors = user_error_types()
-                from tfloop.engine.errors import ClusterFailure
+                from tfloop.engine.errors import RunFailure  # ClusterFailure is one
                 from tfloop.engine.preemption import Preempted
 
-                preempted, failures = (Preempted,), (ClusterFailure,)
+                preempted, failures = (Preempted,), (RunFailure,)
         except BaseException:
             _as_signalled()
             raise

@@ -8,6 +8,12 @@ sorts first), which would otherwise be the optimizer's
 (`optimizer/_trainable_variables/0`); this makes the names depend on the model
 alone, and `tf.train.load_checkpoint` reads two
 runs' checkpoints variable by variable.
+
+Which checkpoint a run resumes from (the newest that reads) is
+`engine.checkpoint_files`'s business. A save that fails (a full disk) is a
+`RunFailure` naming the directory and its free space; the manager updates
+its state file only after a complete write, so the previous checkpoint stays
+the latest.
 """
 
 from __future__ import annotations
@@ -19,11 +25,12 @@ import os
 import posixpath
 import shutil
 import tempfile
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
-from tfloop.engine.errors import ConfigError
+from tfloop.engine import checkpoint_files
+from tfloop.engine.errors import ConfigError, RunFailure
 
 logger = logging.getLogger(__name__)
 
@@ -47,17 +54,28 @@ def parts(model: Any, optimizer: Any, global_step: tf.Variable) -> dict:
                 model_weights=named_weights(model))
 
 
+class Manager(tf.train.CheckpointManager):
+    """A `CheckpointManager` that tells `after_save` callbacks `(step, path)`
+    about each checkpoint `save` (below) completes (metrics.json's progress)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.after_save: list[Callable[[int, str], None]] = []
+
+
 def create(
-    *, model: Any, optimizer: Any, global_step: tf.Variable, directory: str, max_to_keep: int,
-    averages: Optional[dict] = None,
-) -> tuple[tf.train.Checkpoint, tf.train.CheckpointManager]:
-    """The run's checkpoint and its manager; `averages`: the weights' moving
-    averages by `named_weights` key (`engine.ema`), saved under `ema/`."""
+    *, model: Any, optimizer: Any, global_step: tf.Variable, directory: Optional[str],
+    max_to_keep: int, averages: Optional[dict] = None,
+) -> tuple[tf.train.Checkpoint, Optional[Manager]]:
+    """The run's checkpoint and its manager (None without a `directory`: a
+    run that only reads); `averages`: the weights' moving averages by
+    `named_weights` key (`engine.ema`), saved under `ema/`."""
     extra = {AVERAGES: averages} if averages is not None else {}
     checkpoint = tf.train.Checkpoint(**parts(model, optimizer, global_step), **extra)
-    manager = tf.train.CheckpointManager(
-        checkpoint, directory=directory, max_to_keep=max_to_keep, step_counter=global_step
-    )
+    if directory is None:
+        return checkpoint, None
+    manager = Manager(checkpoint, directory=directory, max_to_keep=max_to_keep,
+                      step_counter=global_step)
     return checkpoint, manager
 
 
@@ -73,9 +91,53 @@ def save(manager: Optional[tf.train.CheckpointManager], step: int) -> Optional[s
     latest = manager.latest_checkpoint
     if latest and latest.endswith(f"-{step}"):
         return latest
-    path = manager.save(checkpoint_number=step, check_interval=False)
+    try:
+        path = manager.save(checkpoint_number=step, check_interval=False)
+    except (tf.errors.OpError, OSError) as error:
+        _remove_partial_save(manager.directory, step)
+        raise RunFailure(_save_failed(manager.directory, step, latest, error)) from None
     logger.info("saved checkpoint %s", path)
+    for callback in getattr(manager, "after_save", ()):
+        callback(step, path)
     return path
+
+
+def _save_failed(directory: str, step: int, latest: Optional[str], error: Exception) -> str:
+    """The one line of a failed save: where, why, the free space, what is still there."""
+    free = "free space unknown"
+    if "://" not in directory:
+        try:
+            free = f"{_size(shutil.disk_usage(directory).free)} free there"
+        except OSError:
+            pass
+    reason = checkpoint_files.short(
+        (str(error) or type(error).__name__).replace(directory.rstrip("/") + "/", ""), 100)
+    return (f"could not save ckpt-{step} in {directory} ({reason}); {free}; the latest "
+            f"checkpoint is still {posixpath.basename(latest) if latest else 'none'}: free some "
+            "space and run the same command to resume from it")
+
+
+def _size(count: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "bytes" else f"{count:.1f} {unit}"
+        count /= 1024
+    return str(count)
+
+
+def _remove_partial_save(directory: str, step: int) -> None:
+    """What a failed save of `step` left: TensorFlow's `ckpt-<step>_temp/`
+    and any `ckpt-<step>.*` file it had moved into place (the state file
+    does not name them: it is written last)."""
+    prefix = posixpath.join(directory, f"{checkpoint_files.PREFIX}-{step}")
+    for path in [*tf.io.gfile.glob(prefix + ".*"), prefix + "_temp"]:
+        try:
+            if tf.io.gfile.isdir(path):
+                tf.io.gfile.rmtree(path)
+            elif tf.io.gfile.exists(path):
+                tf.io.gfile.remove(path)
+        except (tf.errors.OpError, OSError):
+            pass  # best effort: start-up moves a damaged leftover aside anyway
 
 
 def stored_names(path: str) -> list[str]:
@@ -133,23 +195,79 @@ def worker_save_dir(model_dir: str, role_name: str) -> str:
 
 def restore(checkpoint: tf.train.Checkpoint, path: Optional[str], model_dir: str, *,
             partial: bool = False) -> Optional[str]:
-    """Restores `path` (the newest checkpoint of `model_dir`), if any.
+    """Restores `path` (the newest readable checkpoint of `model_dir`), if any.
 
     A checkpoint written by another model is a user mistake (a reused
-    `--model_dir`), reported as one line rather than a shape-mismatch trace.
-    `partial`: `checkpoint` holds only part of what was saved (the model,
-    not the optimizer), and the rest is not to be warned about.
+    `--model_dir`), reported as one line naming the first variable that
+    differs, found by comparing the stored `model_weights/...` shapes and
+    dtypes with the model's before restoring anything: a failed restore
+    would leave the model half restored and TensorFlow warning about every
+    value it did not place. `partial`: `checkpoint` holds only part of what
+    was saved (the model, not the optimizer), and the rest is not to be
+    warned about.
     """
     if not path:
         return None
-    try:
-        status = checkpoint.restore(path).assert_existing_objects_matched()
-        if partial:
-            status.expect_partial()
-    except (AssertionError, ValueError, tf.errors.OpError) as error:
-        reason = str(error).strip().splitlines()[0][:200]
+    name = posixpath.basename(path)
+    misfit = _misfit(path, getattr(checkpoint, "model_weights", None))
+    if misfit:
         raise ConfigError(
-            f"--model_dir={model_dir} holds {path}, which does not fit this model "
-            f"and optimizer ({reason}); use a new --model_dir, or the flags that wrote it"
-        ) from None
+            f"--model_dir={model_dir} holds {name}, which does not fit this model ({misfit}); "
+            "use a new --model_dir, or the flags that wrote it")
+    try:
+        status = checkpoint.restore(path)
+    except (ValueError, tf.errors.OpError) as error:
+        raise _unusable(model_dir, name, error) from None
+    try:
+        status.assert_existing_objects_matched()
+    except AssertionError as error:
+        status.expect_partial()  # no warnings about what was not restored
+        raise _unusable(model_dir, name, error) from None
+    if partial:
+        status.expect_partial()
     return path
+
+
+def _unusable(model_dir: str, name: str, error: Exception) -> ConfigError:
+    reason = checkpoint_files.short(str(error), 160)
+    if isinstance(error, tf.errors.OpError):
+        return ConfigError(f"--model_dir={model_dir}: {name} could not be read ({reason}); "
+                           "move it away to resume from the checkpoint before it")
+    return ConfigError(f"--model_dir={model_dir} holds {name}, which does not fit this model "
+                       f"and optimizer ({reason}); use a new --model_dir, or the flags that "
+                       "wrote it")
+
+
+def _misfit(path: str, weights: Any) -> Optional[str]:
+    """The first of the model's variables (`named_weights`) whose stored
+    value is missing or of another shape or dtype in checkpoint `path`, in a
+    few words; None when they all fit (or the checkpoint predates
+    `model_weights/`)."""
+    if not weights:
+        return None
+    reader = tf.compat.v1.train.NewCheckpointReader(path)
+    shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
+    suffix = "/.ATTRIBUTES/VARIABLE_VALUE"
+    stored = sorted(key[:-len(suffix)] for key in shapes
+                    if key.startswith("model_weights/") and key.endswith(suffix))
+    if not stored:
+        return None
+    names = [f"model_weights/{key}" for key in weights]
+    for name, variable in zip(names, weights.values()):
+        if name + suffix not in shapes:
+            return (f"this model's {name} {_describe(variable.dtype, variable.shape)} is not "
+                    f"in it; it holds {len(stored)} model variables, this model has {len(names)}")
+        shape, dtype = shapes[name + suffix], dtypes[name + suffix]
+        if (list(shape) != list(variable.shape)
+                or tf.as_dtype(dtype).base_dtype != tf.as_dtype(variable.dtype).base_dtype):
+            return (f"{name} is {_describe(dtype, shape)} there and "
+                    f"{_describe(variable.dtype, variable.shape)} in this model")
+    extra = sorted(set(stored) - set(names))
+    if extra:
+        return (f"it holds {extra[0]}, which this model does not have ({len(stored)} model "
+                f"variables there, {len(names)} in this model)")
+    return None
+
+
+def _describe(dtype: Any, shape: Any) -> str:
+    return f"{tf.as_dtype(dtype).name} {tuple(shape)}"

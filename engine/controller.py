@@ -25,8 +25,9 @@ raising `StopTraining`: one log line, the checkpoint of the step reached, no
 further evaluation.
 
 `evaluate_continuously` is the sidecar evaluator's loop: each new checkpoint
-in the manager's directory is restored and evaluated, until the one of the
-final train step or until none comes for `timeout` seconds.
+in the manager's directory that reads (`engine.checkpoint_files`) is restored
+and evaluated, until the one of the final train step or until none comes for
+`timeout` seconds.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import tensorflow as tf
 
-from tfloop.engine import checkpointing
+from tfloop.engine import checkpoint_files, checkpointing
 from tfloop.engine.actions import Action, LoopEnd, StopTraining, crossed, next_multiple
 from tfloop.engine.runner import AbstractEvaluator, AbstractTrainer, Metrics
 
@@ -207,8 +208,11 @@ class Controller:
         return metrics
 
     def evaluate_continuously(self, steps: int = -1, *, timeout: float, last_step: int,
-                              restore: Optional[Callable[[str], Any]] = None) -> Metrics:
-        """Evaluates each new checkpoint in `checkpoint_manager.directory` as it appears.
+                              restore: Optional[Callable[[str], Any]] = None,
+                              directory: Optional[str] = None) -> Metrics:
+        """Evaluates each new checkpoint in `checkpoint_manager.directory` (or
+        `directory`, with `restore`: no manager needed) as it appears, the
+        newest that reads (`engine.checkpoint_files.as_they_appear`).
 
         Restores the model and global step of each one (`expect_partial`: an
         evaluator has no optimizer; or `restore(path)` when given: the
@@ -219,11 +223,12 @@ class Controller:
         an evaluation runs may be skipped for a newer one, never the last.
         """
         self._require("evaluator", "evaluate_continuously")
-        self._require("checkpoint_manager", "evaluate_continuously")
-        directory = self.checkpoint_manager.directory
+        if directory is None or restore is None:
+            self._require("checkpoint_manager", "evaluate_continuously")
+        directory = directory or self.checkpoint_manager.directory
         metrics: Metrics = {}
-        for path in tf.train.checkpoints_iterator(directory, min_interval_secs=_POLL_SECONDS,
-                                                  timeout=timeout):
+        for path in checkpoint_files.as_they_appear(directory, poll_seconds=_POLL_SECONDS,
+                                                    timeout=timeout):
             if restore is None:
                 self.checkpoint_manager.checkpoint.restore(path).expect_partial()
             else:

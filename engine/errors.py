@@ -3,8 +3,9 @@
 Library code raises `ConfigError` for a mistake in what the user asked for
 (unknown name, missing file, impossible device layout). The binaries print its
 message on stderr and exit with status 2, as they do the other packages' own
-user-error types (`collectives.CollectiveError`, ...); anything else is a bug
-and keeps its traceback. Importing this module imports nothing else, so the
+user-error types (`collectives.CollectiveError`, ...); a `RunFailure` (the disk, the
+cluster) is one line and status 1; anything else is a bug and keeps its
+traceback. Importing this module imports nothing else, so the
 binaries can define their flags from `engine.config` before TensorFlow loads.
 """
 
@@ -12,7 +13,15 @@ class ConfigError(ValueError):
     """What the user asked for cannot be done; the message says how to fix it."""
 
 
-class ClusterFailure(RuntimeError):
+class RunFailure(RuntimeError):
+    """The run failed for a reason outside the program and the request (a
+    full disk, a lost peer): not the user's mistake, and nothing to debug in
+    a traceback. The binaries print one line and exit with status 1; the
+    last checkpoint is intact, and the same command resumes from it.
+    """
+
+
+class ClusterFailure(RunFailure):
     """A multi-worker run lost a peer mid-training.
 
     Not the user's mistake, and nothing to debug in a traceback: the binaries

@@ -11,7 +11,8 @@ only reads::
     devices, replicas, batch divisibility
     logical CPUs and thread pools                # before anything else touches TF
     collective, optimizer name, the task (its data, its model name), mode
-    model_dir writable; the latest checkpoint in it
+    model_dir writable, and not in use (engine.run_lock: read-only probe)
+    the newest checkpoint in it that reads (engine.checkpoint_files)
 
 The result, a `Plan`, is all that `engine.run` needs to build the run.
 """
@@ -27,7 +28,7 @@ import tensorflow as tf
 
 from tfloop import collectives
 from tfloop.collectives import device_names
-from tfloop.engine import devices, optimizers, run_identity, strategies
+from tfloop.engine import checkpoint_files, devices, optimizers, run_identity, run_lock, strategies
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
 from tfloop.engine import task as task_lib
@@ -53,7 +54,12 @@ class Plan:
       mode: `train`, `evaluate`, `train_and_evaluate` or `continuous_evaluate`.
       input_workers: processes the input is sharded over.
       shard_policy: how (`data`, `file`, `off`), `auto` resolved for the task's data.
-      latest_checkpoint: the newest checkpoint in `model_dir`, if any.
+      latest_checkpoint: the newest checkpoint in `model_dir` that reads, if any.
+      checkpoints: what `checkpoint_files.survey` found (damaged checkpoints
+        skipped, the state file to rewrite); None for the evaluator task.
+      lock: the `engine.run_lock` lock this process holds while it runs
+        (`train`: the chief; `evaluate`: --mode=evaluate and the evaluator
+        task), None for the other tasks of a cluster.
       connection: what `spec.connect` found (tpu: resolver and cores).
       intra_op_threads: the intra-op pool size, None for TensorFlow's default.
     """
@@ -71,6 +77,8 @@ class Plan:
     latest_checkpoint: Optional[str]
     connection: Any = None
     intra_op_threads: Optional[int] = None
+    checkpoints: Optional[checkpoint_files.Survey] = None
+    lock: Optional[str] = None
 
     def describe(self, num_replicas: int) -> str:
         """The start-up line: who runs what, on which devices, reduced how."""
@@ -112,13 +120,22 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
                     input_workers)
     mode = _resolve_mode(config, task, role)
     check_model_dir(config.model_dir)
+    lock = lock_name(role, mode)
+    if lock:
+        run_lock.check_free(config.model_dir, lock)
     exists = tf.io.gfile.isdir(config.model_dir)
     run_identity.check(config, run_identity.load(config.model_dir) if exists else None,
                        task_object=not config.task
                        and not isinstance(task, ClassificationTask))
     if role.in_cluster and not role.is_evaluator:
         tf_config.check_port_free(role)
-    latest = tf.train.latest_checkpoint(config.model_dir) if exists else None
+    checkpoints = None
+    if not role.is_evaluator:  # it reads each checkpoint as it appears
+        checkpoints = checkpoint_files.survey(config.model_dir)
+        skipped = checkpoints.skip_line("evaluating" if mode == "evaluate" else "resuming from")
+        if skipped:
+            logger.info(skipped)
+    latest = checkpoints.newest if checkpoints else None
     if mode == "evaluate" and not latest:
         raise ConfigError(
             f"--mode=evaluate found no checkpoint in --model_dir={config.model_dir}; "
@@ -126,7 +143,15 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
     return Plan(config=config, role=role, spec=spec, devices=device_names, replicas=replicas,
                 collective=collective, task=task, mode=mode, input_workers=input_workers,
                 shard_policy=shard_policy, latest_checkpoint=latest, connection=connection,
-                intra_op_threads=intra_op_threads)
+                intra_op_threads=intra_op_threads, checkpoints=checkpoints, lock=lock)
+
+
+def lock_name(role: tf_config.Role, mode: str) -> Optional[str]:
+    """Which `engine.run_lock` lock a process of `role` running `mode` holds:
+    the ones that write `model_dir` (a cluster's other workers save elsewhere)."""
+    if role.is_evaluator or (role.is_chief and mode == "evaluate"):
+        return run_lock.EVALUATE
+    return run_lock.TRAIN if role.is_chief else None
 
 
 def _strategy_for(config: RunConfig, role: tf_config.Role):

@@ -2,19 +2,23 @@
 
 The order is the point. Everything that can be wrong with the request is
 checked first (`engine.plan`), so a mistake costs one line and leaves no
-directory behind; only then is anything built, and `model_dir` comes into
-being when the first loop is about to run::
+directory behind; only then is anything built, and `model_dir` locked (and
+so created) before anything is written to it::
 
     plan = make_plan(config)                     # checks only; writes nothing
     strategy = plan.spec.build(...)              # logical CPUs were made first
+    take model_dir's lock (engine.run_lock)      # one writer; model_dir comes into being
+    the chief: damaged checkpoints to damaged/, the state file rewritten,
+               stale ckpt-*_temp/ removed        # engine.checkpoint_files
     with strategy.scope(): task.build_model(), objectives and optimizers, global_step
     restore the latest checkpoint in model_dir   # "resuming from ckpt-N"
     trainer (skipping the batches already trained on), evaluator
-    Controller(...).train / .evaluate
-    write metrics.json
+    Controller(...).train / .evaluate           # metrics.json: "running", then how it ended
 
-Which strategy runs is the spec's business (`engine.strategies`): nothing
-here asks for a strategy by name.
+A mistake found after the lock (the model, the data, the step's contract)
+removes the `model_dir` the run created: a user error still leaves nothing
+written. Which strategy runs is the spec's business (`engine.strategies`):
+nothing here asks for a strategy by name.
 """
 
 from __future__ import annotations
@@ -30,8 +34,8 @@ from typing import Any, Callable, Optional
 import keras
 import tensorflow as tf
 
-from tfloop.engine import (actions, best, checkpointing, ema, logs, precision, preemption,
-                           run_identity, run_record)
+from tfloop.engine import (actions, best, checkpoint_files, checkpointing, ema, logs,
+                           precision, preemption, run_identity, run_lock, run_record)
 from tfloop.engine import objectives as objectives_lib
 from tfloop.engine import serving, warm_start
 from tfloop.engine import task as task_lib
@@ -93,7 +97,8 @@ def run(
         CollectiveError, TFConfigError): the request cannot be carried out
         (nothing was written).
       Preempted: on SIGTERM or Ctrl-C, after saving a checkpoint at the step reached.
-      ClusterFailure: a multi-worker peer was lost mid-run.
+      RunFailure: a checkpoint could not be saved (a full disk), or, as
+        ClusterFailure, a multi-worker peer was lost mid-run.
       KeyboardInterrupt: on a second Ctrl-C, without saving.
     """
     if verbose:
@@ -105,7 +110,30 @@ def run(
         return RunResult(plan.spec.serve(plan.role))  # until stopped: the chief trains
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
+    # Before the lock (which creates model_dir): joining a cluster can end in
+    # the watchdog's SIGKILL (engine.watchdog), which leaves no chance to clean up.
     strategy = _build_strategy(plan)
+    lock = run_lock.acquire(config.model_dir, plan.lock) if plan.lock else None
+    try:
+        return _run_planned(plan, task, strategy, optimizer=optimizer, on_loop_end=on_loop_end,
+                            lock=lock)
+    except BaseException:
+        if lock is not None:
+            lock.discard()  # removes model_dir if this run created it and never trained
+        raise
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run_planned(plan: Plan, task: Task, strategy: tf.distribute.Strategy, *, optimizer,
+                 on_loop_end, lock: Optional[run_lock.RunLock]) -> RunResult:
+    """`run` once the plan holds, the strategy is built and this process
+    holds its lock."""
+    config = plan.config
+    if plan.lock == run_lock.TRAIN and plan.checkpoints is not None:
+        checkpoint_files.set_aside(plan.checkpoints)
+        checkpoint_files.remove_stale_temp(config.model_dir)
     model, objectives, global_step = _build_model_and_objectives(plan, strategy, optimizer)
     average = _build_average(plan, strategy, model, objectives)
     evaluator = _build_evaluator(plan, strategy, model, objectives, average)
@@ -114,13 +142,16 @@ def run(
     best_export = (_best_export(plan, strategy, model, global_step, average)
                    if config.best_metric and config.export else None)
     if plan.role.is_evaluator:
+        if lock is not None:
+            lock.keep()
         return RunResult(
             evaluate_each_checkpoint(config, strategy=strategy, model=model,
                                      global_step=global_step, evaluator=evaluator,
                                      best_export=best_export),
             model=model, task=task)
     # Workers other than the chief take part in saving, into a directory of their own.
-    write_dir = (config.model_dir if plan.role.is_chief
+    write_dir = (None if plan.mode == "evaluate"  # reads only: no manager
+                 else config.model_dir if plan.role.is_chief
                  else checkpointing.worker_save_dir(config.model_dir, plan.role.name))
     parts = checkpointing.parts(model, objectives_lib.checkpointed(objectives), global_step)
     checkpoint, manager = checkpointing.create(
@@ -141,6 +172,8 @@ def run(
         start_step=start_step, task=task, average=average)
     if trainer is not None:
         objectives_lib.announce(objectives, start_step=start_step, resumed=bool(restored))
+    if lock is not None:
+        lock.keep()  # training starts: what model_dir gets from here on is the run's
     try:
         with data_errors.naming():  # damaged data mid-run: one line naming the file
             record = _run_controller(plan, strategy, global_step, trainer, evaluator, manager,
@@ -151,7 +184,7 @@ def run(
                 record["export"] = serving.export_trained(plan, strategy, model,
                                                           int(global_step.numpy()))
     finally:
-        if not plan.role.is_chief:
+        if not plan.role.is_chief and write_dir:
             shutil.rmtree(write_dir, ignore_errors=True)
     return RunResult(record, model=model, task=task)
 
@@ -308,13 +341,25 @@ def _keep_best(plan: Plan, evaluator, manager, start_step: int,
 def _run_controller(plan: Plan, strategy, global_step, trainer, evaluator, manager, *,
                     restored: Optional[str], start_step: int, on_loop_end,
                     best_export: Optional[best.ExportFn] = None) -> dict:
-    """Runs the loops; `model_dir` comes into being here; metrics.json is written
-    however the run ends."""
+    """Runs the loops; metrics.json says "running" (the step of the last
+    checkpoint, updated at each save) until it says how the run ended."""
     config, role = plan.config, plan.role
+    records = role.is_chief and plan.mode != "evaluate"
     if role.is_chief:
         tf.io.gfile.makedirs(config.model_dir)
         if plan.mode != "evaluate":
             run_identity.write(config)
+    saved = {"step": start_step, "checkpoint": restored}
+    if records:
+        progress = functools.partial(run_record.running, plan, start_step=start_step,
+                                     restored=restored)
+        run_record.write(config.metrics_path, progress(step=start_step, checkpoint=restored))
+
+        def after_save(step: int, path: str) -> None:
+            saved.update(step=step, checkpoint=path)
+            run_record.write(config.metrics_path, progress(step=step, checkpoint=path))
+
+        manager.after_save.append(after_save)
     keep_best = _keep_best(plan, evaluator, manager, start_step, best_export)
     train_summaries = SummaryWriter(config.train_summary_dir) if role.is_chief else None
     eval_summaries = SummaryWriter(config.eval_summary_dir) if role.is_chief else None
@@ -336,19 +381,23 @@ def _run_controller(plan: Plan, strategy, global_step, trainer, evaluator, manag
         steps_per_loop=config.steps_per_loop, checkpoint_manager=manager,
         checkpoint_interval=config.checkpoint_interval,
         train_actions=run_actions.train, eval_actions=run_actions.eval)
-    began, interrupted = time.time(), True
+    began, status = time.time(), "failed"
     try:
         _train_or_evaluate(plan, controller, start_step)
-        interrupted = False
+        status = "stopped_early" if controller.stopped_early else "finished"
     except plan.spec.lost_peer_errors as error:
-        reason = str(error).strip().splitlines()[0][:160]
+        reason = checkpoint_files.short(str(error), 160)
         raise ClusterFailure(
             f"{role.name} lost the cluster after step {controller.step} ({reason}); the last "
             f"checkpoint is {tf.train.latest_checkpoint(config.model_dir) or 'none'}: restart every "
             "task to resume from it (bin/launch --max_restarts does)") from None
     except KeyboardInterrupt:  # a second Ctrl-C: stop at once, as asked
+        status = "interrupted"
         logger.info("stopped without saving; the last checkpoint is %s",
                     tf.train.latest_checkpoint(config.model_dir) or "none")
+        raise
+    except preemption.Preempted:
+        status = "interrupted"
         raise
     finally:
         stop_request.uninstall()
@@ -357,10 +406,12 @@ def _run_controller(plan: Plan, strategy, global_step, trainer, evaluator, manag
                 writer.close()
         summary = run_record.summarize(
             plan, controller, num_replicas=strategy.num_replicas_in_sync, restored=restored,
-            start_step=start_step, interrupted=interrupted, wall_seconds=time.time() - began,
+            start_step=start_step, status=status, saved_step=saved["step"],
+            checkpoint=saved["checkpoint"], wall_seconds=time.time() - began,
             best=keep_best.record if keep_best else None)
-        if role.is_chief and plan.mode != "evaluate":
-            run_record.write(config.metrics_path, summary)
+        if records:
+            run_record.write_final(config.metrics_path, summary,
+                                   failing=status not in ("finished", "stopped_early"))
     return summary
 
 
@@ -395,24 +446,21 @@ def evaluate_each_checkpoint(
     checkpoint of step `train_steps` (or after `eval_timeout` seconds with no
     new checkpoint). With `--best_metric` it keeps the best in `model_dir/best/`
     (the model and the step: an evaluator restores no optimizer)."""
-    # Read-only: no max_to_keep, and an evaluator never saves through it.
     checkpoint = tf.train.Checkpoint(model=model, global_step=global_step,
                                      model_weights=checkpointing.named_weights(model))
-    watched = tf.train.CheckpointManager(checkpoint, directory=config.model_dir,
-                                         max_to_keep=None)
     writer = SummaryWriter(config.eval_summary_dir)
     keep_best = best.KeepBest(
         metric=config.best_metric, mode=best.resolve_mode(config.best_metric, config.best_mode),
         checkpoint=checkpoint, model_dir=config.model_dir, export_fn=best_export,
     ) if config.best_metric else None
     controller = Controller(global_step=global_step, evaluator=evaluator,
-                            checkpoint_manager=watched,
                             eval_actions=actions.for_evaluation(writer, actions.RecordEvaluation(
                                 path=config.evaluations_path, by="evaluator"), keep_best))
     try:
         last = controller.evaluate_continuously(
             config.eval_steps, timeout=config.eval_timeout, last_step=config.train_steps,
-            restore=functools.partial(_restore_averages_if_any, model, global_step))
+            restore=functools.partial(_restore_averages_if_any, model, global_step),
+            directory=config.model_dir)
     finally:
         writer.close()
     return {"step": controller.step, **{f"eval/{k}": v for k, v in last.items()},

@@ -1,7 +1,12 @@
 """`metrics.json`: what a run did, for scripts and people, however it ended.
 
-The chief writes it once, at the end of `engine.run.run` (finished,
-interrupted, or failed), atomically: a reader never sees half a file.
+The chief writes it when training starts and after every checkpoint with
+`"status": "running"` and `step` the step of the last checkpoint, and at the
+end with how the run ended (`finished`, `stopped_early`, `interrupted`: a
+signal, `failed`: an error), atomically: a reader never sees half a file. So
+after a kill -9 it still tells the truth: `running` (no process left to say
+otherwise), `interrupted` true, and no step beyond the checkpoint a resume
+starts from.
 Evaluations made afterwards (`--mode=evaluate`, the evaluator task) are
 appended to `evaluations.json` beside it, so they never erase the training
 record: `{"evaluations": [{"step": ..., "by": ..., "eval/loss": ...}, ...]}`.
@@ -10,6 +15,7 @@ record: `{"evaluations": [{"step": ..., "by": ..., "eval/loss": ...}, ...]}`.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any, Optional
 
@@ -17,21 +23,51 @@ import tensorflow as tf
 
 from tfloop.engine.errors import ConfigError
 
+logger = logging.getLogger(__name__)
 
-def summarize(plan: Any, controller: Any, *, num_replicas: int, restored: Optional[str],
-              start_step: int, interrupted: bool, wall_seconds: float,
-              best: Optional[dict] = None) -> dict:
-    """The run's record: steps, throughput, final metrics (`train/...`,
-    `eval/...`), the best checkpoint (`best`: model_dir/best/best.json's
-    metric, mode, value, step, checkpoint, export; None without one), why
-    training stopped early (`stopped_early`, None when it did not) and the
-    whole config."""
-    summary = {
-        "step": controller.step,
+#: How a run ended, as `status` says; `running` while it runs (or after a kill -9).
+STATUSES = ("running", "finished", "stopped_early", "interrupted", "failed")
+
+
+def running(plan: Any, *, start_step: int, restored: Optional[str], step: int,
+            checkpoint: Optional[str]) -> dict:
+    """The record while the run trains: `step` is that of the last
+    checkpoint (`checkpoint`), what a resume would start from."""
+    return {
+        "status": "running",
+        "step": step,
+        "checkpoint": checkpoint,
         "start_step": start_step,
         "resumed_from": restored,
         "mode": plan.mode,
-        "interrupted": interrupted,
+        "interrupted": True,  # until the run says how it ended
+        "stopped_early": None,
+        "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "config": plan.config.as_dict(),
+    }
+
+
+def summarize(plan: Any, controller: Any, *, num_replicas: int, restored: Optional[str],
+              start_step: int, status: str, saved_step: int, checkpoint: Optional[str],
+              wall_seconds: float, best: Optional[dict] = None) -> dict:
+    """The run's record: how it ended (`status`), steps, throughput, final
+    metrics (`train/...`, `eval/...`), the best checkpoint (`best`:
+    model_dir/best/best.json's metric, mode, value, step, checkpoint, export;
+    None without one), why training stopped early (`stopped_early`, None when
+    it did not) and the whole config.
+
+    `step` is the step the run's weights are saved at: the step reached when
+    it finished (or stopped on a signal, which saves), else `saved_step`, the
+    last checkpoint's; `unsaved_step` then says how far training got."""
+    reached = controller.step
+    summary = {
+        "status": status,
+        "step": reached if status in ("finished", "stopped_early") else saved_step,
+        "checkpoint": checkpoint,
+        "start_step": start_step,
+        "resumed_from": restored,
+        "mode": plan.mode,
+        "interrupted": status not in ("finished", "stopped_early"),
         "examples_per_second": round(
             controller.steps_per_second * plan.config.global_batch_size, 1),
         "num_replicas": num_replicas,
@@ -43,6 +79,8 @@ def summarize(plan: Any, controller: Any, *, num_replicas: int, restored: Option
         "stopped_early": getattr(controller, "stopped_early", None),
         "config": plan.config.as_dict(),
     }
+    if summary["step"] != reached:
+        summary["unsaved_step"] = reached
     summary.update({f"train/{k}": v for k, v in controller.last_train_metrics.items()})
     summary.update({f"eval/{k}": v for k, v in controller.last_eval_metrics.items()})
     return summary
@@ -54,6 +92,18 @@ def write(path: str, payload: dict) -> None:
     with tf.io.gfile.GFile(temporary, "w") as f:
         f.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
     tf.io.gfile.rename(temporary, path, overwrite=True)
+
+
+def write_final(path: str, payload: dict, *, failing: bool) -> None:
+    """`write`; for a run that is `failing` already (a full disk), a failure
+    to write is logged rather than raised over the run's own error."""
+    try:
+        write(path, payload)
+    except (tf.errors.OpError, OSError) as error:
+        if not failing:
+            raise
+        logger.warning("could not write %s: %s", path, str(error).splitlines()[0] if str(error)
+                       else type(error).__name__)
 
 
 def read(path: str) -> Optional[dict]:

@@ -14,11 +14,12 @@ rebuilt as it was trained; the checkpoint's optimizer state is not read.
 from __future__ import annotations
 
 import logging
+import posixpath
 from typing import Any, Optional
 
 import tensorflow as tf
 
-from tfloop.engine import export, task_inputs
+from tfloop.engine import checkpoint_files, export, task_inputs
 from tfloop.engine.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -40,21 +41,31 @@ def export_trained(plan: Any, strategy: tf.distribute.Strategy, model: Any,
 
 
 def checkpoint_at(model_dir: str, step: Optional[int]) -> str:
-    """The checkpoint of `step` in `model_dir` (the latest when None).
+    """The checkpoint of `step` in `model_dir` (the newest that reads when
+    None, `engine.checkpoint_files.survey`); only reads.
 
     Raises:
-      ConfigError: `model_dir` has no checkpoint, or none of that step.
+      ConfigError: `model_dir` has no checkpoint, none that reads, or none of
+        that step, or that one is damaged.
     """
-    latest = tf.train.latest_checkpoint(model_dir) if tf.io.gfile.isdir(model_dir) else None
-    if latest is None:
+    found = checkpoint_files.survey(model_dir)
+    if found.newest is None:
         raise ConfigError(f"--model_dir={model_dir} has no checkpoint to export; train first "
                           "or point --model_dir at a trained run")
     if step is None:
-        return latest
-    state = tf.train.get_checkpoint_state(model_dir)
-    for path in state.all_model_checkpoint_paths:
-        if path.rsplit("-", 1)[-1] == str(step):
-            return path
-    kept = ", ".join(p.rsplit("-", 1)[-1] for p in state.all_model_checkpoint_paths)
-    raise ConfigError(f"--step={step}: --model_dir={model_dir} keeps checkpoints of steps "
-                      f"{kept}; export one of those")
+        skipped = found.skip_line("exporting")
+        if skipped:
+            logger.info(skipped)
+        return found.newest
+    steps = sorted({checkpoint_files.step_of(p) for p in found.kept}
+                   | set(checkpoint_files.on_disk(model_dir)))
+    if step not in steps:
+        kept = ", ".join(str(s) for s in steps)
+        raise ConfigError(f"--step={step}: --model_dir={model_dir} keeps checkpoints of steps "
+                          f"{kept}; export one of those")
+    path = posixpath.join(model_dir, f"{checkpoint_files.PREFIX}-{step}")
+    reason = checkpoint_files.damage(path)
+    if reason:
+        raise ConfigError(f"--step={step}: ckpt-{step} in --model_dir={model_dir} is damaged "
+                          f"({reason}); export another step")
+    return path

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfloop.engine import best
+from tfloop.engine import best, checkpoint_files
 from tfloop.engine.actions import LoopEnd
 from tfloop.engine.config import RunConfig
 from tfloop.engine.controller import Controller
@@ -351,15 +351,20 @@ def test_after_a_kill_9_and_a_resume_best_json_and_patience_are_exact(tmp_path):
         assert killer.wait(timeout=150) == 0, (tmp_path / "out").read_text()[-3000:]
         process.wait(timeout=30)
     assert process.returncode == -signal.SIGKILL
-    assert not (model_dir / "metrics.json").exists()  # killed before the end
+    # Killed mid-run: metrics.json says so, and names no step beyond a checkpoint.
+    record = json.loads((model_dir / "metrics.json").read_text())
+    assert (record["status"], record["interrupted"]) == ("running", True)
+    assert record["step"] in (170, 180)
+    assert checkpoint_files.damage(str(model_dir / f"ckpt-{record['step']}")) is None
+    # The kill lands once ckpt-180.index exists: before or after the `checkpoint`
+    # state file names it. Either way the resume starts from ckpt-180 if it reads.
+    resumes_from = 180 if checkpoint_files.damage(str(model_dir / "ckpt-180")) is None else 170
 
     result = run_bin("train", *args[1:])
     assert result.returncode == 0, result.stderr[-3000:]
     with open(model_dir / "metrics.json") as f:
         metrics = json.load(f)
-    # The kill lands once ckpt-180.index exists: before or after the `checkpoint`
-    # state file names it, so the resume starts from 170 or 180.
-    assert metrics["start_step"] in (170, 180) and metrics["start_step"] < metrics["step"]
+    assert metrics["start_step"] == resumes_from and metrics["start_step"] < metrics["step"]
     evaluations = _evaluations(model_dir, "loss")
     assert list(evaluations) == list(range(10, metrics["step"] + 1, 10))
     step, value, stop = _expected(evaluations, "min", 3)
