@@ -3,9 +3,11 @@
 Dropping a `MultiDeviceIterator` waited for the autotune threads of its
 per-device pipelines to wake from a sleep that doubles up to 60 s; see
 engine/iterators.py. The
-test drops three iterators 3, 4 and 6 s after creating them (plain `iter()`
-waited 2.6, 0.3 and 76.5 s in one run on this machine) and bounds
-each destruction well below that (it measures ~0.2 s).
+timed test drops three iterators 3, 4 and 6 s after creating them (plain
+`iter()` waited 2.6, 0.3 and 76.5 s in one run on this machine; with the fix
+~0.2 s, 5.4 s once under a full suite plus another TensorFlow process on 2
+cores). Its bound, 30 s, is there to catch the minute-long autotune sleep, not
+to time anything: what the fix does is asserted without a clock below.
 """
 
 import gc
@@ -22,6 +24,19 @@ def test_the_private_factory_it_patches_is_where_it_was():
     # If this fails, TensorFlow moved `_create_device_dataset`: distributed
     # iterators work as before but their destruction may stall again.
     assert iterators.patchable()
+
+
+def test_the_per_device_pipelines_are_built_without_autotune():
+    calls = []
+
+    def create(*args):
+        calls.append(args)
+        return tf.data.Dataset.range(3).prefetch(1)
+
+    dataset = iterators._without_autotune(create)("prototype", 0, 1, False)
+    assert calls == [("prototype", 0, 1, False)]
+    assert dataset.options().autotune.enabled is False
+    assert list(dataset.as_numpy_iterator()) == [0, 1, 2]
 
 
 def test_a_distributed_iterator_is_destroyed_without_waiting(cpu_devices):
@@ -45,4 +60,4 @@ def test_a_distributed_iterator_is_destroyed_without_waiting(cpu_devices):
         gc.collect()
         seconds.append(round(time.perf_counter() - began, 2))
     print("destroyed in", seconds, "s")  # ~0.2 s each here
-    assert max(seconds) < 2.0, seconds
+    assert max(seconds) < 30.0, seconds
