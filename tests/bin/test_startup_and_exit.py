@@ -3,6 +3,7 @@ before the engine's first line (unless --verbose), Ctrl-C and SIGTERM during
 start-up as one line and 130 / 143, `--devices=gpu:0` without a GPU says how
 to get GPU support, and the process ends right after its last line."""
 
+import os
 import re
 import signal
 import subprocess
@@ -88,7 +89,7 @@ def test_bin_train_exits_right_after_its_last_line(tmp_path):
          "--train_steps=200", "--steps_per_loop=50", "--global_batch_size=64",
          "--eval_interval=100", f"--model_dir={tmp_path / 'run'}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-        env={**__import__("os").environ, "PYTHONUNBUFFERED": "1"})
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
     last_line_at = None
     lines = []
     for line in process.stdout:
