@@ -96,6 +96,15 @@ class Collective(abc.ABC):
         `devices` are canonical TensorFlow names such as "/gpu:0" or "/cpu:1".
         """
 
+    def check_gradient_dtype(self, dtype: str) -> None:
+        """Raises `CollectiveError` when gradients cannot travel in `dtype`
+        (`--gradient_dtype`, "bfloat16" or "float16") through this collective.
+
+        `collectives.create` calls it on the implementation itself, before
+        wrapping it in `Compression`, so NCCL's missing bfloat16 is one line
+        rather than a `TypeError` at the first trace.
+        """
+
     @tf.autograph.experimental.do_not_convert  # graph-building Python, called in merge_call
     def batch_all_reduce(
         self, values: PerReplicaGradients, destinations: Destinations
