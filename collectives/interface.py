@@ -75,6 +75,12 @@ class Collective(abc.ABC):
     #: `reduce_device` for a class that does not take it.
     native_options: ClassVar[frozenset[str]] = frozenset()
 
+    #: True when the algorithm runs only if each result goes back to its own
+    #: replica's device: TF's `AllReduceCrossDeviceOps` (nccl, hierarchical
+    #: copy) silently reduce onto one device for any other destinations, such
+    #: as central storage's one copy of the variables.
+    needs_replica_destinations: ClassVar[bool] = False
+
     #: Whether `batch_all_reduce` returns plain tensors (one local replica)
     #: unreduced. A collective that also sums across machines sets it False.
     shortcut_single_replica: ClassVar[bool] = True

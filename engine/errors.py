@@ -28,3 +28,13 @@ class ClusterFailure(RunFailure):
     print one line and exit with status 1; restarting every task resumes from
     the last checkpoint (`bin/launch --max_restarts` does it).
     """
+
+
+class UnrecoverableFailure(RunFailure):
+    """The run failed in a way no restart can fix (TensorFlow's `InternalError`
+    from an NCCL set-up or a dtype it lacks): the error is named as itself,
+    in one line, and the binaries exit with `exit_status` (3), which
+    `bin/launch --max_restarts` does not restart (`launch.launcher.NO_RESTART`).
+    """
+
+    exit_status = 3
