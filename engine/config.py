@@ -85,6 +85,10 @@ class RunConfig:
     devices: str = option(
         "", "Comma-separated gpu:N / cpu:N. Empty: every GPU, or cpu:0 without one. "
         "CPU ids beyond the physical CPUs create logical CPU devices.")
+    virtual_gpus: int = option(
+        0, "Split each GPU into N logical GPUs (0: off), so that one GPU runs N replicas and "
+        "tests every collective but NCCL (which needs one physical GPU per replica); "
+        "refused on a machine without a GPU.")
     collective: str = option(
         "auto", "Gradient all-reduce: auto | nccl | ring | hierarchical_copy | "
         "reduce_to_one_device, or module:Class for your own (imported from sys.path and run "
@@ -235,7 +239,7 @@ class RunConfig:
         non_negative = (
             "train_steps", "checkpoint_interval", "summary_interval", "eval_interval", "seed",
             "epochs", "steps_per_epoch", "per_replica_batch_size", "warmup_steps",
-            "early_stopping_patience", "check_collective",
+            "early_stopping_patience", "check_collective", "virtual_gpus",
         )
         for name in positive:
             if getattr(self, name) < 1:

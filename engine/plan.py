@@ -100,7 +100,7 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
     task = task or ClassificationTask.from_config(config)
     role = tf_config.current_role()
     spec, connection = _strategy_for(config, role)
-    device_names = devices.parse_devices(config.devices)
+    device_names = devices.parse_devices(config.devices, virtual_gpus=config.virtual_gpus)
     if role.is_evaluator:
         device_names = device_names[:1]  # the sidecar evaluates on one device
     replicas = spec.num_replicas(device_names, role=role, connection=connection)
@@ -108,7 +108,7 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
     _check_divisible(config, replicas)
     # Logical CPU devices (and the thread pools) must be set up before anything
     # else touches TensorFlow.
-    devices.prepare_devices(device_names)
+    devices.prepare_devices(device_names, virtual_gpus=config.virtual_gpus)
     intra_op_threads = devices.configure_threads(device_names, config.intra_op_threads)
     collective = None if role.is_evaluator else spec.create_collective(config, device_names)
     _prepare_task(config, task)
