@@ -22,7 +22,7 @@ from absl import flags  # noqa: E402
 
 from tfloop.engine import logs  # noqa: E402  (imports no TensorFlow)
 
-EXIT_FAILURE = 1  # the run failed, e.g. a multi-worker peer was lost
+EXIT_FAILURE = 1  # the run failed: a multi-worker peer was lost, a loss became NaN
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
@@ -109,10 +109,10 @@ def run(
         errors, preempted, failures = user_errors, (), ()
         if errors is None:  # these import TensorFlow: only after flag parsing
             errors = user_error_types()
-            from tfloop.engine.errors import ClusterFailure
+            from tfloop.engine.errors import ClusterFailure, NonFinite
             from tfloop.engine.preemption import Preempted
 
-            preempted, failures = (Preempted,), (ClusterFailure,)
+            preempted, failures = (Preempted,), (ClusterFailure, NonFinite)
         try:
             return main(argv)
         except errors as error:

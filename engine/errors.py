@@ -19,3 +19,13 @@ class ClusterFailure(RuntimeError):
     print one line and exit with status 1; restarting every task resumes from
     the last checkpoint (`bin/launch --max_restarts` does it).
     """
+
+
+class NonFinite(RuntimeError):
+    """Training produced a non-finite loss, gradient norm or weight.
+
+    The run stops at the end of the loop it happened in, before anything is
+    saved or exported, so the newest checkpoint is still the last good one;
+    the message names the steps. Like `ClusterFailure`, the binaries print it
+    as one line and exit with status 1: the request was valid, the run failed.
+    """
