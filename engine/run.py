@@ -312,7 +312,7 @@ def _run_controller(plan: Plan, strategy, global_step, trainer, evaluator, manag
     if role.is_chief:
         tf.io.gfile.makedirs(config.model_dir)
         if plan.mode != "evaluate":
-            run_identity.write(config)
+            run_identity.write(config, start_step=start_step)
     keep_best = _keep_best(plan, evaluator, manager, start_step, best_export)
     train_summaries = SummaryWriter(config.train_summary_dir) if role.is_chief else None
     eval_summaries = SummaryWriter(config.eval_summary_dir) if role.is_chief else None
