@@ -37,8 +37,8 @@ MAX_THREADS = 1024
 MAX_IMAGE_SIZE = 8192
 #: A packing bucket above 1 TiB is no bucket at all.
 MAX_PACK_BYTES = 2**40
-#: Timeouts above a week are a typo for 0 (no limit), and Python's waits
-#: overflow on values near 1e10 s.
+#: Timeouts above a week are a typo for 0 (no limit); Python's waits raise
+#: OverflowError from about 9.2e9 s (`threading.TIMEOUT_MAX`).
 MAX_TIMEOUT = 7 * 24 * 3600.0
 #: --weight_decay_exclude's keyword: every variable of at most one dimension.
 BIASES_AND_NORMS = "biases_and_norms"

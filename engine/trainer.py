@@ -90,15 +90,16 @@ from tfloop.engine.runner import AbstractTrainer, Metrics
 
 logger = logging.getLogger(__name__)
 
-
-def _scales_loss(optimizer) -> bool:
-    return isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
-
 #: The train metric of the reduced gradients' global norm (before clipping).
 GRAD_NORM = "grad_norm"
 #: The train metric of the loop's steps whose update was skipped (non-finite
 #: gradients), reported when steps can be skipped.
 SKIPPED_STEPS = "skipped_steps"
+
+
+def _scales_loss(optimizer) -> bool:
+    """A `LossScaleOptimizer` (mixed_float16), which skips non-finite steps itself."""
+    return isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
 
 
 class Trainer(AbstractTrainer):
@@ -256,13 +257,8 @@ class Trainer(AbstractTrainer):
             schedules.assign(self.objectives, self.global_step)  # the rate of this global step
             step_skipped = tf.constant(False)
             for index, objective in enumerate(self.objectives):
-                step = functools.partial(self._replica_step, index)
-                if objective.every == 1:
-                    step_skipped = tf.logical_or(
-                        step_skipped, self._first_replica(self.strategy.run(step, args=(batch,))))
-                elif self.global_step % objective.every == 0:
-                    step_skipped = tf.logical_or(
-                        step_skipped, self._first_replica(self.strategy.run(step, args=(batch,))))
+                step_skipped = tf.logical_or(step_skipped,
+                                             self._run_objective(index, objective, batch))
             if self.average is not None:
                 self.average.update(self.global_step)
             self.global_step.assign_add(1)
@@ -279,6 +275,18 @@ class Trainer(AbstractTrainer):
         weights_finite = tf.reduce_all(tf.stack(
             [tf.reduce_all(tf.math.is_finite(v)) for v in self._weights] or [tf.constant(True)]))
         return results, weights_finite
+
+    def _run_objective(self, index, objective, batch):
+        """One objective's replicated step, on the steps it runs at (`every`);
+        whether its update was skipped."""
+        step = functools.partial(self._replica_step, index)
+
+        def run():
+            return self._first_replica(self.strategy.run(step, args=(batch,)))
+
+        if objective.every == 1:
+            return run()
+        return tf.cond(self.global_step % objective.every == 0, run, lambda: tf.constant(False))
 
     def _first_replica(self, value):
         """The first local replica's copy of a value every replica computed alike."""
