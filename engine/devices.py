@@ -19,6 +19,14 @@ from tfloop.collectives import device_names
 from tfloop.engine.errors import ConfigError
 
 
+#: The most CPU devices `--devices` may name (`cpu:0..cpu:63`). Each logical
+#: CPU is a whole TensorFlow device (its executor, allocator and a replica's
+#: copy of every variable) sharing the same cores: they exist to test
+#: multi-device code on one machine, which 64 covers many times over, while
+#: `cpu:100000` spent minutes and gigabytes creating 100001 of them.
+MAX_LOGICAL_CPUS = 64
+
+
 def parse_devices(spec: str) -> list[str]:
     """Parses `gpu:0,gpu:1` into canonical names `["/gpu:0", "/gpu:1"]`.
 
@@ -37,6 +45,13 @@ def parse_devices(spec: str) -> list[str]:
                 "list of gpu:N or cpu:N, e.g. --devices=gpu:0,gpu:1 or --devices=cpu:0,cpu:1"
             )
         names.append(name)
+    too_high = [n for n in names if device_names.kind(n) == "cpu"
+                and device_names.index(n) >= MAX_LOGICAL_CPUS]
+    if too_high:
+        raise ConfigError(
+            f"--devices: {device_names.short_list(too_high[:1])} is beyond the "
+            f"{MAX_LOGICAL_CPUS} logical CPU devices one process may create "
+            f"(cpu:0..cpu:{MAX_LOGICAL_CPUS - 1}); name fewer CPU devices")
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ConfigError(

@@ -28,3 +28,12 @@ class ClusterFailure(RunFailure):
     print one line and exit with status 1; restarting every task resumes from
     the last checkpoint (`bin/launch --max_restarts` does it).
     """
+
+
+class NonFinite(RunFailure):
+    """Training produced a non-finite loss, gradient norm or weight.
+
+    The run stops at the end of the loop it happened in, before anything is
+    saved or exported, so the newest checkpoint is still the last good one;
+    the message names the steps. A `RunFailure`: one line, exit status 1.
+    """

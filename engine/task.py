@@ -219,7 +219,7 @@ class ClassificationTask(Task):
     def train_dataset(self, context: InputContext) -> tf.data.Dataset:
         return inputs.train_batches(
             self.splits.train, global_batch_size=context.global_batch_size, seed=context.seed,
-            start_step=context.start_step, shard_policy=context.shard_policy,
+            examples_to_skip=context.examples_to_skip, shard_policy=context.shard_policy,
             num_workers=context.num_input_pipelines, deterministic=context.deterministic)
 
     def eval_dataset(self, context: InputContext) -> tf.data.Dataset:

@@ -42,6 +42,8 @@ applies).
 
 from __future__ import annotations
 
+from typing import Optional
+
 import tensorflow as tf
 
 from tfloop.inputs import data_errors, image_folder, tfrecord
@@ -185,6 +187,7 @@ def _ordered_source(split: Split):
 def train_batches(
     split: Split, *, global_batch_size: int, seed: int, start_step: int = 0,
     shard_policy: str = "auto", num_workers: int = 1, deterministic: bool = True,
+    examples_to_skip: Optional[int] = None,
 ) -> tf.data.Dataset:
     """An endless, seeded, reshuffled-every-epoch stream of full global batches.
 
@@ -192,13 +195,17 @@ def train_batches(
     resumed run sees the data an uninterrupted one would. `num_workers` is the
     multi-worker cluster's worker count (1 otherwise); with `file` sharding a
     worker consumes `global_batch_size / num_workers` of its examples per step.
+    `examples_to_skip` (`InputContext.examples_to_skip`) replaces that count
+    when the steps before `start_step` had other batch sizes.
     """
     policy = resolve_shard_policy(split, shard_policy, num_workers)
     _watch(split)
     ds, decode = _shuffled_source(split, seed)
     ds = ds.repeat()
-    if start_step:
-        ds = ds.skip(start_step * examples_per_step(global_batch_size, policy, num_workers))
+    if examples_to_skip is None:
+        examples_to_skip = start_step * examples_per_step(global_batch_size, policy, num_workers)
+    if examples_to_skip:
+        ds = ds.skip(examples_to_skip)
     if decode is not None:
         ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     # Full batches only: every step divides by the same global batch size and
