@@ -20,7 +20,7 @@ import tensorflow as tf
 from tfloop.engine import devices
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
-from helpers import REPO, run_bin
+from helpers import REPO, bin_env, run_bin
 
 
 class FakeGPUs:
@@ -209,6 +209,26 @@ def test_ptx_jit_is_told_in_one_line(monkeypatch, log_lines, capability, jit):
         assert "CUDA_CACHE_MAXSIZE=4294967296" in lines[0] and "\n" not in lines[0]
 
 
+def _dev_extras(path: str) -> str:
+    result = subprocess.run([os.path.join(REPO, "dev"), "extras"], capture_output=True,
+                            text=True, timeout=30, env=bin_env({"PATH": path,
+                                                                "TFLOOP_EXTRAS": None}))
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_dev_installs_the_gpu_extra_where_nvidia_smi_lists_a_gpu(tmp_path, monkeypatch):
+    system_path = "/usr/bin:/bin"
+    assert _dev_extras(system_path) == "test"  # a CPU machine: unchanged
+    _fake_nvidia_smi(tmp_path, monkeypatch, 1)
+    assert _dev_extras(f"{tmp_path / 'fakebin'}{os.pathsep}{system_path}") == "test,gpu"
+    broken = tmp_path / "nodriver"  # nvidia-smi without a driver fails: no GPU
+    broken.mkdir()
+    (broken / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
+    (broken / "nvidia-smi").chmod(0o755)
+    assert _dev_extras(f"{broken}{os.pathsep}{system_path}") == "test"
+
+
 # -- the CPU suite hides GPUs (item 10) ------------------------------------------------------
 
 
@@ -235,3 +255,19 @@ def test_gpu_tests_are_not_collected_in_the_cpu_run(tmp_path):
         capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 passed, 1 deselected" in result.stdout, result.stdout
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_host_a_process_sees_only_the_gpu_it_names():
+    """Run by `TFLOOP_TEST_GPUS=1 pytest -m gpu` (.ci/run on a GPU host): the
+    real `set_visible_devices` and memory growth, in a fresh process."""
+    code = ("import tensorflow as tf; from tfloop.engine import devices\n"
+            "last = len(tf.config.list_physical_devices('GPU')) - 1\n"
+            "names = devices.prepare_devices([f'/gpu:{last}'], memory_growth=True)\n"
+            "visible = tf.config.get_visible_devices('GPU')\n"
+            "print(names, len(tf.config.list_logical_devices('GPU')),\n"
+            "      tf.config.experimental.get_memory_growth(visible[0]))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=300, env=bin_env(), cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert "['/gpu:0'] 1 True" in result.stdout, result.stdout + result.stderr
