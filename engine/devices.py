@@ -235,6 +235,7 @@ def warn_ptx_jit() -> None:
     if not jit:
         return
     capability = jit[0][1]
+    built = ", ".join(tf.sysconfig.get_build_info().get("cuda_compute_capabilities") or [])
     cache = os.environ.get("CUDA_CACHE_MAXSIZE")
     advice = (f"CUDA_CACHE_MAXSIZE={cache}" if cache else "set CUDA_CACHE_MAXSIZE=4294967296: "
               "the default 256 MiB is too small to keep them")
@@ -242,7 +243,7 @@ def warn_ptx_jit() -> None:
         "%d GPU(s) of compute capability %s have no native kernels in this TensorFlow build "
         "(%s): the CUDA driver compiles them from PTX on first use, which can take several "
         "minutes on the first start; later starts read the driver's cache (%s)", len(jit),
-        capability, ", ".join(tf.sysconfig.get_build_info().get("cuda_compute_capabilities") or []), advice)
+        capability, built, advice)
 
 
 def support_task_devices(names: Sequence[str], role_name: str) -> list[str]:
