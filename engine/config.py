@@ -105,6 +105,9 @@ class RunConfig:
     devices: str = option(
         "", "Comma-separated gpu:N / cpu:N. Empty: every GPU, or cpu:0 without one. "
         "CPU ids beyond the physical CPUs create logical CPU devices.")
+    gpu_memory_growth: bool = option(
+        False, "Allocate GPU memory as needed instead of nearly all of each visible GPU at "
+        "start (lets processes share a GPU; same as TF_FORCE_GPU_ALLOW_GROWTH=true).")
     collective: str = option(
         "auto", "Gradient all-reduce: auto | nccl | ring | hierarchical_copy | "
         "reduce_to_one_device, or module:Class for your own (imported from sys.path and run "
@@ -276,6 +279,7 @@ class RunConfig:
             raise ConfigError("--model_dir is empty; name the directory for checkpoints and summaries")
         self._check_choice("mixed_precision", PRECISIONS, "policy")
         parse_profile_steps(self.profile_steps)
+        self._check_gpu_options()
 
     def _check_bounds(self) -> None:
         """Every numeric field within its range, before anything reads it: a
@@ -331,6 +335,17 @@ class RunConfig:
         if getattr(self, name) not in choices:
             raise ConfigError(f"--{name}={getattr(self, name)!r} is not a {noun}; choose one of: "
                               f"{', '.join(choices)}")
+
+    def _check_gpu_options(self) -> None:
+        if not self.gpu_memory_growth:
+            return
+        if self.strategy == "tpu":
+            raise ConfigError("--gpu_memory_growth applies to GPUs, and --strategy=tpu runs on "
+                              "TPU cores; drop it")
+        named = [d.strip().lower().lstrip("/") for d in self.devices.split(",") if d.strip()]
+        if named and not any(d.startswith("gpu") for d in named):
+            raise ConfigError(f"--gpu_memory_growth applies to GPUs, and --devices={self.devices} "
+                              "names none; drop it or name GPUs, e.g. --devices=gpu:0,gpu:1")
 
     def _check_recipe(self) -> None:
         """The learning rate, schedule, regularization and stopping flags."""

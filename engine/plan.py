@@ -101,14 +101,15 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
     role = tf_config.current_role()
     spec, connection = _strategy_for(config, role)
     device_names = devices.parse_devices(config.devices)
-    if role.is_evaluator:
-        device_names = device_names[:1]  # the sidecar evaluates on one device
+    if role.is_evaluator or role.task_type == tf_config.PS:
+        # The sidecar evaluates on one device; a ps task only serves variables.
+        device_names = devices.support_task_devices(device_names, role.name)
     replicas = spec.num_replicas(device_names, role=role, connection=connection)
     config = _resolve_batch(config, replicas)
     _check_divisible(config, replicas)
     # Logical CPU devices (and the thread pools) must be set up before anything
     # else touches TensorFlow.
-    devices.prepare_devices(device_names)
+    device_names = devices.prepare_devices(device_names, memory_growth=config.gpu_memory_growth)
     intra_op_threads = devices.configure_threads(device_names, config.intra_op_threads)
     collective = None if role.is_evaluator else spec.create_collective(config, device_names)
     _prepare_task(config, task)
