@@ -503,7 +503,8 @@ def main(*, devices: str, collectives: Sequence[str], sizes: str = DEFAULT_SIZES
         if config.model not in model_registry.available():
             model_registry.build(config.model)  # raises the one-line "not a model" error
         build_model = model_registry.build
-    engine_devices.prepare_devices(names)
+    names = engine_devices.prepare_devices(names)  # GPUs renumbered as the process sees them
+    config = dataclasses.replace(config, devices=tuple(names))
     threads = engine_devices.configure_threads(names, intra_op_threads)
     progress(f"intra-op threads per op: {threads or 'TensorFlow default (all cores)'}")
     return run(config, build_model=build_model, progress=progress)

@@ -393,6 +393,7 @@ def main(*, devices: str, device_counts: Sequence[str] = (), intra_op_threads: i
         raise ConfigError(f"--global_batch_size={global_batch_size} does not divide by the "
                           f"{len(names)} devices")
     config = TrainBenchConfig(devices=tuple(names), **options)
-    engine_devices.prepare_devices(names)
+    names = engine_devices.prepare_devices(names)  # GPUs renumbered as the process sees them
+    config = dataclasses.replace(config, devices=tuple(names))
     engine_devices.configure_threads(names, intra_op_threads)
     run(config, progress=progress)

@@ -34,7 +34,7 @@ from absl import flags  # noqa: E402
 
 from tfloop.engine import logs  # noqa: E402  (imports no TensorFlow)
 
-EXIT_FAILURE = 1  # the run failed (engine.errors.RunFailure): a full disk, a lost peer
+EXIT_FAILURE = 1  # the run failed (engine.errors.RunFailure): a full disk, a lost peer, a NaN loss
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
@@ -210,7 +210,7 @@ def run(
             if errors is None:  # these import TensorFlow: only after flag parsing
                 import_tensorflow(verbose="verbose" in flags.FLAGS and flags.FLAGS.verbose)
                 errors = user_error_types()
-                from tfloop.engine.errors import RunFailure  # ClusterFailure is one
+                from tfloop.engine.errors import RunFailure  # ClusterFailure, NonFinite too
                 from tfloop.engine.preemption import Preempted
 
                 preempted, failures = (Preempted,), (RunFailure,)

@@ -15,17 +15,23 @@ configuration, which does not start the runtime::
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import tensorflow as tf
 
 from tfloop.collectives import device_names
 
 
-def logical_split() -> list[int]:
-    """For each visible physical GPU, how many logical GPUs it is split into (1: not split)."""
-    return [len(tf.config.get_logical_device_configuration(gpu) or [None])
-            for gpu in tf.config.get_visible_devices("GPU")]
+def logical_split(physical: Optional[Sequence[Any]] = None) -> list[int]:
+    """For each of `physical` (default: the visible GPUs), how many logical
+    GPUs it is split into (1: not split, or a device TensorFlow does not know)."""
+    split = []
+    for gpu in tf.config.get_visible_devices("GPU") if physical is None else physical:
+        try:
+            split.append(len(tf.config.get_logical_device_configuration(gpu) or [None]))
+        except ValueError:  # not one of TensorFlow's physical devices
+            split.append(1)
+    return split
 
 
 def logical_gpu_count(split: Optional[Sequence[int]] = None) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import os
 
 from tfloop.engine.errors import ConfigError
@@ -20,6 +21,27 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 LR_SCHEDULES = ("constant", "cosine", "step", "polynomial")
 LR_SCALING = ("none", "linear")
 BEST_MODES = ("auto", "max", "min")
+NAN_POLICIES = ("stop", "skip_step")
+#: The largest step count, interval or batch: compiled loops count steps in int32
+#: (`Trainer.train`), so a larger value would wrap and loop forever at step 0.
+INT32_MAX = 2**31 - 1
+#: `--seed` feeds NumPy's and Python's generators (`keras.utils.set_random_seed`),
+#: which take at most 32 bits.
+SEED_MAX = 2**32 - 1
+#: The intra-op pool TensorFlow creates at start-up has this many threads at
+#: most: threads beyond the cores only time-slice one op's work, and each
+#: costs a stack (100000 hung start-up and grew to 7 GB here); 1024 is above
+#: the hardware threads of any CPU TensorFlow runs on (two 192-core sockets: 768).
+MAX_THREADS = 1024
+#: Larger square images are refused: one 8192x8192 RGB float image is 800 MB.
+MAX_IMAGE_SIZE = 8192
+#: --virtual_gpus: logical GPUs per physical GPU (each takes its share of the memory).
+MAX_VIRTUAL_GPUS = 64
+#: A packing bucket above 1 TiB is no bucket at all.
+MAX_PACK_BYTES = 2**40
+#: Timeouts above a week are a typo for 0 (no limit); Python's waits raise
+#: OverflowError from about 9.2e9 s (`threading.TIMEOUT_MAX`).
+MAX_TIMEOUT = 7 * 24 * 3600.0
 #: --weight_decay_exclude's keyword: every variable of at most one dimension.
 BIASES_AND_NORMS = "biases_and_norms"
 
@@ -38,10 +60,10 @@ def parse_profile_steps(text: str):
         raise ConfigError(
             f"--profile_steps={text!r} is not two integers A,B; e.g. --profile_steps=100,110"
         ) from None
-    if not 0 <= first < last:
+    if not 0 <= first < last <= INT32_MAX:
         raise ConfigError(
-            f"--profile_steps={text!r} needs 0 <= A < B (the trace covers steps A to B); "
-            "e.g. --profile_steps=100,110"
+            f"--profile_steps={text!r} needs 0 <= A < B <= {INT32_MAX} (the trace covers "
+            "steps A to B); e.g. --profile_steps=100,110"
         )
     return first, last
 
@@ -55,9 +77,9 @@ def parse_steps(flag: str, text: str) -> tuple[int, ...]:
     except ValueError:
         raise ConfigError(f"--{flag}={text!r} is not comma-separated integers; "
                           f"e.g. --{flag}=30000,60000") from None
-    if any(s < 1 for s in steps) or list(steps) != sorted(set(steps)):
-        raise ConfigError(f"--{flag}={text!r} must be positive global steps in increasing "
-                          f"order; e.g. --{flag}=30000,60000")
+    if any(not 1 <= s <= INT32_MAX for s in steps) or list(steps) != sorted(set(steps)):
+        raise ConfigError(f"--{flag}={text!r} must be positive global steps (at most "
+                          f"{INT32_MAX}) in increasing order; e.g. --{flag}=30000,60000")
     return steps
 
 
@@ -89,6 +111,9 @@ class RunConfig:
         0, "Split each GPU into N logical GPUs (0: off), so that one GPU runs N replicas and "
         "tests every collective but NCCL (which needs one physical GPU per replica); "
         "refused on a machine without a GPU.")
+    gpu_memory_growth: bool = option(
+        False, "Allocate GPU memory as needed instead of nearly all of each visible GPU at "
+        "start (lets processes share a GPU; same as TF_FORCE_GPU_ALLOW_GROWTH=true).")
     collective: str = option(
         "auto", "Gradient all-reduce: auto | nccl | ring | hierarchical_copy | "
         "reduce_to_one_device, or module:Class for your own (imported from sys.path and run "
@@ -184,6 +209,14 @@ class RunConfig:
     accumulation_steps: int = option(
         1, "Micro-batches per step: each replica's share of the global batch is split in "
         "this many, their gradients summed, then one all-reduce and one update (1: off).")
+    nan_policy: str = option(
+        "stop", "What a step with a non-finite loss or gradient norm does: stop (the run "
+        "stops at the end of its loop with one line naming the steps, exit 1, and saves "
+        "nothing, so the last checkpoint stays finite) | skip_step (skip that step's update, "
+        "count it in the train metric skipped_steps, stop after --nan_max_skips in a row).")
+    nan_max_skips: int = option(
+        10, "--nan_policy=skip_step: stop (as --nan_policy=stop does) after this many steps "
+        "in a row had non-finite gradients.")
     ema_decay: float = option(
         0.0, "Keep an exponential moving average of the trained weights with this decay, "
         "e.g. 0.999; evaluation and export use the average (0: off).")
@@ -234,36 +267,17 @@ class RunConfig:
         "several CPU replicas (else TF's default), 0 = TF's default (all cores), N = N.")
 
     def __post_init__(self):
-        positive = ("global_batch_size", "steps_per_loop", "max_checkpoints", "image_size",
-                    "accumulation_steps")
-        non_negative = (
-            "train_steps", "checkpoint_interval", "summary_interval", "eval_interval", "seed",
-            "epochs", "steps_per_epoch", "per_replica_batch_size", "warmup_steps",
-            "early_stopping_patience", "check_collective", "virtual_gpus",
-        )
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ConfigError(f"--{name}={getattr(self, name)} must be a positive integer")
-        for name in non_negative:
-            if getattr(self, name) < 0:
-                raise ConfigError(f"--{name}={getattr(self, name)} must be 0 or more")
+        self._check_bounds()
         # Imported here, not at the top: bin/train defines its flags from this
         # module before TensorFlow (which `collectives` imports) loads.
         from tfloop import collectives
 
         collectives.check_options(num_packs=self.num_packs, pack_bytes=self.pack_bytes,
                                   gradient_dtype=self.gradient_dtype)
-        if self.eval_steps == 0 or self.eval_steps < -1:
-            raise ConfigError(
-                f"--eval_steps={self.eval_steps} must be a positive number of batches, "
-                "or -1 for the whole eval split"
-            )
+        for name, high in (("num_packs", INT32_MAX), ("pack_bytes", MAX_PACK_BYTES)):
+            if getattr(self, name) > high:
+                raise ConfigError(f"--{name}={getattr(self, name)} must be at most {high}")
         self._check_choice("auto_shard_policy", SHARD_POLICIES, "policy")
-        for name in ("collective_timeout", "eval_timeout", "startup_timeout"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"--{name}={getattr(self, name)} must be 0 or more seconds")
-        if not 0 <= self.eval_fraction < 1:
-            raise ConfigError(f"--eval_fraction={self.eval_fraction} must be at least 0 and below 1")
         self._check_recipe()
         if self.mode:
             self._check_choice("mode", MODES, "mode")
@@ -271,11 +285,51 @@ class RunConfig:
             raise ConfigError("--model_dir is empty; name the directory for checkpoints and summaries")
         self._check_choice("mixed_precision", PRECISIONS, "policy")
         parse_profile_steps(self.profile_steps)
-        if self.intra_op_threads < -1:
+        self._check_gpu_options()
+
+    def _check_bounds(self) -> None:
+        """Every numeric field within its range, before anything reads it: a
+        step count past int32 would wrap inside the compiled loop, a seed past
+        32 bits fails deep in NumPy, 100000 threads hang start-up."""
+        positive = ("global_batch_size", "steps_per_loop", "max_checkpoints", "image_size",
+                    "accumulation_steps", "nan_max_skips")
+        non_negative = (
+            "train_steps", "checkpoint_interval", "summary_interval", "eval_interval", "seed",
+            "epochs", "steps_per_epoch", "per_replica_batch_size", "warmup_steps",
+            "early_stopping_patience", "check_collective", "virtual_gpus",
+        )
+        ceilings = {"seed": SEED_MAX, "image_size": MAX_IMAGE_SIZE,
+                    "virtual_gpus": MAX_VIRTUAL_GPUS}
+        for name in (*positive, *non_negative):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise ConfigError(f"--{name}={value!r} must be an integer")
+            low = 1 if name in positive else 0
+            high = ceilings.get(name, INT32_MAX)
+            if not low <= value <= high:
+                what = "a positive integer" if low else "0 or more"
+                raise ConfigError(f"--{name}={value} must be {what}, at most {high}")
+        if self.epochs and self.steps_per_epoch and \
+                self.epochs * self.steps_per_epoch > INT32_MAX:
+            raise ConfigError(f"--epochs={self.epochs} x --steps_per_epoch={self.steps_per_epoch} "
+                              f"is beyond the last step a run can reach ({INT32_MAX})")
+        if not (self.eval_steps == -1 or 1 <= self.eval_steps <= INT32_MAX):
+            raise ConfigError(
+                f"--eval_steps={self.eval_steps} must be a positive number of batches "
+                f"(at most {INT32_MAX}), or -1 for the whole eval split"
+            )
+        if not -1 <= self.intra_op_threads <= MAX_THREADS:
             raise ConfigError(
                 f"--intra_op_threads={self.intra_op_threads} must be -1 (a share of the cores "
-                "per CPU replica), 0 (TensorFlow's default) or a positive count"
-            )
+                "per CPU replica), 0 (TensorFlow's default) or a count up to "
+                f"{MAX_THREADS}")
+        for name in ("collective_timeout", "eval_timeout", "startup_timeout"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and 0 <= value <= MAX_TIMEOUT):
+                raise ConfigError(f"--{name}={value} must be 0 or more seconds, at most "
+                                  f"{MAX_TIMEOUT:.0f} (a week)")
+        if not 0 <= self.eval_fraction < 1:
+            raise ConfigError(f"--eval_fraction={self.eval_fraction} must be at least 0 and below 1")
 
     def changed(self, *names: str) -> list[str]:
         """`--name=value` for each of `names` not at its default: the flags a
@@ -288,6 +342,17 @@ class RunConfig:
         if getattr(self, name) not in choices:
             raise ConfigError(f"--{name}={getattr(self, name)!r} is not a {noun}; choose one of: "
                               f"{', '.join(choices)}")
+
+    def _check_gpu_options(self) -> None:
+        if not self.gpu_memory_growth:
+            return
+        if self.strategy == "tpu":
+            raise ConfigError("--gpu_memory_growth applies to GPUs, and --strategy=tpu runs on "
+                              "TPU cores; drop it")
+        named = [d.strip().lower().lstrip("/") for d in self.devices.split(",") if d.strip()]
+        if named and not any(d.startswith("gpu") for d in named):
+            raise ConfigError(f"--gpu_memory_growth applies to GPUs, and --devices={self.devices} "
+                              "names none; drop it or name GPUs, e.g. --devices=gpu:0,gpu:1")
 
     def _check_recipe(self) -> None:
         """The learning rate, schedule, regularization and stopping flags."""
@@ -325,6 +390,15 @@ class RunConfig:
         if not 0 <= self.ema_decay < 1:
             raise ConfigError(f"--ema_decay={self.ema_decay} must be at least 0 and below 1 "
                               "(e.g. 0.999; 0: off)")
+        self._check_choice("nan_policy", NAN_POLICIES, "policy")
+        if self.nan_policy != "skip_step" and self.changed("nan_max_skips"):
+            raise ConfigError(f"--nan_max_skips={self.nan_max_skips} applies to "
+                              "--nan_policy=skip_step; drop it or add --nan_policy=skip_step")
+        if self.nan_policy == "skip_step" and self.strategy == "parameter_server":
+            raise ConfigError(
+                "--nan_policy=skip_step does not apply to --strategy=parameter_server: each "
+                "worker applies its own steps asynchronously, with no all-reduced norm for "
+                "every replica to decide on; use --nan_policy=stop")
         self._check_choice("best_mode", BEST_MODES, "mode")
         if self.best_metric and not self.best_metric.startswith("eval/"):
             raise ConfigError(f"--best_metric={self.best_metric!r} is not an evaluation metric; "

@@ -8,6 +8,7 @@ checkpoint left off::
         n = steps up to the next stop: steps_per_loop, the end, the next
             checkpoint or eval boundary, or what a train action asks for
         metrics = trainer.train(n)                 # one tf.function call
+        NaN or Inf in its loss or grad_norm: raise NonFinite, nothing saved
         run the train actions (progress, summaries, profiler, stop request, hooks)
         evaluate, then save a checkpoint, if this loop crossed their interval
     evaluate (with eval_interval); save the final checkpoint
@@ -33,13 +34,15 @@ and evaluated, until the one of the final train step or until none comes for
 from __future__ import annotations
 
 import logging
+import posixpath
 import time
 from typing import Any, Callable, Optional, Sequence
 
 import tensorflow as tf
 
-from tfloop.engine import checkpoint_files, checkpointing
+from tfloop.engine import checkpoint_files, checkpointing, finite
 from tfloop.engine.actions import Action, LoopEnd, StopTraining, crossed, next_multiple
+from tfloop.engine.errors import NonFinite
 from tfloop.engine.runner import AbstractEvaluator, AbstractTrainer, Metrics
 
 logger = logging.getLogger(__name__)
@@ -96,8 +99,9 @@ class Controller:
                         "an engine.runner.AbstractEvaluator")
         if trainer is None and evaluator is None:
             raise ValueError("`trainer` and `evaluator` are both None; give at least one")
-        if not isinstance(steps_per_loop, int) or steps_per_loop < 1:
-            raise ValueError(f"`steps_per_loop` ({steps_per_loop!r}) must be a positive integer")
+        if not isinstance(steps_per_loop, int) or not 1 <= steps_per_loop <= 2**31 - 1:
+            raise ValueError(f"`steps_per_loop` ({steps_per_loop!r}) must be a positive integer "
+                             "below 2**31 (a loop counts its steps in int32)")
         if not isinstance(checkpoint_interval, int) or checkpoint_interval < 0:
             raise ValueError(f"`checkpoint_interval` ({checkpoint_interval!r}) must be an "
                              "integer >= 0 (0: only at the end)")
@@ -142,6 +146,11 @@ class Controller:
         `engine.actions.StopTraining` (early stopping, also from an action's
         `train_begin`) is logged, the step reached is saved, and `train`
         returns. The train actions are closed either way (the profiler stops).
+
+        Raises:
+          NonFinite: a loop's loss or gradient norm (or, from the trainer,
+            its weights) are not finite (`engine.finite`); raised before that
+            loop's actions, evaluation and checkpoint, so nothing is saved.
         """
         self._require("trainer", "train")
         if eval_interval and self.evaluator is None:
@@ -172,7 +181,11 @@ class Controller:
         for action in self.train_actions:
             action.loop_begin(start)
         began = time.perf_counter()
-        metrics = self.trainer.train(num_steps)
+        try:
+            metrics = self.trainer.train(num_steps)
+            finite.check_metrics(metrics, start, self.step)  # any runner's, before any save
+        except NonFinite as error:
+            raise NonFinite(f"{error}; stopped without saving: {self._last_good()}") from None
         seconds = time.perf_counter() - began
         if first_loop:
             self._first_loop = (num_steps, seconds)
@@ -180,6 +193,9 @@ class Controller:
             self._timed_steps += num_steps
             self._timed_seconds += seconds
         step = self.step
+        if step <= start:
+            raise RuntimeError(f"{type(self.trainer).__name__}.train({num_steps}) left the global "
+                               f"step at {step}: a loop must advance it, or training never ends")
         self.last_train_metrics = metrics
         loop = LoopEnd(start=start, step=step, target=target, num_steps=num_steps,
                        seconds=seconds, metrics=metrics)
@@ -240,6 +256,14 @@ class Controller:
         else:
             logger.info("no new checkpoint in %s for %ds; stopping", directory, timeout)
         return metrics
+
+    def _last_good(self) -> str:
+        """Where a stopped run resumes from: the newest checkpoint (saved
+        before the numbers diverged, since nothing is saved after)."""
+        latest = self.checkpoint_manager.latest_checkpoint if self.checkpoint_manager else None
+        if not latest:
+            return "there is no checkpoint"
+        return f"the newest checkpoint, {posixpath.basename(latest)}, is the last good one"
 
     def save_checkpoint(self) -> Optional[str]:
         """Saves `ckpt-<step>` unless one exists for this step already."""

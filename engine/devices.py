@@ -1,14 +1,20 @@
-"""Device specs (`gpu:0,gpu:1`, `cpu:0,...,cpu:3`), logical CPU and GPU devices.
+"""Device specs (`gpu:0,gpu:1`, `cpu:0,...,cpu:3`) and logical CPU devices.
 
 TensorFlow lets a process split its CPU into logical devices only before the
 runtime initializes, and only once. That is how every multi-device run on a
 CPU-only machine works, so this module is the single place that does it and
 the single place that says, in one line, when it can no longer be done. The
 size of TF's intra-op thread pool is fixed at the same moment, so it is set
-here too (`configure_threads`). The same holds for splitting a GPU into
-virtual GPUs (`--virtual_gpus`, `split_gpus`), which lets one GPU run several
-replicas and test every collective except NCCL (which needs one physical GPU
-per replica; `collectives.gpus` tells the collectives which devices share one).
+here too (`configure_threads`).
+
+GPUs are set up at the same moment (`restrict_gpus`): a process sees only the
+GPUs its `--devices` names (TensorFlow would otherwise reserve memory on every
+GPU of the machine), optionally with memory growth, and when TensorFlow sees
+no GPU while `nvidia-smi` does, the reason is given (`missing_gpu_reason`).
+So is splitting each GPU into virtual GPUs (`--virtual_gpus`, `split_gpus`),
+which lets one GPU run several replicas and test every collective except NCCL
+(one physical GPU per replica; `collectives.gpus` tells the collectives which
+devices share one). `--devices` then names logical GPUs.
 
 `exact_float32()` turns TF32 off for comparisons of float32 results: on
 Ampere and later GPUs TensorFlow runs float32 matmuls and convolutions in
@@ -27,10 +33,19 @@ from typing import Iterator, Optional, Sequence
 
 import tensorflow as tf
 
-from tfloop.collectives import device_names, gpus
+from tfloop.collectives import device_names, gpus as logical_gpus
 from tfloop.engine.errors import ConfigError
+from tfloop.launch import gpus as machine_gpus
 
 logger = logging.getLogger(__name__)
+
+
+#: The most CPU devices `--devices` may name (`cpu:0..cpu:63`). Each logical
+#: CPU is a whole TensorFlow device (its executor, allocator and a replica's
+#: copy of every variable) sharing the same cores: they exist to test
+#: multi-device code on one machine, which 64 covers many times over, while
+#: `cpu:100000` spent minutes and gigabytes creating 100001 of them.
+MAX_LOGICAL_CPUS = 64
 
 
 def parse_devices(spec: str, *, virtual_gpus: int = 0) -> list[str]:
@@ -43,8 +58,13 @@ def parse_devices(spec: str, *, virtual_gpus: int = 0) -> list[str]:
     """
     spec = spec.strip()
     if not spec:
-        count = (len(tf.config.list_physical_devices("GPU")) * virtual_gpus if virtual_gpus
-                 else gpus.logical_gpu_count())
+        gpus = tf.config.list_physical_devices("GPU")
+        if not gpus:
+            reason = missing_gpu_reason()
+            if reason:
+                logger.warning("training on cpu:0: %s", reason)
+        count = (len(gpus) * virtual_gpus if virtual_gpus
+                 else logical_gpus.logical_gpu_count(logical_gpus.logical_split(gpus)))
         return [f"/gpu:{i}" for i in range(count)] or ["/cpu:0"]
     names = []
     for item in spec.split(","):
@@ -56,6 +76,13 @@ def parse_devices(spec: str, *, virtual_gpus: int = 0) -> list[str]:
                 "--devices=gpu:0,gpu:1 or --devices=cpu:0,cpu:1"
             )
         names.append(name)
+    too_high = [n for n in names if device_names.kind(n) == "cpu"
+                and device_names.index(n) >= MAX_LOGICAL_CPUS]
+    if too_high:
+        raise ConfigError(
+            f"--devices: {device_names.short_list(too_high[:1])} is beyond the "
+            f"{MAX_LOGICAL_CPUS} logical CPU devices one process may create "
+            f"(cpu:0..cpu:{MAX_LOGICAL_CPUS - 1}); name fewer CPU devices")
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ConfigError(
@@ -147,10 +174,15 @@ def split_gpus(count: int) -> int:
     return memory_mb
 
 
-def prepare_devices(names: Sequence[str], *, virtual_gpus: int = 0) -> None:
-    """Checks that every named device exists, creating logical CPUs on demand
-    and splitting the GPUs when `virtual_gpus` is set.
+def prepare_devices(names: Sequence[str], *, memory_growth: bool = False,
+                    virtual_gpus: int = 0) -> list[str]:
+    """Checks that every named device exists, creating logical CPUs on demand,
+    splitting the GPUs when `virtual_gpus` is set, and makes only the named
+    GPUs visible (`restrict_gpus`).
 
+    Returns the names to build the strategy on: the GPUs renumbered as
+    TensorFlow numbers the visible ones (`--devices=gpu:2,gpu:3` trains on
+    `/gpu:0,/gpu:1`, which *are* physical GPUs 2 and 3; the mapping is logged).
     Must run before any other TensorFlow work in the process.
     """
     if virtual_gpus:
@@ -158,20 +190,180 @@ def prepare_devices(names: Sequence[str], *, virtual_gpus: int = 0) -> None:
     cpu_ids = [device_names.index(n) for n in names if device_names.kind(n) == "cpu"]
     gpu_ids = [device_names.index(n) for n in names if device_names.kind(n) == "gpu"]
     if gpu_ids:
-        num_gpus = gpus.logical_gpu_count()
+        num_gpus = logical_gpus.logical_gpu_count(
+            logical_gpus.logical_split(tf.config.list_physical_devices("GPU")))
         missing = [i for i in gpu_ids if i >= num_gpus]
         if missing and not num_gpus:
-            raise ConfigError(
-                f"--devices: gpu:{missing[0]} does not exist: TensorFlow sees no GPU on this "
-                "machine; for an NVIDIA GPU install GPU support with pip install '.[gpu]' "
-                "(TensorFlow's CUDA wheels, Linux) and check that nvidia-smi lists it, or use "
-                "cpu:N devices, e.g. --devices=cpu:0,cpu:1")
+            reason = missing_gpu_reason() or (
+                "TensorFlow sees no GPU on this machine; for an NVIDIA GPU install GPU support "
+                "with pip install '.[gpu]' (TensorFlow's CUDA wheels, Linux) and check that "
+                "nvidia-smi lists it")
+            raise ConfigError(f"--devices: gpu:{missing[0]} does not exist: {reason}; or use "
+                              "cpu:N devices, e.g. --devices=cpu:0,cpu:1")
         if missing:
             raise ConfigError(
                 f"--devices: gpu:{missing[0]} does not exist; this machine has {num_gpus} GPU(s) "
                 f"(gpu:0..gpu:{num_gpus - 1})")
     if cpu_ids:
         ensure_logical_cpus(max(cpu_ids) + 1)
+    names = restrict_gpus(names)
+    if memory_growth:
+        enable_memory_growth()
+    warn_ptx_jit()
+    return names
+
+
+# --- GPUs: visibility, memory, and what to say when there are none. ---
+
+
+def restrict_gpus(names: Sequence[str]) -> list[str]:
+    """Makes this process see only the GPUs in `names` (none when `names` has
+    only CPUs) and returns `names` renumbered the way TensorFlow numbers the
+    visible GPUs: in physical order, from 0.
+
+    Without it every process reserves memory on every GPU of the machine, and
+    a `bin/launch` worker told `--devices=gpu:1` still holds gpu:0 of its
+    neighbour. Too late (TensorFlow already initialized its GPUs, e.g. a
+    notebook that touched a tensor first): with every GPU still visible the
+    names are kept as they are (logged); a process already restricted to
+    other GPUs is a `ConfigError`.
+    """
+    physical = tf.config.list_physical_devices("GPU")
+    if not physical or not names:
+        return list(names)
+    # With virtual GPUs a name is a logical GPU: keep its physical GPU visible,
+    # and number it as TensorFlow will, among the logical GPUs of the visible ones.
+    split = logical_gpus.logical_split(physical)
+    owner = logical_gpus.physical_gpu_of(split)
+    first = [sum(split[:p]) for p in range(len(split))]
+    wanted = sorted({owner[device_names.index(n)] for n in names
+                     if device_names.kind(n) == "gpu"})
+
+    def visible_index(name: str) -> int:
+        p = owner[device_names.index(name)]
+        before = sum(split[q] for q in wanted if q < p)
+        return before + device_names.index(name) - first[p]
+
+    renumbered = [f"/gpu:{visible_index(n)}" if device_names.kind(n) == "gpu" else n
+                  for n in names]
+    visible = tf.config.get_visible_devices("GPU")
+    target = [physical[i] for i in wanted]
+    if [d.name for d in visible] == [d.name for d in target]:
+        return renumbered
+    try:
+        tf.config.set_visible_devices(target, "GPU")
+    except RuntimeError:
+        if len(visible) == len(physical):
+            logger.info("GPUs: TensorFlow already started with all %d GPUs visible in this "
+                        "process; using %s as named", len(physical),
+                        device_names.short_list(names))
+            return list(names)
+        raise ConfigError(
+            f"--devices={device_names.short_list(names, ',')} comes too late: TensorFlow "
+            f"already started in this process with {len(visible)} of the {len(physical)} GPUs "
+            "visible; choose the GPUs before anything else runs (start a new process)"
+        ) from None
+    mapping = ", ".join(f"{device_names.short(n)} -> {r}" for n, r in sorted(
+        ((n, r) for n, r in zip(names, renumbered) if device_names.kind(n) == "gpu"),
+        key=lambda pair: device_names.index(pair[0])))
+    logger.info("GPUs visible to this process: %s (of %d; the others are hidden)",
+                mapping or "none", len(physical))
+    return renumbered
+
+
+def enable_memory_growth() -> None:
+    """`--gpu_memory_growth`: each visible GPU's memory is allocated as it is
+    needed instead of (nearly) all of it at start, so several processes can
+    share a GPU; the same as `TF_FORCE_GPU_ALLOW_GROWTH=true`, which TensorFlow
+    lets override this setting."""
+    for gpu in tf.config.get_visible_devices("GPU"):
+        try:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        except RuntimeError:
+            raise ConfigError(
+                "--gpu_memory_growth comes too late: TensorFlow already started in this process "
+                "with its GPU memory reserved; set it before anything else runs (start a new "
+                "process), or set TF_FORCE_GPU_ALLOW_GROWTH=true") from None
+    forced = os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH")
+    if forced is not None and forced.lower() != "true":
+        logger.warning("--gpu_memory_growth: TF_FORCE_GPU_ALLOW_GROWTH=%s overrides it", forced)
+
+
+def missing_gpu_reason() -> Optional[str]:
+    """Why TensorFlow registers no GPU although `nvidia-smi` lists some, in one
+    clause, or None (no `nvidia-smi`, it lists none, or TF sees GPUs).
+
+    TensorFlow logs its own reason ("Cannot dlopen some GPU libraries") in C++
+    lines that the binaries' quiet logging hides; the usual cause is the plain
+    `tensorflow` wheel, which has no CUDA libraries of its own.
+    """
+    listed = machine_gpus.nvidia_smi_gpus()
+    if not listed or tf.config.list_physical_devices("GPU"):
+        return None
+    seen = f"nvidia-smi lists {len(listed)} GPU(s) but TensorFlow registers none"
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if hidden is not None and not hidden.strip():
+        return f"{seen}: CUDA_VISIBLE_DEVICES is empty, which hides them; unset it"
+    if not tf.sysconfig.get_build_info().get("is_cuda_build", False):
+        return (f"{seen}: this TensorFlow build has no CUDA support; install the Linux "
+                "x86_64 wheel with pip install '.[gpu]'")
+    return (f"{seen}: the CUDA libraries are not installed (the plain tensorflow wheel has "
+            "none); install them with pip install '.[gpu]' (tensorflow[and-cuda]), or run "
+            "with --verbose to see TensorFlow's own reason")
+
+
+def ptx_jit_gpus() -> list[tuple[str, str]]:
+    """`(device, "9.0")` for each visible GPU this TensorFlow build has no
+    native kernels for: its CUDA kernels are then compiled from PTX by the
+    driver when first used (TF 2.21 ships sm_60..sm_89 and compute_90 PTX, so
+    an H100, compute capability 9.0, JIT-compiles).
+
+    A native kernel (`sm_XY`) runs on a GPU of the same major version and a
+    minor version of at least Y.
+    """
+    built = tf.sysconfig.get_build_info().get("cuda_compute_capabilities") or []
+    native = {(int(c[3:-1]), int(c[-1])) for c in built if c.startswith("sm_") and c[3:].isdigit()}
+    found = []
+    for gpu in tf.config.get_visible_devices("GPU"):
+        capability = tf.config.experimental.get_device_details(gpu).get("compute_capability")
+        if not capability:
+            continue
+        major, minor = capability
+        if not any(m == major and n <= minor for m, n in native):
+            found.append((gpu.name, f"{major}.{minor}"))
+    return found
+
+
+def warn_ptx_jit() -> None:
+    """One line when the first start will JIT-compile TensorFlow's kernels
+    (`ptx_jit_gpus`): minutes on the first run, cached for the next ones in
+    the driver's compute cache (`CUDA_CACHE_MAXSIZE`, default 256 MiB, too
+    small for TensorFlow's kernels: raise it, e.g. to 4 GiB)."""
+    jit = ptx_jit_gpus()
+    if not jit:
+        return
+    capability = jit[0][1]
+    built = ", ".join(tf.sysconfig.get_build_info().get("cuda_compute_capabilities") or [])
+    cache = os.environ.get("CUDA_CACHE_MAXSIZE")
+    advice = (f"CUDA_CACHE_MAXSIZE={cache}" if cache else "set CUDA_CACHE_MAXSIZE=4294967296: "
+              "the default 256 MiB is too small to keep them")
+    logger.warning(
+        "%d GPU(s) of compute capability %s have no native kernels in this TensorFlow build "
+        "(%s): the CUDA driver compiles them from PTX on first use, which can take several "
+        "minutes on the first start; later starts read the driver's cache (%s)", len(jit),
+        capability, built, advice)
+
+
+def support_task_devices(names: Sequence[str], role_name: str) -> list[str]:
+    """The one device of a task that trains no replica (the evaluator, a ps
+    task): the first of `names`, or cpu:0 when that is a GPU and this task was
+    given none (`bin/launch --gpus_per_task` gives ps tasks and the evaluator
+    no GPU unless asked, and runs the same command as the workers)."""
+    first = list(names[:1]) or ["/cpu:0"]
+    if device_names.kind(first[0]) == "gpu" and not tf.config.list_physical_devices("GPU"):
+        logger.info("%s: no GPU visible to this task; it runs on cpu:0", role_name)
+        return ["/cpu:0"]
+    return first
 
 
 #: `configure_threads`: TF's own default (one intra-op thread per core).

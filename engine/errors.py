@@ -30,6 +30,15 @@ class ClusterFailure(RunFailure):
     """
 
 
+class NonFinite(RunFailure):
+    """Training produced a non-finite loss, gradient norm or weight.
+
+    The run stops at the end of the loop it happened in, before anything is
+    saved or exported, so the newest checkpoint is still the last good one;
+    the message names the steps. A `RunFailure`: one line, exit status 1.
+    """
+
+
 class UnrecoverableFailure(RunFailure):
     """The run failed in a way no restart can fix (TensorFlow's `InternalError`
     from an NCCL set-up or a dtype it lacks): the error is named as itself,

@@ -29,7 +29,7 @@ import tensorflow as tf
 from tfloop import collectives
 from tfloop.collectives import device_names
 from tfloop.engine import checkpoint_files, devices, optimizers, run_identity, run_lock, strategies
-from tfloop.engine.config import RunConfig
+from tfloop.engine.config import INT32_MAX, RunConfig
 from tfloop.engine.errors import ConfigError
 from tfloop.engine import task as task_lib
 from tfloop.engine.task import ClassificationTask, Task
@@ -101,18 +101,21 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
     role = tf_config.current_role()
     spec, connection = _strategy_for(config, role)
     device_names = devices.parse_devices(config.devices, virtual_gpus=config.virtual_gpus)
-    if role.is_evaluator:
-        device_names = device_names[:1]  # the sidecar evaluates on one device
+    if role.is_evaluator or role.task_type == tf_config.PS:
+        # The sidecar evaluates on one device; a ps task only serves variables.
+        device_names = devices.support_task_devices(device_names, role.name)
     replicas = spec.num_replicas(device_names, role=role, connection=connection)
     config = _resolve_batch(config, replicas)
     _check_divisible(config, replicas)
     # Logical CPU devices (and the thread pools) must be set up before anything
     # else touches TensorFlow.
-    devices.prepare_devices(device_names, virtual_gpus=config.virtual_gpus)
+    device_names = devices.prepare_devices(device_names, memory_growth=config.gpu_memory_growth,
+                                           virtual_gpus=config.virtual_gpus)
     intra_op_threads = devices.configure_threads(device_names, config.intra_op_threads)
     collective = None if role.is_evaluator else spec.create_collective(config, device_names)
     _prepare_task(config, task)
     config = _resolve_epochs(config, task)
+    _check_batch_fits(config, task)
     input_workers = 1 if role.is_evaluator else spec.input_workers(role)
     shard_policy = task.resolve_shard_policy(config.auto_shard_policy, input_workers)
     if input_workers > 1:
@@ -206,8 +209,22 @@ def _resolve_epochs(config: RunConfig, task: Task) -> RunConfig:
         logger.info("an epoch is %d steps (%d examples / global batch %d, rounded up); "
                     "--epochs=%d trains to step %d", steps_per_epoch, examples,
                     config.global_batch_size, config.epochs, config.epochs * steps_per_epoch)
+    if config.epochs * steps_per_epoch > INT32_MAX:
+        raise ConfigError(f"--epochs={config.epochs} of {steps_per_epoch} steps is beyond the "
+                          f"last step a run can reach ({INT32_MAX}); train fewer epochs")
     return dataclasses.replace(config, train_steps=config.epochs * steps_per_epoch,
                                steps_per_epoch=steps_per_epoch)
+
+
+def _check_batch_fits(config: RunConfig, task: Task) -> None:
+    """Refuses a global batch larger than the train split (where its size is
+    known): every step would hold some examples twice."""
+    examples = task.train_examples
+    if examples and config.global_batch_size > examples:
+        raise ConfigError(
+            f"--global_batch_size={config.global_batch_size} is larger than the {examples} "
+            f"examples {type(task).__name__} trains on: each step would repeat examples; "
+            f"use a batch of at most {examples}")
 
 
 def _prepare_task(config: RunConfig, task: Task) -> None:

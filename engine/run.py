@@ -349,7 +349,7 @@ def _run_controller(plan: Plan, strategy, global_step, trainer, evaluator, manag
     if role.is_chief:
         tf.io.gfile.makedirs(config.model_dir)
         if plan.mode != "evaluate":
-            run_identity.write(config)
+            run_identity.write(config, start_step=start_step)
     saved = {"step": start_step, "checkpoint": restored}
     if records:
         progress = functools.partial(run_record.running, plan, start_step=start_step,

@@ -166,6 +166,11 @@ class ClassificationTask(Task):
 
     `model_fn(input_shape, num_classes)` and `loss_fn` replace the registry
     model and the cross-entropy loss (the older `run(loss_fn=, model_fn=)`).
+
+    Its batches carry uint8 pixels, and `loss` scales them to [0, 1]
+    (`inputs.to_float`) inside the step, on the replica's device: a quarter
+    of the bytes to copy from the host to a GPU each step. The model, a
+    `loss_fn` and the export's `serving_default` still see float32 in [0, 1].
     """
 
     def __init__(self, *, dataset: str = "synthetic", model: str = "mlp", data_dir: str = "",
@@ -219,17 +224,27 @@ class ClassificationTask(Task):
     def train_dataset(self, context: InputContext) -> tf.data.Dataset:
         return inputs.train_batches(
             self.splits.train, global_batch_size=context.global_batch_size, seed=context.seed,
-            start_step=context.start_step, shard_policy=context.shard_policy,
-            num_workers=context.num_input_pipelines, deterministic=context.deterministic)
+            examples_to_skip=context.examples_to_skip, shard_policy=context.shard_policy,
+            num_workers=context.num_input_pipelines, deterministic=context.deterministic,
+            image_dtype="uint8")
 
     def eval_dataset(self, context: InputContext) -> tf.data.Dataset:
         return inputs.eval_batches(
             self.splits.eval, global_batch_size=context.global_batch_size,
             shard_policy=context.shard_policy, num_workers=context.num_input_pipelines,
-            deterministic=context.deterministic)
+            deterministic=context.deterministic, image_dtype="uint8")
 
     def loss(self, model, batch, *, training: bool) -> LossOutput:
-        return self._loss_fn(model, batch, training=training)
+        images, labels = batch
+        if images.dtype == tf.uint8:  # a subclass's own dataset may already be float
+            images = inputs.to_float(images)
+        return self._loss_fn(model, (images, labels), training=training)
+
+    def serving_spec(self, element_spec: Any) -> Any:
+        """Float32 images in [0, 1], what the model takes (the batches' uint8
+        is scaled inside the step, and the export serves the model)."""
+        spec = super().serving_spec(element_spec)
+        return tf.TensorSpec(spec.shape, tf.float32) if spec.dtype == tf.uint8 else spec
 
     def resolve_shard_policy(self, requested: str, num_workers: int) -> str:
         return inputs.resolve_shard_policy(self.splits.train, requested, num_workers)

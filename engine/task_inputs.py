@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
+from tfloop.engine import run_identity
 from tfloop.engine.errors import ConfigError
 from tfloop import inputs
 from tfloop.inputs import InputContext
@@ -26,11 +27,26 @@ logger = logging.getLogger(__name__)
 def context_for(plan: Any, *, start_step: int = 0, global_batch_size: Optional[int] = None,
                 seeded: bool = True) -> InputContext:
     """The `InputContext` this process's pipeline gets under `plan`
-    (`seeded=False`: seed None, each worker draws its own order)."""
+    (`seeded=False`: seed None, each worker draws its own order).
+
+    A resumed run's context counts the examples already trained on at the
+    batch sizes `model_dir/run.json` recorded for each range of steps
+    (`engine.run_identity.examples_trained`), so a changed
+    `--global_batch_size` resumes the data exactly where it stopped.
+    """
     config = plan.config
+    batch = global_batch_size or config.global_batch_size
+    examples_trained = None
+    if start_step:
+        examples_trained = run_identity.examples_trained(
+            run_identity.load(config.model_dir), start_step, batch)
+        if examples_trained != start_step * batch:
+            logger.info("the data resumes after the %d examples steps 1..%d trained on at their "
+                        "own batch sizes (not %d x %d)", examples_trained, start_step,
+                        start_step, batch)
     return InputContext.create(
-        start_step=start_step,
-        global_batch_size=global_batch_size or config.global_batch_size,
+        start_step=start_step, examples_trained=examples_trained,
+        global_batch_size=batch,
         num_replicas=plan.replicas, num_input_pipelines=plan.input_workers,
         input_pipeline_id=_pipeline_index(plan.role) if plan.input_workers > 1 else 0,
         seed=config.seed if seeded else None, shard_policy=plan.shard_policy,
@@ -48,17 +64,25 @@ def train_dataset(task: Any, context: InputContext) -> tf.data.Dataset:
         raise ConfigError(
             f"{where} ends after {cardinality} batches, and training runs by steps; "
             "add .repeat() before batching")
-    start_step = context.unread_start_step
-    if start_step:
-        # Whole batches only: under file/off sharding a step takes 1/W of one,
-        # and a start step that W does not divide resumes at the batch before.
-        batches = start_step * inputs.examples_per_step(
-            context.global_batch_size, context.shard_policy,
-            context.num_input_pipelines) // context.global_batch_size
-        logger.info("%s does not read context.start_step: skipping the %d batches already "
-                    "trained on (read it and skip before decoding to make resuming cheaper)",
-                    where, batches)
-        dataset = dataset.skip(batches)
+    examples = context.unread_examples_to_skip
+    if examples:
+        batches, rest = divmod(examples, context.global_batch_size)
+        if rest and context.num_input_pipelines == 1:
+            # The batch size changed on resume and the examples trained on end
+            # inside a batch of the new size: skip them one by one.
+            logger.info("%s does not read context.start_step: skipping the %d examples already "
+                        "trained on (read it and skip before decoding to make resuming "
+                        "cheaper)", where, examples)
+            dataset = dataset.unbatch().skip(examples).batch(context.global_batch_size,
+                                                             drop_remainder=True)
+        else:
+            # Whole batches only: under file/off sharding a step takes 1/W of
+            # one, and a start step that W does not divide resumes at the batch
+            # before.
+            logger.info("%s does not read context.start_step: skipping the %d batches already "
+                        "trained on (read it and skip before decoding to make resuming "
+                        "cheaper)", where, batches)
+            dataset = dataset.skip(batches)
     return inputs.with_shard_policy(dataset, context.shard_policy, context.deterministic)
 
 

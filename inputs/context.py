@@ -14,7 +14,9 @@ it by `shard_policy` (`--auto_shard_policy` resolved; set on the dataset by the
 engine, so a builder need not).
 
 Exact resume: a restored run starts at `start_step`, and its train stream must
-begin where the interrupted one stopped. A builder that reads
+begin where the interrupted one stopped (after the examples its steps
+consumed, each at the global batch size it trained with: a resumed run may
+change `--global_batch_size`). A builder that reads
 `context.start_step` takes that on itself (cheapest before decoding:
 `ds.skip(context.examples_to_skip)` on the shuffled, repeated examples, as
 `inputs.pipeline` does); one that never reads it gets its first
@@ -67,13 +69,18 @@ class InputContext:
     shard_policy: str = "data"
     deterministic: bool = True
     _start_step: int = dataclasses.field(default=0, repr=False)
+    _examples_trained: Optional[int] = dataclasses.field(default=None, repr=False)
     _read: list = dataclasses.field(default_factory=list, repr=False, compare=False)
 
     @classmethod
-    def create(cls, *, start_step: int = 0, **fields) -> "InputContext":
+    def create(cls, *, start_step: int = 0, examples_trained: Optional[int] = None,
+               **fields) -> "InputContext":
         """An `InputContext` resuming at `start_step` (the field itself is private
-        so that reading it can be noticed)."""
-        return cls(_start_step=start_step, **fields)
+        so that reading it can be noticed). `examples_trained`: the examples
+        of the global stream the steps before `start_step` consumed, when the
+        global batch size changed on the way (default: `start_step` global
+        batches of today's size)."""
+        return cls(_start_step=start_step, _examples_trained=examples_trained, **fields)
 
     @property
     def start_step(self) -> int:
@@ -95,9 +102,25 @@ class InputContext:
     @property
     def examples_to_skip(self) -> int:
         """Examples of this pipeline's (shuffled, repeated, unbatched) stream a
-        resumed run has trained on: skip them before batching. Reads `start_step`."""
-        return self.start_step * examples_per_step(
-            self.global_batch_size, self.shard_policy, self.num_input_pipelines)
+        resumed run has trained on, each earlier step at the batch size it
+        trained with: skip them before batching. Reads `start_step`."""
+        self._read.append(True)
+        return self._pipeline_examples()
+
+    @property
+    def unread_examples_to_skip(self) -> int:
+        """`examples_to_skip` if the builder never read `start_step` (the
+        engine must skip them), else 0; reading this is not reading it."""
+        return 0 if self._read else self._pipeline_examples()
+
+    def _pipeline_examples(self) -> int:
+        if self._examples_trained is None:
+            return self._start_step * examples_per_step(
+                self.global_batch_size, self.shard_policy, self.num_input_pipelines)
+        # Every earlier global batch divided by the pipelines too (the batch
+        # must divide by the replicas, of which each pipeline feeds a share).
+        return examples_per_step(self._examples_trained, self.shard_policy,
+                                 self.num_input_pipelines)
 
     @property
     def per_replica_batch_size(self) -> int:

@@ -16,7 +16,14 @@ differ::
     skip(start_step × examples per step)   exact resume, before any decoding
     decode (parallel, order kept)          PNG records / image files → uint8
     batch(global batch, drop remainder)
-    cast to float in [0, 1]
+    cast to float in [0, 1]                with image_dtype="float32" (the default);
+                                           "uint8" leaves it to the step (`to_float`)
+
+A GPU step should get uint8 batches and cast them itself: the host-to-device
+copy is then a quarter of the bytes, and the cast runs on the device inside
+the compiled step. The engine's built-in task does that
+(`ClassificationTask`); `to_float` is the one normalization both places use,
+so the numbers are the same either way.
 
 Damaged data stops the run with one line naming the file (`data_errors`):
 TFRecord records travel with their file and index, so a wrong label or image
@@ -42,6 +49,9 @@ applies).
 
 from __future__ import annotations
 
+from typing import Optional
+
+import numpy as np
 import tensorflow as tf
 
 from tfloop.inputs import data_errors, image_folder, tfrecord
@@ -102,8 +112,33 @@ def with_shard_policy(ds: tf.data.Dataset, policy: str, deterministic: bool = Tr
     return ds.with_options(options)
 
 
+#: What `train_batches`/`eval_batches` may hand over: floats in [0, 1], or the uint8 pixels.
+IMAGE_DTYPES = ("float32", "uint8")
+
+
+#: pixel value → value / 255 in float32, divided once in NumPy (correctly rounded).
+_SCALED = np.arange(256, dtype=np.float32) / np.float32(255)
+
+
+def to_float(images: tf.Tensor) -> tf.Tensor:
+    """uint8 pixels 0..255 → float32 in [0, 1]; on the host (`image_dtype=
+    "float32"`) or, for uint8 batches, inside the step on the device.
+
+    A table lookup, not `x / 255`: inside a `tf.function` Grappler rewrites
+    the division into a multiplication by 1/255, which differs in the last
+    bit for some pixels, so the same division on the host (tf.data) and in
+    the step gave different floats. The lookup is exact wherever it runs.
+    """
+    return tf.gather(tf.constant(_SCALED), tf.cast(images, tf.int32))
+
+
 def _to_float(x: tf.Tensor, y: tf.Tensor):
-    return tf.cast(x, tf.float32) / 255.0, y
+    return to_float(x), y
+
+
+def _check_image_dtype(image_dtype: str) -> None:
+    if image_dtype not in IMAGE_DTYPES:
+        raise InputError(f"image_dtype={image_dtype!r} is not one of {', '.join(IMAGE_DTYPES)}")
 
 
 def read_records(files: tf.data.Dataset, cycle_length: int, compression: str = "", *,
@@ -185,6 +220,8 @@ def _ordered_source(split: Split):
 def train_batches(
     split: Split, *, global_batch_size: int, seed: int, start_step: int = 0,
     shard_policy: str = "auto", num_workers: int = 1, deterministic: bool = True,
+    examples_to_skip: Optional[int] = None,
+    image_dtype: str = "float32",
 ) -> tf.data.Dataset:
     """An endless, seeded, reshuffled-every-epoch stream of full global batches.
 
@@ -192,35 +229,46 @@ def train_batches(
     resumed run sees the data an uninterrupted one would. `num_workers` is the
     multi-worker cluster's worker count (1 otherwise); with `file` sharding a
     worker consumes `global_batch_size / num_workers` of its examples per step.
+    `examples_to_skip` (`InputContext.examples_to_skip`) replaces that count
+    when the steps before `start_step` had other batch sizes.
+    `image_dtype="uint8"` hands the pixels over as they are, for the step to
+    cast with `to_float` on its device.
     """
+    _check_image_dtype(image_dtype)
     policy = resolve_shard_policy(split, shard_policy, num_workers)
     _watch(split)
     ds, decode = _shuffled_source(split, seed)
     ds = ds.repeat()
-    if start_step:
-        ds = ds.skip(start_step * examples_per_step(global_batch_size, policy, num_workers))
+    if examples_to_skip is None:
+        examples_to_skip = start_step * examples_per_step(global_batch_size, policy, num_workers)
+    if examples_to_skip:
+        ds = ds.skip(examples_to_skip)
     if decode is not None:
         ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     # Full batches only: every step divides by the same global batch size and
     # the compiled step sees one static shape.
     ds = ds.batch(global_batch_size, drop_remainder=True)
-    ds = ds.map(_to_float, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if image_dtype == "float32":
+        ds = ds.map(_to_float, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return with_shard_policy(ds.prefetch(tf.data.AUTOTUNE), policy, deterministic)
 
 
 def eval_batches(
     split: Split, *, global_batch_size: int, shard_policy: str = "auto", num_workers: int = 1,
-    deterministic: bool = True,
+    deterministic: bool = True, image_dtype: str = "float32",
 ) -> tf.data.Dataset:
     """One pass over `split` in its stored order, the last batch possibly
-    partial (every example is counted exactly once by the evaluator)."""
+    partial (every example is counted exactly once by the evaluator);
+    `image_dtype` as for `train_batches`."""
+    _check_image_dtype(image_dtype)
     policy = resolve_shard_policy(split, shard_policy, num_workers)
     _watch(split)
     ds, decode = _ordered_source(split)
     if decode is not None:
         ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     ds = ds.batch(global_batch_size, drop_remainder=False)
-    ds = ds.map(_to_float, num_parallel_calls=tf.data.AUTOTUNE)
+    if image_dtype == "float32":
+        ds = ds.map(_to_float, num_parallel_calls=tf.data.AUTOTUNE)
     if isinstance(split, Examples):
         ds = ds.cache()  # small and in memory already; file splits may not fit as floats
     return with_shard_policy(ds.prefetch(tf.data.AUTOTUNE), policy, deterministic)

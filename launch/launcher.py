@@ -50,7 +50,7 @@ import threading
 import time
 from typing import IO, Mapping, Sequence
 
-from tfloop.launch import guardian
+from tfloop.launch import gpus, guardian
 from tfloop.launch.tf_config import (CHIEF, CLUSTER_JOBS, EVALUATOR, PS, WORKER, Role, cluster_spec,
                               tf_config_for)
 
@@ -151,6 +151,12 @@ class LaunchConfig:
       max_restarts: times the whole cluster is restarted after a task fails.
       grace_period_s: after SIGTERM (or a forwarded SIGINT), seconds before SIGKILL.
       evaluator_timeout_s: seconds the evaluator may run on after training ends.
+      gpus_per_task: GPUs each task of `gpu_jobs` gets through its own
+        `CUDA_VISIBLE_DEVICES` (`launch.gpus`); 0: every task inherits the
+        launcher's view of the GPUs (all of them).
+      gpu_jobs: the jobs whose tasks get GPUs; the others get none.
+      num_gpus: the GPUs to deal out, 0..num_gpus-1; 0: `$CUDA_VISIBLE_DEVICES`
+        if set, else as many as `nvidia-smi -L` lists.
     """
 
     command: tuple[str, ...]
@@ -161,9 +167,18 @@ class LaunchConfig:
     max_restarts: int = 0
     grace_period_s: float = 10.0
     evaluator_timeout_s: float = 300.0
+    gpus_per_task: int = 0
+    gpu_jobs: tuple[str, ...] = gpus.DEFAULT_GPU_JOBS
+    num_gpus: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "command", tuple(self.command))
+        _check_int("gpus_per_task", self.gpus_per_task, minimum=0)
+        _check_int("num_gpus", self.num_gpus, minimum=0)
+        try:
+            object.__setattr__(self, "gpu_jobs", gpus.check_jobs(self.gpu_jobs))
+        except gpus.GPUAssignmentError as error:
+            raise LaunchError(str(error)) from None
         _check_int("num_workers", self.num_workers, minimum=1)
         _check_int("num_ps", self.num_ps, minimum=0)
         _check_int("max_restarts", self.max_restarts, minimum=0)
@@ -288,6 +303,18 @@ class Launcher:
         self._signal: int | None = None  # the last SIGINT/SIGTERM/SIGHUP the launcher got
         self._signals_seen = 0
         self._guardian: _Guardian | None = None
+        self._gpus = self._assign_gpus()
+
+    def _assign_gpus(self) -> dict[str, str]:
+        """Task label → its `CUDA_VISIBLE_DEVICES` (empty without `gpus_per_task`)."""
+        if not self.config.gpus_per_task:
+            return {}
+        try:
+            available = gpus.visible_gpu_ids(self._env, self.config.num_gpus)
+            return gpus.assign(self.config.tasks, gpus_per_task=self.config.gpus_per_task,
+                               gpus=available, gpu_jobs=self.config.gpu_jobs)
+        except gpus.GPUAssignmentError as error:
+            raise LaunchError(str(error)) from None
 
     @property
     def coordinated(self) -> bool:
@@ -304,6 +331,8 @@ class Launcher:
     # -- the outer loop ---------------------------------------------------------
 
     def run(self) -> int:
+        if self._gpus:
+            self._say("GPUs: " + gpus.describe(self._gpus))
         previous = self._install_signal_handlers()
         self._guardian = _Guardian()
         try:
@@ -425,6 +454,8 @@ class Launcher:
 
     def _start(self, task: Role, tf_config: dict) -> _Proc:
         env = dict(self._env, TF_CONFIG=json.dumps(tf_config), PYTHONUNBUFFERED="1")
+        if task.label in self._gpus:
+            env["CUDA_VISIBLE_DEVICES"] = self._gpus[task.label]
         try:
             popen = subprocess.Popen(
                 self.config.command, env=env, stdin=subprocess.DEVNULL,

@@ -134,6 +134,18 @@ def _check_cluster(cluster) -> None:
             host, _, port = str(address).rpartition(":")
             if not host or not port.isdigit():
                 _fail(f"cluster job {job!r} has address {address!r}; write host:port")
+            if not 1 <= int(port) <= 65535:
+                _fail(f"cluster job {job!r} has address {address!r}, whose port is not "
+                      "between 1 and 65535")
+    tasks: dict[str, str] = {}
+    for job, addresses in cluster.items():
+        for index, address in enumerate(addresses):
+            host, _, port = str(address).rpartition(":")
+            key = f"{host.lower()}:{int(port)}"
+            if key in tasks:
+                _fail(f"gives {address!r} to both {tasks[key]} and {job}:{index}; every task "
+                      "needs an address of its own (bin/launch picks free ports)")
+            tasks[key] = f"{job}:{index}"
     if len(cluster.get(CHIEF, [])) > 1:
         _fail(f"cluster has {len(cluster[CHIEF])} chiefs; there is at most one")
     if not any(job in cluster for job in TRAINING_JOBS):

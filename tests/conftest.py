@@ -4,11 +4,20 @@ TensorFlow fixes its device list the first time anything touches a device, and
 never again in that process. Every in-process multi-device test therefore
 shares these four logical CPUs; tests that need another layout run a binary in
 a subprocess (see `tests/helpers.py`).
+
+The suite runs on CPUs whatever the machine: GPUs are hidden from it (and from
+the binaries it starts) before TensorFlow imports. Tests that need a GPU carry
+`@pytest.mark.gpu`; pyproject.toml deselects them by default, and
+`TFLOOP_TEST_GPUS=1 pytest -m gpu` runs them with the GPUs visible.
 """
 
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from helpers import hide_gpus  # noqa: E402  (imports no TensorFlow)
+
+hide_gpus(os.environ)
 
 import pytest  # noqa: E402
 

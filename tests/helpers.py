@@ -14,19 +14,43 @@ import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+#: Set to 1 to let the suite see the machine's GPUs (for `pytest -m gpu`).
+SHOW_GPUS = "TFLOOP_TEST_GPUS"
+
+
+def hide_gpus(environ) -> None:
+    """The CPU suite sees no GPU, on any machine: its assertions assume none
+    (`parse_devices("")` is cpu:0, gpu:0 does not exist) and its parallel
+    processes would otherwise share the GPUs. Must run before TensorFlow
+    starts; `TFLOOP_TEST_GPUS=1` leaves the GPUs visible."""
+    if environ.get(SHOW_GPUS) != "1":
+        environ["CUDA_VISIBLE_DEVICES"] = ""
+
+
+def bin_env(env: dict | None = None, **extra: str) -> dict:
+    """A binary's environment: this one, GPUs hidden (`hide_gpus`), quiet
+    TensorFlow, then `env` (a value of None removes that variable)."""
+    full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **extra)
+    hide_gpus(full_env)
+    for key, value in (env or {}).items():
+        if value is None:
+            full_env.pop(key, None)
+        else:
+            full_env[key] = value
+    return full_env
+
 
 def run_bin(name: str, *args: str, timeout: float = 240, env: dict | None = None):
     """Runs `bin/<name> args...` with this interpreter; returns CompletedProcess."""
-    full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
     return subprocess.run(
         [sys.executable, os.path.join(REPO, "bin", name), *args],
-        capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO,
+        capture_output=True, text=True, timeout=timeout, env=bin_env(env), cwd=REPO,
     )
 
 
 def start_bin(name: str, *args: str) -> subprocess.Popen:
     """Starts `bin/<name>` without waiting; the caller must bound its waits."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+    env = bin_env(PYTHONUNBUFFERED="1")
     return subprocess.Popen(
         [sys.executable, os.path.join(REPO, "bin", name), *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,

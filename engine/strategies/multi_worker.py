@@ -145,12 +145,11 @@ class MultiWorker(StrategySpec):
                 f"implementation {implementation}" + "".join(f", {o}" for o in options))
 
     def build(self, devices, *, config=None, role=NO_CLUSTER, connection=None):
-        # Decided on the devices as named, before the visible GPUs change below.
+        # Each worker replicates over the GPUs it sees, and it sees only the
+        # ones --devices names: `devices` are already renumbered by
+        # engine.devices.prepare_devices (setting the visible GPUs here again
+        # would take the renumbered /gpu:0 for physical GPU 0).
         options = communication_options(config, devices)
-        gpu_ids = [device_names.index(d) for d in devices if device_names.kind(d) == "gpu"]
-        if gpu_ids:  # each worker replicates over the listed local GPUs only
-            physical = tf.config.list_physical_devices("GPU")
-            tf.config.set_visible_devices([physical[i] for i in gpu_ids], "GPU")
         program = os.path.basename(sys.argv[0]) or "train"
         never_formed = (
             f"{program}: error: {role.name} waited {config.startup_timeout:g} s for the cluster "

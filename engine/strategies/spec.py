@@ -149,7 +149,8 @@ class StrategySpec(abc.ABC):
             train_dataset=task_inputs.train_dataset(task, context),
             global_batch_size=config.global_batch_size, global_step=global_step,
             jit_compile=config.jit_compile, accumulation_steps=config.accumulation_steps,
-            clip_norm=config.clip_norm, average=average)
+            clip_norm=config.clip_norm, average=average, nan_policy=config.nan_policy,
+            max_skips=config.nan_max_skips)
 
 
 def announce_open_server(role: tf_config.Role) -> None:

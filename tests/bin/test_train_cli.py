@@ -46,6 +46,15 @@ def test_every_binary_runs_from_the_python_outside_the_venv(name):
     (["--train_steps=many"], "flag --train_steps=many"),
     (["--devices=cpu:0,cpu:1", "--accumulation_steps=3"],
      "does not divide by 2 replicas x 3 micro-batches"),
+    # Bounds (issue 14): each of these once hung, looped forever or ended in a traceback.
+    (["--train_steps=3000000000"], "--train_steps=3000000000 must be 0 or more, at most"),
+    (["--steps_per_loop=2147483648"], "--steps_per_loop=2147483648 must be a positive integer"),
+    (["--seed=4294967296"], "--seed=4294967296 must be 0 or more, at most 4294967295"),
+    (["--intra_op_threads=100000"], "--intra_op_threads=100000 must be -1"),
+    (["--devices=cpu:100000"], "cpu:100000 is beyond the 64 logical CPU devices"),
+    (["--collective_timeout=nan"], "--collective_timeout=nan must be 0 or more seconds"),
+    (["--learning_rate=inf"], "--learning_rate=inf must be a positive number"),
+    (["--nan_policy=skip_step", "--nan_max_skips=0"], "--nan_max_skips=0 must be a positive"),
 ])
 def test_bad_input_is_one_line_and_leaves_no_model_dir(tmp_path, args, message):
     model_dir = tmp_path / "run"
@@ -53,6 +62,19 @@ def test_bad_input_is_one_line_and_leaves_no_model_dir(tmp_path, args, message):
     assert_one_line_error(result, contains=message)
     assert result.returncode == 2
     assert not model_dir.exists()
+
+
+@pytest.mark.parametrize("cluster, message", [
+    ({"worker": ["localhost:70000"]}, "port is not between 1 and 65535"),
+    ({"worker": ["localhost:23456", "localhost:23456"]}, "to both worker:0 and worker:1"),
+])
+def test_a_tf_config_port_out_of_range_or_shared_is_one_line(tmp_path, cluster, message):
+    model_dir = tmp_path / "run"
+    tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}})
+    result = run_bin("train", f"--model_dir={model_dir}", "--strategy=multi_worker", *SMALL,
+                     env={"TF_CONFIG": tf_config})
+    assert_one_line_error(result, contains=message)
+    assert result.returncode == 2 and not model_dir.exists()
 
 
 def test_cnn_reaches_95_percent_on_real_handwritten_digits(tmp_path):

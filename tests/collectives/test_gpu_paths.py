@@ -67,7 +67,7 @@ def test_a_bfloat16_gradient_reaching_nccl_is_one_line_at_trace_time():
 
 
 def test_bfloat16_on_virtual_gpus_goes_through_the_ring(monkeypatch):
-    monkeypatch.setattr(gpus, "logical_split", lambda: [2])
+    monkeypatch.setattr(gpus, "logical_split", lambda physical=None: [2])
     collective = collectives.create("auto", devices=GPUS, gradient_dtype="bfloat16")
     assert collective.describe().startswith("auto->ring")
     assert "CollectiveReduceV2" in traced_ops(collective, [tf.float32])
@@ -91,7 +91,7 @@ def test_auto_picks_ring_on_virtual_gpus_and_nccl_on_physical_ones():
 
 
 def test_nccl_on_virtual_gpus_is_refused_in_one_line(monkeypatch):
-    monkeypatch.setattr(gpus, "logical_split", lambda: [2, 2])
+    monkeypatch.setattr(gpus, "logical_split", lambda physical=None: [2, 2])
     with pytest.raises(collectives.CollectiveError) as raised:
         collectives.create("nccl", devices=GPUS)
     message = str(raised.value)

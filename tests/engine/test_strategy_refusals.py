@@ -105,7 +105,7 @@ def test_multi_worker_auto_on_virtual_gpus_stays_tfs_ring(monkeypatch):
     from tfloop.collectives import gpus
     from tfloop.engine.strategies import multi_worker
 
-    monkeypatch.setattr(gpus, "logical_split", lambda: [2])
+    monkeypatch.setattr(gpus, "logical_split", lambda physical=None: [2])
     options = multi_worker.communication_options(RunConfig(strategy="multi_worker"), GPU_PAIR)
     assert options.implementation == tf.distribute.experimental.CommunicationImplementation.AUTO
     with pytest.raises(ConfigError, match="virtual GPUs on one physical GPU"):

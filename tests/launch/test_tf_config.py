@@ -49,6 +49,14 @@ def test_the_evaluator_is_outside_the_cluster():
     (_config({"trainer": ["localhost:1"]}, {"type": "worker", "index": 0}), "has a job 'trainer'"),
     (_config({"worker": ["localhost"]}, {"type": "worker", "index": 0}), "write host:port"),
     (_config(WORKERS, {"type": "worker", "index": -1}), "must be a non-negative integer"),
+    (_config({"worker": ["localhost:70000"]}, {"type": "worker", "index": 0}),
+     "port is not between 1 and 65535"),
+    (_config({"worker": ["localhost:0"]}, {"type": "worker", "index": 0}),
+     "port is not between 1 and 65535"),
+    (_config({"worker": ["localhost:1001", "LOCALHOST:1001"]}, {"type": "worker", "index": 0}),
+     "to both worker:0 and worker:1"),
+    (_config({"chief": ["h:1001"], "ps": ["h:01001"]}, {"type": "chief", "index": 0}),
+     "to both chief:0 and ps:0"),
 ])
 def test_malformed_tf_config(text, message):
     with pytest.raises(TFConfigError) as error:
