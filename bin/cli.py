@@ -227,7 +227,8 @@ def run(
             fail(program, str(error))
         except failures as failure:
             print(f"{program}: error: {failure}", file=sys.stderr, flush=True)
-            sys.exit(EXIT_FAILURE)
+            # 3: a failure a restart cannot fix (engine.errors.UnrecoverableFailure)
+            sys.exit(getattr(failure, "exit_status", EXIT_FAILURE))
         except preempted as stop:
             print(f"{program}: {stop}", file=sys.stderr, flush=True)
             sys.exit(stop.exit_status)  # 143 for SIGTERM, 130 for Ctrl-C: saved, not finished

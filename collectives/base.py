@@ -84,6 +84,9 @@ class TFPackedAllReduce(CrossDeviceOpsCollective):
     """
 
     native_options = frozenset({"num_packs"})
+    #: TF's `AllReduceCrossDeviceOps.reduce_implementation` falls back to
+    #: `ReductionToOneDevice` unless the destinations are the values' devices.
+    needs_replica_destinations = True
 
     def __init__(self, *, num_packs: int = 0):
         self.num_packs = options.check_count("num_packs", num_packs)

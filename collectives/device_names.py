@@ -6,6 +6,7 @@ are "/gpu:0" and "/cpu:1" (what `--devices=gpu:0,cpu:1` becomes), and logs
 and error messages show "gpu:0,cpu:1"::
 
     canonical(" GPU:0")                  -> "/gpu:0"   (None: not cpu:N or gpu:N)
+    canonical("/job:localhost/replica:0/task:0/device:GPU:1") -> "/gpu:1"
     kind("/device:GPU:0")                -> "gpu"
     index("/cpu:3")                      -> 3
     short_list(["/cpu:0", "/cpu:1"])     -> "cpu:0,cpu:1"
@@ -25,10 +26,27 @@ _CANONICAL_RE = re.compile(r"^(cpu|gpu):(\d+)$")
 
 
 def canonical(item: str) -> Optional[str]:
-    """"gpu:0", "GPU:0", "/cpu:3" (any case, leading slashes, spaces) as
-    "/gpu:0", "/cpu:3"; None for anything else ("tpu:0", "gpu0")."""
-    match = _CANONICAL_RE.match(item.strip().lower().lstrip("/"))
-    return f"/{match.group(1)}:{int(match.group(2))}" if match else None
+    """"gpu:0", "GPU:0", "/cpu:3" (any case, leading slashes, spaces), and
+    TensorFlow's own spellings of a device of this process ("/device:GPU:0",
+    "/job:localhost/replica:0/task:0/device:GPU:0", what `tf.config` and
+    `tensor.device` print) as "/gpu:0", "/cpu:3"; None for anything else
+    ("tpu:0", "gpu0", a device of another task such as "/job:worker/task:1/device:GPU:0")."""
+    text = item.strip()
+    match = _CANONICAL_RE.match(text.lower().lstrip("/"))
+    if match:
+        return f"/{match.group(1)}:{int(match.group(2))}"
+    if "device:" not in text.lower():
+        return None
+    try:
+        spec = _spec(text)
+    except (ValueError, TypeError):
+        return None
+    local = (spec.job in (None, "localhost") and spec.replica in (None, 0)
+             and spec.task in (None, 0))
+    device_type = (spec.device_type or "").lower()
+    if not local or device_type not in ("cpu", "gpu") or spec.device_index is None:
+        return None
+    return f"/{device_type}:{spec.device_index}"
 
 
 def _spec(device: str) -> tf.DeviceSpec:

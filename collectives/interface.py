@@ -75,6 +75,12 @@ class Collective(abc.ABC):
     #: `reduce_device` for a class that does not take it.
     native_options: ClassVar[frozenset[str]] = frozenset()
 
+    #: True when the algorithm runs only if each result goes back to its own
+    #: replica's device: TF's `AllReduceCrossDeviceOps` (nccl, hierarchical
+    #: copy) silently reduce onto one device for any other destinations, such
+    #: as central storage's one copy of the variables.
+    needs_replica_destinations: ClassVar[bool] = False
+
     #: Whether `batch_all_reduce` returns plain tensors (one local replica)
     #: unreduced. A collective that also sums across machines sets it False.
     shortcut_single_replica: ClassVar[bool] = True
@@ -94,6 +100,15 @@ class Collective(abc.ABC):
         Called before any strategy or model is built, so an impossible choice
         (NCCL on CPUs) fails in one line instead of at the first step.
         `devices` are canonical TensorFlow names such as "/gpu:0" or "/cpu:1".
+        """
+
+    def check_gradient_dtype(self, dtype: str) -> None:
+        """Raises `CollectiveError` when gradients cannot travel in `dtype`
+        (`--gradient_dtype`, "bfloat16" or "float16") through this collective.
+
+        `collectives.create` calls it on the implementation itself, before
+        wrapping it in `Compression`, so NCCL's missing bfloat16 is one line
+        rather than a `TypeError` at the first trace.
         """
 
     @tf.autograph.experimental.do_not_convert  # graph-building Python, called in merge_call

@@ -143,6 +143,8 @@ def create(
             "drop --check_collective")
     plugin = ":" in label
     collective = _instantiate(cls, label, kwargs, plugin=plugin)
+    if gradient_dtype != "float32" and "gradient_dtype" not in native:
+        collective.check_gradient_dtype(gradient_dtype)
     if plugin or check_steps:
         collective = Checked(collective, label=label, compare_steps=check_steps)
 

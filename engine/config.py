@@ -35,6 +35,8 @@ SEED_MAX = 2**32 - 1
 MAX_THREADS = 1024
 #: Larger square images are refused: one 8192x8192 RGB float image is 800 MB.
 MAX_IMAGE_SIZE = 8192
+#: --virtual_gpus: logical GPUs per physical GPU (each takes its share of the memory).
+MAX_VIRTUAL_GPUS = 64
 #: A packing bucket above 1 TiB is no bucket at all.
 MAX_PACK_BYTES = 2**40
 #: Timeouts above a week are a typo for 0 (no limit); Python's waits raise
@@ -105,6 +107,10 @@ class RunConfig:
     devices: str = option(
         "", "Comma-separated gpu:N / cpu:N. Empty: every GPU, or cpu:0 without one. "
         "CPU ids beyond the physical CPUs create logical CPU devices.")
+    virtual_gpus: int = option(
+        0, "Split each GPU into N logical GPUs (0: off), so that one GPU runs N replicas and "
+        "tests every collective but NCCL (which needs one physical GPU per replica); "
+        "refused on a machine without a GPU.")
     gpu_memory_growth: bool = option(
         False, "Allocate GPU memory as needed instead of nearly all of each visible GPU at "
         "start (lets processes share a GPU; same as TF_FORCE_GPU_ALLOW_GROWTH=true).")
@@ -290,9 +296,10 @@ class RunConfig:
         non_negative = (
             "train_steps", "checkpoint_interval", "summary_interval", "eval_interval", "seed",
             "epochs", "steps_per_epoch", "per_replica_batch_size", "warmup_steps",
-            "early_stopping_patience", "check_collective",
+            "early_stopping_patience", "check_collective", "virtual_gpus",
         )
-        ceilings = {"seed": SEED_MAX, "image_size": MAX_IMAGE_SIZE}
+        ceilings = {"seed": SEED_MAX, "image_size": MAX_IMAGE_SIZE,
+                    "virtual_gpus": MAX_VIRTUAL_GPUS}
         for name in (*positive, *non_negative):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):

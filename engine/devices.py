@@ -11,17 +11,29 @@ GPUs are set up at the same moment (`restrict_gpus`): a process sees only the
 GPUs its `--devices` names (TensorFlow would otherwise reserve memory on every
 GPU of the machine), optionally with memory growth, and when TensorFlow sees
 no GPU while `nvidia-smi` does, the reason is given (`missing_gpu_reason`).
+So is splitting each GPU into virtual GPUs (`--virtual_gpus`, `split_gpus`),
+which lets one GPU run several replicas and test every collective except NCCL
+(one physical GPU per replica; `collectives.gpus` tells the collectives which
+devices share one). `--devices` then names logical GPUs.
+
+`exact_float32()` turns TF32 off for comparisons of float32 results: on
+Ampere and later GPUs TensorFlow runs float32 matmuls and convolutions in
+TF32 by default (10-bit mantissa), which differs from one device to the next
+far more than the 1e-5 the equivalence checks allow.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from typing import Optional, Sequence
+import shutil
+import subprocess
+from typing import Iterator, Optional, Sequence
 
 import tensorflow as tf
 
-from tfloop.collectives import device_names
+from tfloop.collectives import device_names, gpus as logical_gpus
 from tfloop.engine.errors import ConfigError
 from tfloop.launch import gpus as machine_gpus
 
@@ -36,10 +48,13 @@ logger = logging.getLogger(__name__)
 MAX_LOGICAL_CPUS = 64
 
 
-def parse_devices(spec: str) -> list[str]:
-    """Parses `gpu:0,gpu:1` into canonical names `["/gpu:0", "/gpu:1"]`.
+def parse_devices(spec: str, *, virtual_gpus: int = 0) -> list[str]:
+    """Parses `gpu:0,gpu:1` into canonical names `["/gpu:0", "/gpu:1"]`;
+    TensorFlow's own spellings of this process's devices (`/device:GPU:0`,
+    `/job:localhost/replica:0/task:0/device:GPU:0`) are accepted too.
 
-    An empty spec means "every GPU, or cpu:0 when there is none".
+    An empty spec means "every GPU, or cpu:0 when there is none": every
+    logical GPU, `virtual_gpus` per physical GPU when that is set.
     """
     spec = spec.strip()
     if not spec:
@@ -48,14 +63,17 @@ def parse_devices(spec: str) -> list[str]:
             reason = missing_gpu_reason()
             if reason:
                 logger.warning("training on cpu:0: %s", reason)
-        return [f"/gpu:{i}" for i in range(len(gpus))] or ["/cpu:0"]
+        count = (len(gpus) * virtual_gpus if virtual_gpus
+                 else logical_gpus.logical_gpu_count(logical_gpus.logical_split(gpus)))
+        return [f"/gpu:{i}" for i in range(count)] or ["/cpu:0"]
     names = []
     for item in spec.split(","):
         name = device_names.canonical(item)
         if name is None:
             raise ConfigError(
-                f"--devices: {item.strip()!r} is not a device; write a comma-separated "
-                "list of gpu:N or cpu:N, e.g. --devices=gpu:0,gpu:1 or --devices=cpu:0,cpu:1"
+                f"--devices: {item.strip()!r} is not a device of this process; write a "
+                "comma-separated list of gpu:N or cpu:N (or TensorFlow's /device:GPU:N), e.g. "
+                "--devices=gpu:0,gpu:1 or --devices=cpu:0,cpu:1"
             )
         names.append(name)
     too_high = [n for n in names if device_names.kind(n) == "cpu"
@@ -100,19 +118,80 @@ def ensure_logical_cpus(count: int) -> None:
         ) from None
 
 
-def prepare_devices(names: Sequence[str], *, memory_growth: bool = False) -> list[str]:
+#: Memory of each virtual GPU when the GPUs' own cannot be read (nvidia-smi).
+FALLBACK_VIRTUAL_GPU_MB = 2048
+
+
+def virtual_gpu_memory_mb(count: int, total_mb: Optional[int]) -> int:
+    """Memory limit of each of `count` virtual GPUs on a GPU of `total_mb`:
+    an equal share of 90% of it (the rest stays for CUDA's own context), or
+    `FALLBACK_VIRTUAL_GPU_MB` when the size is unknown."""
+    if not total_mb:
+        return FALLBACK_VIRTUAL_GPU_MB
+    return max(1, int(total_mb * 0.9) // count)
+
+
+def _smallest_gpu_mb() -> Optional[int]:
+    """The memory of the smallest GPU nvidia-smi lists, in MiB (None: unknown).
+    Read without TensorFlow, which could only tell after it has started."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total",
+                              "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+        return min(int(line) for line in out.split())
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+
+
+def split_gpus(count: int) -> int:
+    """`--virtual_gpus=count`: splits every GPU into `count` logical GPUs
+    (`tf.config.set_logical_device_configuration`); returns each one's
+    memory limit in MiB. Must run before TensorFlow initializes.
+
+    Raises:
+      ConfigError: no GPU, or TensorFlow already started with another layout.
+    """
+    physical = tf.config.list_physical_devices("GPU")
+    if not physical:
+        raise ConfigError(
+            f"--virtual_gpus={count} splits each GPU, but TensorFlow sees no GPU on this "
+            "machine; drop it (on CPUs, --devices=cpu:0,cpu:1,... makes logical CPU devices)")
+    memory_mb = virtual_gpu_memory_mb(count, _smallest_gpu_mb())
+    layout = [tf.config.LogicalDeviceConfiguration(memory_limit=memory_mb)] * count
+    try:
+        for gpu in physical:
+            tf.config.set_logical_device_configuration(gpu, layout)
+    except RuntimeError:
+        raise ConfigError(
+            f"--virtual_gpus={count} comes too late: TensorFlow already started with "
+            f"{len(tf.config.list_logical_devices('GPU'))} GPU(s); virtual GPUs must be "
+            "configured before anything else runs (start a new process)") from None
+    logger.info("--virtual_gpus=%d: each of %d GPU(s) split into %d logical GPUs of %d MiB "
+                "(NCCL cannot run on them; auto picks ring)", count, len(physical), count,
+                memory_mb)
+    return memory_mb
+
+
+def prepare_devices(names: Sequence[str], *, memory_growth: bool = False,
+                    virtual_gpus: int = 0) -> list[str]:
     """Checks that every named device exists, creating logical CPUs on demand,
-    and makes only the named GPUs visible (`restrict_gpus`).
+    splitting the GPUs when `virtual_gpus` is set, and makes only the named
+    GPUs visible (`restrict_gpus`).
 
     Returns the names to build the strategy on: the GPUs renumbered as
     TensorFlow numbers the visible ones (`--devices=gpu:2,gpu:3` trains on
     `/gpu:0,/gpu:1`, which *are* physical GPUs 2 and 3; the mapping is logged).
     Must run before any other TensorFlow work in the process.
     """
+    if virtual_gpus:
+        split_gpus(virtual_gpus)
     cpu_ids = [device_names.index(n) for n in names if device_names.kind(n) == "cpu"]
     gpu_ids = [device_names.index(n) for n in names if device_names.kind(n) == "gpu"]
     if gpu_ids:
-        num_gpus = len(tf.config.list_physical_devices("GPU"))
+        num_gpus = logical_gpus.logical_gpu_count(
+            logical_gpus.logical_split(tf.config.list_physical_devices("GPU")))
         missing = [i for i in gpu_ids if i >= num_gpus]
         if missing and not num_gpus:
             reason = missing_gpu_reason() or (
@@ -152,9 +231,21 @@ def restrict_gpus(names: Sequence[str]) -> list[str]:
     physical = tf.config.list_physical_devices("GPU")
     if not physical or not names:
         return list(names)
-    wanted = sorted({device_names.index(n) for n in names if device_names.kind(n) == "gpu"})
-    renumbered = [f"/gpu:{wanted.index(device_names.index(n))}"
-                  if device_names.kind(n) == "gpu" else n for n in names]
+    # With virtual GPUs a name is a logical GPU: keep its physical GPU visible,
+    # and number it as TensorFlow will, among the logical GPUs of the visible ones.
+    split = logical_gpus.logical_split(physical)
+    owner = logical_gpus.physical_gpu_of(split)
+    first = [sum(split[:p]) for p in range(len(split))]
+    wanted = sorted({owner[device_names.index(n)] for n in names
+                     if device_names.kind(n) == "gpu"})
+
+    def visible_index(name: str) -> int:
+        p = owner[device_names.index(name)]
+        before = sum(split[q] for q in wanted if q < p)
+        return before + device_names.index(name) - first[p]
+
+    renumbered = [f"/gpu:{visible_index(n)}" if device_names.kind(n) == "gpu" else n
+                  for n in names]
     visible = tf.config.get_visible_devices("GPU")
     target = [physical[i] for i in wanted]
     if [d.name for d in visible] == [d.name for d in target]:
@@ -172,7 +263,9 @@ def restrict_gpus(names: Sequence[str]) -> list[str]:
             f"already started in this process with {len(visible)} of the {len(physical)} GPUs "
             "visible; choose the GPUs before anything else runs (start a new process)"
         ) from None
-    mapping = ", ".join(f"gpu:{i} -> /gpu:{j}" for j, i in enumerate(wanted))
+    mapping = ", ".join(f"{device_names.short(n)} -> {r}" for n, r in sorted(
+        ((n, r) for n, r in zip(names, renumbered) if device_names.kind(n) == "gpu"),
+        key=lambda pair: device_names.index(pair[0])))
     logger.info("GPUs visible to this process: %s (of %d; the others are hidden)",
                 mapping or "none", len(physical))
     return renumbered
@@ -331,3 +424,16 @@ def configure_threads(names: Sequence[str], requested: int = AUTO_THREADS) -> Op
             ) from None
         return current or None
     return threads
+
+
+@contextlib.contextmanager
+def exact_float32() -> Iterator[None]:
+    """TF32 off inside the block, restored after: float32 matmuls and
+    convolutions in full float32 on GPUs (a no-op on CPUs), for checks that
+    compare replicas with one device."""
+    previous = tf.config.experimental.tensor_float_32_execution_enabled()
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    try:
+        yield
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(previous)

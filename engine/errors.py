@@ -37,3 +37,13 @@ class NonFinite(RunFailure):
     saved or exported, so the newest checkpoint is still the last good one;
     the message names the steps. A `RunFailure`: one line, exit status 1.
     """
+
+
+class UnrecoverableFailure(RunFailure):
+    """The run failed in a way no restart can fix (TensorFlow's `InternalError`
+    from an NCCL set-up or a dtype it lacks): the error is named as itself,
+    in one line, and the binaries exit with `exit_status` (3), which
+    `bin/launch --max_restarts` does not restart (`launch.launcher.NO_RESTART`).
+    """
+
+    exit_status = 3

@@ -100,7 +100,7 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
     task = task or ClassificationTask.from_config(config)
     role = tf_config.current_role()
     spec, connection = _strategy_for(config, role)
-    device_names = devices.parse_devices(config.devices)
+    device_names = devices.parse_devices(config.devices, virtual_gpus=config.virtual_gpus)
     if role.is_evaluator or role.task_type == tf_config.PS:
         # The sidecar evaluates on one device; a ps task only serves variables.
         device_names = devices.support_task_devices(device_names, role.name)
@@ -109,7 +109,8 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
     _check_divisible(config, replicas)
     # Logical CPU devices (and the thread pools) must be set up before anything
     # else touches TensorFlow.
-    device_names = devices.prepare_devices(device_names, memory_growth=config.gpu_memory_growth)
+    device_names = devices.prepare_devices(device_names, memory_growth=config.gpu_memory_growth,
+                                           virtual_gpus=config.virtual_gpus)
     intra_op_threads = devices.configure_threads(device_names, config.intra_op_threads)
     collective = None if role.is_evaluator else spec.create_collective(config, device_names)
     _prepare_task(config, task)

@@ -78,6 +78,9 @@ class StopRequest:
         """True when this process or, in a cluster, any worker was signalled."""
         if self._strategy is None:
             return self.requested
-        flag = tf.constant(1 if self.requested else 0, tf.int32)
+        # float32, not int32: it is the dtype the gradients already take through
+        # every collective (NCCL included), while TensorFlow keeps int32 tensors
+        # in host memory on GPUs, off the path the gradients' all-reduce takes.
+        flag = tf.constant(1.0 if self.requested else 0.0, tf.float32)
         values = self._strategy.experimental_distribute_values_from_function(lambda _: flag)
-        return int(self._strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None)) > 0
+        return float(self._strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None)) > 0.5

@@ -14,6 +14,7 @@ The supervision loop, for one launch::
         start every task (own process group, prefixed output)
         wait until
           - a cluster task (chief/worker/ps) fails -> stop all; restart or give up
+            (exit status 3, NO_RESTART: a failure no restart can fix -> give up)
           - every chief/worker exited 0          -> stop ps, wait for evaluator; done
             (with a chief and ps tasks, parameter-server training: the chief's
             exit 0 is the end, the workers are stopped with the ps tasks, and
@@ -55,6 +56,11 @@ from tfloop.launch.tf_config import (CHIEF, CLUSTER_JOBS, EVALUATOR, PS, WORKER,
 
 #: Exit status when the evaluator outlives `evaluator_timeout_s` (as timeout(1)).
 EXIT_EVALUATOR_TIMEOUT = 124
+
+#: A task's exit status that says a restart would fail the same way: bin/train's
+#: for `engine.errors.UnrecoverableFailure` (an NCCL set-up or dtype error), as
+#: opposed to 1 (a lost peer: restarting resumes). The cluster is not restarted.
+NO_RESTART = 3
 
 _POLL_S = 0.05
 #: Bound on waiting for killed processes to be reaped and their pipes to drain.
@@ -351,6 +357,11 @@ class Launcher:
                 return self._finish()
             status = exit_status(failed.poll())
             what = f"{failed.task.label} {describe_exit(failed.poll())}"
+            if attempt < attempts and status == NO_RESTART:
+                self._say(f"{what}, a failure a restart cannot fix; stopping the cluster "
+                          f"(not restarting); exit status {status}")
+                self._stop_all(first_signal=signal.SIGTERM)
+                return status
             if attempt < attempts:
                 self._say(f"{what}; restarting the cluster ({attempt}/{self.config.max_restarts})")
             else:

@@ -6,6 +6,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
+from tfloop import collectives
 from tfloop.collectives import device_names
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.strategies.registry import register
@@ -57,7 +58,11 @@ class CentralStorage(StrategySpec):
     `--collective=auto` is the strategy's own reduction onto the variables'
     device; the explicit collectives work too (they match one device in
     tests), but not the packing and compression wrappers, whose results
-    assume one copy per replica where central storage keeps one.
+    assume one copy per replica where central storage keeps one, nor nccl and
+    hierarchical_copy, which TF runs only when every replica receives the sum
+    on its own device: with central storage's one destination they silently
+    become reduce_to_one_device (proven by tracing in
+    tests/engine/test_central_storage.py).
     """
 
     name = "central_storage"
@@ -72,6 +77,13 @@ class CentralStorage(StrategySpec):
                 f"{wrappers[0]} does not apply to --strategy=central_storage, whose gradients "
                 "are reduced onto the one device that holds the variables; drop it, or use "
                 "--strategy=mirrored")
+        if collective != "auto" and collectives.resolve(collective).needs_replica_destinations:
+            raise ConfigError(
+                f"--collective={collective} does not apply to --strategy=central_storage: it "
+                "all-reduces only when every replica keeps a copy of the variables, and here "
+                "one device holds them, so TensorFlow would silently reduce onto it instead; "
+                "use --collective=auto (the same reduction, said plainly) or "
+                "reduce_to_one_device, or --strategy=mirrored")
         return "strategy" if collective == "auto" else collective
 
     def build(self, devices, **unused) -> tf.distribute.Strategy:

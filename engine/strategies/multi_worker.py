@@ -4,6 +4,18 @@ The all-reduce across machines is TensorFlow's collective ops inside
 `MultiWorkerMirroredStrategy`, so here `--collective` picks the collective
 *implementation* (and `--pack_bytes` its `bytes_per_pack`) of the strategy's
 `CommunicationOptions`; the trainer's all-reduce goes through the strategy.
+
+`--collective=auto` is NCCL when every local device is a (physical) GPU:
+TF's own AUTO runs the ring between GPUs too, since its collective resolver
+picks NCCL only when asked explicitly. Elsewhere (CPUs, virtual GPUs) auto is
+TF's choice, the ring. NCCL with bfloat16 gradients is refused up front (TF's
+NCCL manager reduces no bfloat16 and would fail at step 1).
+
+Errors: only what a dead or silent peer raises (unavailable, deadline
+exceeded, aborted, cancelled) is "lost the cluster", which restarting every
+task can fix. An `InternalError` (an NCCL set-up or dtype failure, say) is
+reported as itself, in one line, as a failure a restart cannot fix
+(`UnrecoverableFailure`, exit status 3, which `bin/launch` does not restart).
 """
 
 from __future__ import annotations
@@ -14,7 +26,8 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from tfloop.collectives import device_names
+from tfloop.collectives import device_names, gpus, nccl
+from tfloop.collectives.interface import CollectiveError
 from tfloop.engine import watchdog
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.strategies.registry import register
@@ -29,20 +42,35 @@ _IMPLEMENTATIONS = {
 
 #: How a collective reports a peer that died or stopped answering mid-step.
 PEER_LOST = (tf.errors.UnavailableError, tf.errors.CancelledError,
-             tf.errors.DeadlineExceededError, tf.errors.AbortedError, tf.errors.InternalError)
+             tf.errors.DeadlineExceededError, tf.errors.AbortedError)
+
+#: Failures of the collectives themselves (NCCL set-up, a dtype NCCL lacks):
+#: every restart would end the same way.
+UNRECOVERABLE = (tf.errors.InternalError,)
 
 #: How the strategy's constructor reports a cluster that cannot form.
 _NOT_FORMED = (tf.errors.DeadlineExceededError, tf.errors.UnavailableError,
                tf.errors.InternalError, tf.errors.AbortedError, tf.errors.UnknownError)
 
 
-def communication_options(config) -> tf.distribute.experimental.CommunicationOptions:
+def implementation_name(collective: str, devices: Sequence[str]) -> str:
+    """What `--collective` (auto, ring, nccl) means on these local devices:
+    auto is nccl when every one is a GPU of its own, else TF's auto (the ring)."""
+    if collective == "auto" and devices and all(
+            device_names.kind(d) == "gpu" for d in devices) and not gpus.sharing(devices):
+        return "nccl"
+    return collective
+
+
+def communication_options(config, devices: Sequence[str] = ()
+                          ) -> tf.distribute.experimental.CommunicationOptions:
     """The strategy's collective settings: implementation, packing, timeout."""
     return tf.distribute.experimental.CommunicationOptions(
         bytes_per_pack=config.pack_bytes,
         timeout_seconds=config.collective_timeout or None,
         implementation=_IMPLEMENTATIONS.get(
-            config.collective, tf.distribute.experimental.CommunicationImplementation.AUTO),
+            implementation_name(config.collective, devices),
+            tf.distribute.experimental.CommunicationImplementation.AUTO),
     )
 
 
@@ -53,6 +81,7 @@ class MultiWorker(StrategySpec):
     cluster_jobs = frozenset({"chief", "worker"})
     agrees_to_stop = True
     lost_peer_errors = PEER_LOST
+    unrecoverable_errors = UNRECOVERABLE
 
     def check(self, config, role) -> None:
         super().check(config, role)
@@ -74,6 +103,16 @@ class MultiWorker(StrategySpec):
         if collective == "nccl" and any(device_names.kind(d) != "gpu" for d in devices):
             raise ConfigError(
                 "--collective=nccl needs GPUs, but --devices are CPUs; use --collective=ring")
+        if implementation_name(collective, devices) == "nccl":
+            given = ("--collective=nccl" if collective == "nccl"
+                     else "--collective=auto (NCCL between GPUs)")
+            try:
+                if collective == "nccl":
+                    nccl.check_not_shared(devices, given=given)
+                if gradient_dtype != "float32":
+                    nccl.check_dtype(gradient_dtype, given=given)
+            except CollectiveError as error:
+                raise ConfigError(f"--strategy=multi_worker {error}") from None
         if num_packs:
             raise ConfigError(
                 f"--num_packs={num_packs} does not apply to --strategy=multi_worker; "
@@ -89,9 +128,12 @@ class MultiWorker(StrategySpec):
         if collective is None:
             return super().describe_collective(collective, config, devices)
         if config.collective == "auto":
-            on_cpus = all(device_names.kind(d) == "cpu" for d in devices)
-            implementation = "auto (TF's choice: ring on CPUs)" if on_cpus else \
-                "auto (TF's choice on GPUs)"
+            if implementation_name("auto", devices) == "nccl":
+                implementation = "NCCL (auto: every local device is a GPU)"
+            elif all(device_names.kind(d) == "cpu" for d in devices):
+                implementation = "auto (TF's choice: ring on CPUs)"
+            else:
+                implementation = "auto (TF's choice: ring on virtual GPUs)"
         else:
             implementation = config.collective
         options = [f"bytes_per_pack={config.pack_bytes}"] if config.pack_bytes else []
@@ -103,10 +145,11 @@ class MultiWorker(StrategySpec):
                 f"implementation {implementation}" + "".join(f", {o}" for o in options))
 
     def build(self, devices, *, config=None, role=NO_CLUSTER, connection=None):
-        gpu_ids = [device_names.index(d) for d in devices if device_names.kind(d) == "gpu"]
-        if gpu_ids:  # each worker replicates over the listed local GPUs only
-            gpus = tf.config.list_physical_devices("GPU")
-            tf.config.set_visible_devices([gpus[i] for i in gpu_ids], "GPU")
+        # Each worker replicates over the GPUs it sees, and it sees only the
+        # ones --devices names: `devices` are already renumbered by
+        # engine.devices.prepare_devices (setting the visible GPUs here again
+        # would take the renumbered /gpu:0 for physical GPU 0).
+        options = communication_options(config, devices)
         program = os.path.basename(sys.argv[0]) or "train"
         never_formed = (
             f"{program}: error: {role.name} waited {config.startup_timeout:g} s for the cluster "
@@ -118,7 +161,7 @@ class MultiWorker(StrategySpec):
             # The constructor blocks until every task has joined (see engine.watchdog).
             with watchdog.deadline(config.startup_timeout, never_formed):
                 return tf.distribute.MultiWorkerMirroredStrategy(
-                    communication_options=communication_options(config))
+                    communication_options=options)
         except _NOT_FORMED as error:
             reason = str(error).strip().splitlines()[0][:160]
             raise ConfigError(

@@ -14,6 +14,7 @@ which strategy it has. The engine calls a spec in this order::
     trainer = spec.build_trainer(plan, strategy=..., model=..., ...)
     StopRequest(strategy if spec.agrees_to_stop else None)
     except spec.lost_peer_errors: a peer died mid-run (one line, exit 1)
+    except spec.unrecoverable_errors: no restart can help (one line, exit 3)
 
 Adding a strategy is one module in this package: a subclass that overrides
 what differs from a single-process, all-reducing strategy, and `register`.
@@ -70,6 +71,9 @@ class StrategySpec(abc.ABC):
     #: Errors that mean a peer process died mid-run (reported in one line,
     #: exit 1, rather than as a bug).
     lost_peer_errors: ClassVar[tuple[type[Exception], ...]] = ()
+    #: Errors that mean the run can never work as asked (an NCCL set-up
+    #: failure): reported as themselves in one line, exit 3, not restarted.
+    unrecoverable_errors: ClassVar[tuple[type[Exception], ...]] = ()
 
     def check(self, config: Any, role: tf_config.Role) -> None:
         """Refuses a TF_CONFIG role this strategy does not run as."""

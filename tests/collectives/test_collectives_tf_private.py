@@ -50,3 +50,13 @@ def test_no_other_module_imports_tensorflow_python():
         if path.name != "_tf_private.py" and "tensorflow.python" in path.read_text()
     ]
     assert offenders == []
+
+
+def test_op_dtypes_reads_the_op_registry():
+    """NcclAllReduce is registered in every build (its kernel is GPU-only),
+    and TF 2.21 lists float16/32/64 and int32/64: no bfloat16."""
+    nccl = _tf_private.op_dtypes("NcclAllReduce")
+    assert tf.float32 in nccl and tf.float16 in nccl
+    assert tf.bfloat16 not in nccl
+    assert tf.bfloat16 in _tf_private.op_dtypes("CollectiveReduceV2")
+    assert _tf_private.op_dtypes("NoSuchOp") == ()

@@ -9,7 +9,14 @@ from tfloop.collectives import device_names
 
 @pytest.mark.parametrize("item, name", [
     ("gpu:0", "/gpu:0"), (" GPU:1 ", "/gpu:1"), ("/cpu:3", "/cpu:3"), ("cpu:007", "/cpu:7"),
-    ("tpu:0", None), ("gpu0", None), ("gpu:", None), ("", None), ("/device:GPU:0", None),
+    ("tpu:0", None), ("gpu0", None), ("gpu:", None), ("", None),
+    # TensorFlow's own spellings of a local device (tf.config, tensor.device):
+    ("/device:GPU:0", "/gpu:0"), ("device:CPU:2", "/cpu:2"),
+    ("/job:localhost/replica:0/task:0/device:GPU:1", "/gpu:1"),
+    ("/job:localhost/replica:0/task:0/device:CPU:0", "/cpu:0"),
+    # ... but not another task's device, a TPU, or a name without an index:
+    ("/job:worker/replica:0/task:1/device:GPU:0", None), ("/device:TPU:0", None),
+    ("/device:GPU", None), ("/job:localhost/device:GPU:x", None),
 ])
 def test_canonical_accepts_cpu_and_gpu_numbers_only(item, name):
     assert device_names.canonical(item) == name

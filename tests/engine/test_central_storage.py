@@ -76,3 +76,42 @@ def test_collective_flags_that_do_not_apply_are_refused(cpu_devices, strategy, k
     with pytest.raises(ConfigError) as error:
         strategies.get(strategy).collective_name(collective, cpu_devices, **kwargs)
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_tf_reduces_nccl_and_hierarchical_copy_onto_one_device_for_one_destination():
+    """Why central_storage refuses them: traced with GPU names, a sum whose
+    destination is one variable on the CPU (central storage's layout) has no
+    NcclAllReduce: TF swapped in a reduction onto that device (AddN)."""
+    from tfloop import collectives
+    from tfloop.collectives import _tf_private
+
+    graph = tf.Graph()
+    with graph.as_default():
+        parts = []
+        for i in range(2):
+            with tf.device(f"/gpu:{i}"):
+                parts.append(tf.ones([4]))
+        value = _tf_private.per_replica(parts)
+        with tf.device("/cpu:0"):
+            variable = tf.Variable(tf.zeros([4]))
+        for name in ("nccl", "hierarchical_copy"):
+            collective = collectives.create(name, devices=["/gpu:0", "/gpu:1"])
+            assert collective.needs_replica_destinations
+            (summed,) = collective.batch_all_reduce([value], [variable])
+            assert summed.device.endswith("CPU:0")
+        ops = {op.type for op in graph.get_operations()}
+    assert "NcclAllReduce" not in ops and "AddN" in ops
+
+
+@pytest.mark.parametrize("collective", ["nccl", "hierarchical_copy"])
+@pytest.mark.parametrize("devices", [["/gpu:0", "/gpu:1"], ["/cpu:0", "/cpu:1"]])
+def test_central_storage_refuses_collectives_it_would_silently_replace(collective, devices):
+    with pytest.raises(ConfigError) as error:
+        strategies.get("central_storage").collective_name(collective, devices)
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith(f"--collective={collective} does not apply to "
+                              "--strategy=central_storage")
+    assert "silently reduce onto it" in message and "--collective=auto" in message
+    assert strategies.get("central_storage").collective_name(
+        "reduce_to_one_device", devices) == "reduce_to_one_device"

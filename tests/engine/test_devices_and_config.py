@@ -15,6 +15,17 @@ def test_parse_devices_canonicalizes():
     assert devices.parse_devices("") == ["/cpu:0"]  # no GPU on the test machines
 
 
+def test_parse_devices_accepts_tensorflows_own_spellings():
+    """What tf.config and tensor.device print can be pasted into --devices."""
+    spec = "/job:localhost/replica:0/task:0/device:GPU:0,/device:GPU:1,GPU:2,/device:CPU:0"
+    assert devices.parse_devices(spec) == ["/gpu:0", "/gpu:1", "/gpu:2", "/cpu:0"]
+    with pytest.raises(ConfigError, match="/device:GPU:0.* listed more than once|gpu:0 listed"):
+        devices.parse_devices("gpu:0,/device:GPU:0")
+    with pytest.raises(ConfigError) as error:
+        devices.parse_devices("/job:worker/replica:0/task:1/device:GPU:0")
+    assert "is not a device of this process" in str(error.value)
+
+
 @pytest.mark.parametrize("spec, message", [
     ("tpu:0", "is not a device"),
     ("gpu0", "is not a device"),
@@ -95,6 +106,7 @@ def test_strategy_mistakes(name, devs, message):
     ("eval_steps", 0, "or -1 for the whole eval split"),
     ("learning_rate", 0.0, "must be a positive number"),
     ("mode", "fit", "is not a mode"),
+    ("virtual_gpus", -1, "--virtual_gpus=-1 must be 0 or more"),
 ])
 def test_config_is_validated_at_construction(field, value, message):
     with pytest.raises(ConfigError) as error:
@@ -163,3 +175,59 @@ def test_collective_options_are_checked_at_construction_by_the_collectives(field
     with pytest.raises(collectives.CollectiveError) as error:
         RunConfig(**{field: value})
     assert message in str(error.value)
+
+
+def test_virtual_gpus_are_refused_without_a_gpu():
+    with pytest.raises(ConfigError) as error:
+        devices.prepare_devices(["/cpu:0"], virtual_gpus=2)
+    message = str(error.value)
+    assert message.startswith("--virtual_gpus=2 splits each GPU, but TensorFlow sees no GPU")
+    assert "\n" not in message
+
+
+def test_bin_train_virtual_gpus_here_is_one_line_and_writes_nothing(tmp_path):
+    from helpers import assert_one_line_error, run_bin
+
+    result = run_bin("train", "--virtual_gpus=2", "--devices=gpu:0,gpu:1",
+                     f"--model_dir={tmp_path / 'run'}")
+    assert_one_line_error(result, contains="--virtual_gpus=2 splits each GPU, but TensorFlow "
+                                           "sees no GPU on this machine")
+    assert not (tmp_path / "run").exists()
+
+
+def test_virtual_gpus_share_the_memory_of_the_smallest_gpu():
+    assert devices.virtual_gpu_memory_mb(2, 81559) == 36701  # an H100 80GB in two
+    assert devices.virtual_gpu_memory_mb(4, 16384) == 3686
+    assert devices.virtual_gpu_memory_mb(2, None) == devices.FALLBACK_VIRTUAL_GPU_MB
+
+
+def test_logical_gpus_are_counted_where_they_are_configured(monkeypatch):
+    """gpu:3 exists on two physical GPUs split in two; the check counts logical GPUs."""
+    from tfloop.collectives import gpus
+
+    monkeypatch.setattr(gpus, "logical_split", lambda physical=None: [2, 2])
+    devices.prepare_devices(["/gpu:3"])
+    with pytest.raises(ConfigError, match="gpu:4 does not exist; this machine has 4 GPU"):
+        devices.prepare_devices(["/gpu:4"])
+    assert devices.parse_devices("") == ["/gpu:0", "/gpu:1", "/gpu:2", "/gpu:3"]
+
+
+def test_virtual_gpus_keep_their_physical_gpu_visible_and_are_renumbered(monkeypatch):
+    """Two physical GPUs split in two: gpu:2 and gpu:3 are physical GPU 1's
+    halves, so only GPU 1 stays visible and they become /gpu:0 and /gpu:1."""
+    from test_gpu_devices import FakeGPUs
+
+    fake = FakeGPUs(monkeypatch, 2)
+    halves = [tf.config.LogicalDeviceConfiguration(memory_limit=1024)] * 2
+    monkeypatch.setattr(tf.config, "get_logical_device_configuration", lambda gpu: halves)
+    assert devices.prepare_devices(["/gpu:3", "/gpu:2"]) == ["/gpu:1", "/gpu:0"]
+    assert fake.visible_ids == [1]
+    assert devices.prepare_devices(["/gpu:1", "/gpu:2"]) == ["/gpu:1", "/gpu:2"]
+    assert fake.visible_ids == [0, 1]
+
+
+def test_exact_float32_turns_tf32_off_and_restores_it():
+    before = tf.config.experimental.tensor_float_32_execution_enabled()
+    with devices.exact_float32():
+        assert not tf.config.experimental.tensor_float_32_execution_enabled()
+    assert tf.config.experimental.tensor_float_32_execution_enabled() == before

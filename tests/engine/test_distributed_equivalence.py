@@ -14,6 +14,7 @@ import tensorflow as tf
 from tfloop import collectives
 from tfloop import inputs
 from tfloop import models
+from tfloop.engine import devices as engine_devices
 from tfloop.engine.trainer import Trainer
 
 GLOBAL_BATCH = 64
@@ -26,6 +27,7 @@ def _strategy(devices):
     return tf.distribute.MirroredStrategy(devices)
 
 
+@engine_devices.exact_float32()  # TF32 off: GPUs would round float32 matmuls to TF32
 def train_weights(devices, *, model="mlp", collective="reduce_to_one_device", steps=STEPS,
                   optimizer=lambda: keras.optimizers.SGD(0.1), make_strategy=_strategy,
                   **collective_options):

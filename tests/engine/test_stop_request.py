@@ -76,3 +76,24 @@ def test_a_signal_in_the_last_loop_lets_the_run_finish(tmp_path):
         request.uninstall()
     assert trainer.loop_ends == [3, 6, 9]
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-9")
+
+
+def test_the_stop_flag_is_summed_as_float32(cpu_devices):
+    """What multi_worker all-reduces each loop: float32, the dtype every
+    collective (NCCL included) reduces on GPUs; int32 lives in host memory there."""
+    strategy = tf.distribute.MirroredStrategy(cpu_devices[:2])
+    reduced = []
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(strategy, name)
+
+        def reduce(self, op, value, axis):
+            reduced.append({part.dtype for part in value.values})
+            return strategy.reduce(op, value, axis=axis)
+
+    request = StopRequest(Spy())
+    assert request.agreed() is False
+    request.requested = True
+    assert request.agreed() is True
+    assert reduced == [{tf.float32}, {tf.float32}]

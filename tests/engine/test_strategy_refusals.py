@@ -64,3 +64,112 @@ def test_bin_train_tpu_without_a_tpu_is_one_line(tmp_path):
     assert result.returncode == 2
     assert_one_line_error(result, contains="--strategy=tpu found no TPU")
     assert not (tmp_path / "run").exists()
+
+
+# --- multi_worker on GPUs (issue 15): NCCL where it helps, refused where it cannot run ---
+
+GPU_PAIR = ["/gpu:0", "/gpu:1"]
+
+
+def _multi_worker():
+    from tfloop.engine import strategies
+
+    return strategies.get("multi_worker")
+
+
+@pytest.mark.parametrize("collective, devices, implementation", [
+    ("auto", GPU_PAIR, "NCCL"),      # TF's AUTO would run the ring between GPUs
+    ("auto", ["/cpu:0"], "AUTO"),
+    ("ring", GPU_PAIR, "RING"),
+    ("nccl", GPU_PAIR, "NCCL"),
+])
+def test_multi_worker_auto_is_nccl_when_every_local_device_is_a_gpu(
+        collective, devices, implementation):
+    import tensorflow as tf
+    from tfloop.engine.strategies import multi_worker
+
+    config = RunConfig(strategy="multi_worker", collective=collective, pack_bytes=1 << 20)
+    options = multi_worker.communication_options(config, devices)
+    assert options.implementation == getattr(
+        tf.distribute.experimental.CommunicationImplementation, implementation)
+    assert options.bytes_per_pack == 1 << 20
+    spec = _multi_worker()
+    assert spec.collective_name(collective, devices) == "strategy"
+    described = spec.describe_collective(object(), config, devices)
+    if collective == "auto" and devices == GPU_PAIR:
+        assert "implementation NCCL (auto: every local device is a GPU)" in described
+
+
+def test_multi_worker_auto_on_virtual_gpus_stays_tfs_ring(monkeypatch):
+    import tensorflow as tf
+    from tfloop.collectives import gpus
+    from tfloop.engine.strategies import multi_worker
+
+    monkeypatch.setattr(gpus, "logical_split", lambda physical=None: [2])
+    options = multi_worker.communication_options(RunConfig(strategy="multi_worker"), GPU_PAIR)
+    assert options.implementation == tf.distribute.experimental.CommunicationImplementation.AUTO
+    with pytest.raises(ConfigError, match="virtual GPUs on one physical GPU"):
+        _multi_worker().collective_name("nccl", GPU_PAIR)
+    _multi_worker().collective_name("auto", GPU_PAIR, gradient_dtype="bfloat16")  # the ring: fine
+
+
+@pytest.mark.parametrize("collective", ["auto", "nccl"])
+def test_multi_worker_nccl_with_bfloat16_is_refused_in_one_line(collective):
+    with pytest.raises(ConfigError) as raised:
+        _multi_worker().collective_name(collective, GPU_PAIR, gradient_dtype="bfloat16")
+    message = str(raised.value)
+    assert "\n" not in message and message.startswith("--strategy=multi_worker --collective=")
+    assert "--gradient_dtype=float16" in message and "--collective=ring" in message
+    _multi_worker().collective_name(collective, GPU_PAIR, gradient_dtype="float16")
+    _multi_worker().collective_name("auto", ["/cpu:0"], gradient_dtype="bfloat16")
+
+
+def test_only_a_silent_peer_is_a_lost_peer():
+    import tensorflow as tf
+    from tfloop.engine.strategies import multi_worker
+
+    assert tf.errors.InternalError not in multi_worker.PEER_LOST
+    assert set(multi_worker.PEER_LOST) == {
+        tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError,
+        tf.errors.CancelledError}
+    assert _multi_worker().unrecoverable_errors == (tf.errors.InternalError,)
+
+
+_FAILING_TASK = '''
+import tensorflow as tf
+from examples.regression import Regression
+from tfloop.engine import trainer
+
+
+def _nccl_fails(self, num_steps):
+    raise tf.errors.InternalError(None, None, "ncclCommInitRank failed: unhandled cuda error")
+
+
+# What TensorFlow raises from the first step when NCCL cannot set up: injected
+# where the compiled loop runs (no CPU op raises an InternalError on demand).
+trainer.Trainer.train = _nccl_fails
+NcclFails = Regression
+'''
+
+
+def test_an_internal_error_is_itself_in_one_line_exit_3_not_lost_the_cluster(tmp_path):
+    """Before: "lost the cluster" and exit 1, which bin/launch --max_restarts
+    restarts forever; now the error by name, exit 3 (launch.launcher.NO_RESTART)."""
+    import os
+
+    from tfloop.engine.errors import UnrecoverableFailure
+    from tfloop.launch import launcher
+
+    assert UnrecoverableFailure.exit_status == launcher.NO_RESTART == 3
+    (tmp_path / "nccl_fails.py").write_text(_FAILING_TASK)
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    result = run_bin("train", "--strategy=multi_worker", "--devices=cpu:0",
+                     "--task=nccl_fails:NcclFails", "--train_steps=2", "--steps_per_loop=1",
+                     "--global_batch_size=8", f"--model_dir={tmp_path / 'run'}",
+                     env={"PYTHONPATH": path})
+    assert result.returncode == 3, result.stderr
+    lines = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "failed at step 0 with InternalError: ncclCommInitRank failed" in lines[0]
+    assert "not a lost peer: a restart would fail the same way" in lines[0]
+    assert "lost the cluster" not in result.stderr

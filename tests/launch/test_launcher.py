@@ -210,6 +210,23 @@ def test_cluster_restarts_with_fresh_ports_after_a_failure(tmp_path):
     assert len(clusters) == 2 and clusters[0] != clusters[1]
 
 
+def test_exit_status_3_is_not_restarted(tmp_path):
+    """3 is bin/train's status for a failure a restart cannot fix (an NCCL
+    InternalError): the cluster stops at once, whatever --max_restarts says."""
+    command = _script(tmp_path, """
+        record(f"started-{NAME}-{time.time()}", "")
+        if NAME == "worker1":
+            sys.exit(3)
+        time.sleep(60)
+    """)
+    result = _launch("--num_workers=2", "--max_restarts=2", "--", *command)
+    assert result.returncode == launcher.NO_RESTART == 3, result.stderr
+    assert "worker:1 exited with status 3, a failure a restart cannot fix; stopping the " \
+        "cluster (not restarting); exit status 3" in result.stderr
+    assert "restarting" not in result.stderr.replace("not restarting", "")
+    assert len([p for p in os.listdir(tmp_path) if p.startswith("started-worker1")]) == 1
+
+
 def test_signal_death_exhausts_restarts(tmp_path):
     command = _script(tmp_path, """
         if NAME == "worker1":
