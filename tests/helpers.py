@@ -131,3 +131,25 @@ def assert_one_line_error(result, *, contains: str = "") -> str:
     assert len(error_lines) == 1, result.stderr
     assert contains in error_lines[0], error_lines[0]
     return error_lines[0]
+
+
+def process_alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def replica_values(strategy) -> list:
+    """Two per-replica tensors, shapes (3, 2) and (5,): replica r holds r + 1
+    and 10 (r + 1), so their sums are known in closed form."""
+    import tensorflow as tf
+
+    def value_fn(ctx):
+        r = ctx.replica_id_in_sync_group
+        with tf.device(strategy.extended.worker_devices[r]):
+            return [tf.fill([3, 2], float(r + 1)), tf.fill([5], 10.0 * (r + 1))]
+
+    return list(strategy.experimental_distribute_values_from_function(value_fn))

@@ -8,15 +8,7 @@ import subprocess
 import sys
 import time
 
-from helpers import REPO
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+from helpers import REPO, process_alive
 
 
 def test_kill_9_of_the_launcher_stops_every_training_worker(tmp_path):
@@ -39,16 +31,16 @@ def test_kill_9_of_the_launcher_stops_every_training_worker(tmp_path):
         for line in launcher.stdout:  # both workers train: a step is done
             if "train step" in line or time.monotonic() > deadline:
                 break
-        assert all(_alive(pid) for pid in pids.values())
+        assert all(process_alive(pid) for pid in pids.values())
         launcher.send_signal(signal.SIGKILL)
         launcher.wait(timeout=10)
     finally:
         if launcher.poll() is None:
             launcher.kill()
     deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
+    while any(process_alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    survivors = {name: pid for name, pid in pids.items() if _alive(pid)}
+    survivors = {name: pid for name, pid in pids.items() if process_alive(pid)}
     for pid in survivors.values():  # leave nothing behind on failure either
         os.kill(pid, signal.SIGKILL)
     assert survivors == {}

@@ -16,17 +16,9 @@ import time
 
 import tensorflow as tf
 
-from helpers import start_bin
+from helpers import process_alive, start_bin
 
 TRAIN_STEPS = 300
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_chief_two_workers_one_ps_train_and_survive_a_dead_worker(tmp_path):
@@ -82,4 +74,4 @@ def test_chief_two_workers_one_ps_train_and_survive_a_dead_worker(tmp_path):
     assert os.path.exists(f"{model_dir}/ckpt-100.index")
 
     pids = [int(p) for p in re.findall(r"=(\d+)", re.search(r"pids: (.*)", err).group(1))]
-    assert len(pids) == 4 and not [p for p in pids if _alive(p)]
+    assert len(pids) == 4 and not [p for p in pids if process_alive(p)]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.helpers import run_bin
+from helpers import replica_values, run_bin
 from tfloop import collectives
 from tfloop.collectives import checked
 from tfloop.engine.config import RunConfig
@@ -30,12 +30,7 @@ def two_replicas(cpu_devices):
     devices = cpu_devices[:2]
     strategy = tf.distribute.MirroredStrategy(devices)
 
-    def value_fn(ctx):
-        r = ctx.replica_id_in_sync_group
-        with tf.device(strategy.extended.worker_devices[r]):
-            return [tf.fill([3, 2], float(r + 1)), tf.fill([5], 10.0 * (r + 1))]
-
-    values = list(strategy.experimental_distribute_values_from_function(value_fn))
+    values = replica_values(strategy)
     with strategy.scope():
         variables = [tf.Variable(tf.zeros([3, 2]), name="kernel"),
                      tf.Variable(tf.zeros([5]), name="bias")]

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from helpers import replica_values
 from tfloop import collectives
 from tfloop.collectives import registry
 
@@ -139,12 +140,7 @@ def test_user_collective_by_module_and_class(plugin_path, cpu_devices, cls):
 
     strategy = tf.distribute.MirroredStrategy(cpu_devices)
 
-    def value_fn(ctx):
-        r = ctx.replica_id_in_sync_group
-        with tf.device(strategy.extended.worker_devices[r]):
-            return [tf.fill([3, 2], float(r + 1)), tf.fill([5], 10.0 * (r + 1))]
-
-    values = list(strategy.experimental_distribute_values_from_function(value_fn))
+    values = replica_values(strategy)
     with strategy.scope():
         reduced = collective.batch_all_reduce(values, values)
     for result, want in zip(reduced, (10.0, 100.0)):
