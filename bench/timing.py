@@ -101,9 +101,9 @@ def time_interleaved(make_loops: Callable[[], list], schedule: Schedule) -> tupl
         warmup = tf.constant(max(schedule.warmup, 1))
         fastest = math.inf
         for loop in loops:
-            loop(warmup)  # Traces, and warms up.
+            fetched(loop(warmup))  # Traces, and warms up.
             start = time.perf_counter()
-            loop(warmup)
+            fetched(loop(warmup))
             fastest = min(fastest, (time.perf_counter() - start) / int(warmup))
         iters = max(schedule.iters,
                     math.ceil(schedule.min_sample_ms / 1e3 / max(fastest, 1e-9)))
@@ -111,9 +111,23 @@ def time_interleaved(make_loops: Callable[[], list], schedule: Schedule) -> tupl
         for r in range(schedule.repeats):
             for k in rotated(range(len(loops)), r):
                 start = time.perf_counter()
-                loops[k](n)
+                fetched(loops[k](n))
                 samples[k].append((time.perf_counter() - start) / iters)
     return [Timing(min(s), statistics.median(s)) for s in samples], loops
+
+
+def fetched(result):
+    """`result` with every tensor in it copied to the host.
+
+    A `tf.function` call returns once its kernels are queued; on a GPU they
+    run on after it, and a clock stopped at the return would miss them. A
+    copy to the host waits for them, so timed loops return something small
+    to fetch (`allreduce.chained_loop`: one element per device).
+    """
+    for tensor in tf.nest.flatten(result):
+        if isinstance(tensor, tf.Tensor):
+            tensor.numpy()
+    return result
 
 
 def collect_garbage(progress: Progress) -> None:

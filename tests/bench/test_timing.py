@@ -30,6 +30,33 @@ def test_time_interleaved_rotates_and_rebuilds_each_round():
         assert 0 <= t.best <= t.median
 
 
+def test_every_timed_call_is_fetched_before_the_clock_stops(monkeypatch):
+    """A GPU kernel outlives the call that queued it: each sample copies the
+    loop's result to the host inside the timed section."""
+    events = []
+
+    def loop(n):
+        events.append("call")
+        return ("result", int(n))
+
+    monkeypatch.setattr(timing.time, "perf_counter",
+                        lambda: events.append("clock") or float(len(events)))
+    monkeypatch.setattr(timing, "fetched", lambda result: events.append(("fetched", result)))
+    schedule = timing.Schedule(rounds=1, repeats=2, warmup=1, iters=3, min_sample_ms=0)
+    timing.time_interleaved(lambda: [loop], schedule)
+    timed = [events[i:i + 4] for i, e in enumerate(events) if e == "clock"][-2:]
+    # the last sample: clock, call, fetched, clock
+    assert timed[0] == ["clock", "call", ("fetched", ("result", 3)), "clock"]
+    assert [e for e in events if isinstance(e, tuple)] == [
+        ("fetched", ("result", 1))] * 2 + [("fetched", ("result", 3))] * 2
+
+
+def test_fetched_copies_tensors_and_passes_other_values():
+    import tensorflow as tf
+    result = [tf.constant([1.0]), None, 3]
+    assert timing.fetched(result) is result
+
+
 def test_matmul_rate_is_positive(cpu_devices):
     assert timing.matmul_gflops(cpu_devices[:2], size=64, iters=2, repeats=1) > 0
     assert "TensorFlow" in timing.machine_description()
