@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import collections
 import io
+import logging
 import os
 import posixpath
 import re
@@ -56,8 +57,10 @@ from typing import Any, Callable, Optional
 import keras
 import tensorflow as tf
 
-from tfloop.engine import checkpointing, export
+from tfloop.engine import checkpoint_files, checkpointing, export
 from tfloop.engine.errors import ConfigError
+
+logger = logging.getLogger(__name__)
 
 _KERAS_WEIGHTS_IN_ARCHIVE = "model.weights.h5"
 _OPTIMIZER_GROUP = "optimizer"  # where Keras writes a compiled model's optimizer state
@@ -99,6 +102,16 @@ def _find_source(path: str) -> tuple[str, str]:
     if gfile.exists(prefix + ".index"):  # first: ram:// calls any prefix of a file a folder
         return "checkpoint", prefix
     if gfile.isdir(path):
+        found = checkpoint_files.survey(path, strict=False)  # a run folder: its newest that reads
+        if found.newest:
+            if found.damaged:
+                logger.info("--init_from=%s: %s", path, found.skip_line("starting from"))
+            return "checkpoint", found.newest
+        if found.damaged:
+            reasons = "; ".join(f"{d.name}: {d.reason}" for d in found.damaged[:3])
+            raise ConfigError(
+                f"--init_from={path} holds checkpoints and none of them reads ({reasons}); "
+                "point --init_from at an intact checkpoint (.../ckpt-N) or an export")
         state = posixpath.join(path, "checkpoint")
         if gfile.exists(state) and not gfile.isdir(state):
             latest = tf.train.latest_checkpoint(path)

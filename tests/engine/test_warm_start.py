@@ -9,6 +9,8 @@ refusal is one line that names the first offending variable, and leaves the
 model untouched.
 """
 
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -145,6 +147,32 @@ def test_a_model_dir_loads_its_latest_checkpoint(tmp_path, strategy, make, count
 
     assert said == f"model weights of {root}/ckpt-20 ({count} variables)"
     assert_weights(model, saved[20])
+
+
+def test_a_model_dir_whose_newest_checkpoint_is_damaged_loads_the_newest_that_reads(
+        tmp_path, strategy, caplog):
+    root = str(tmp_path / "run")
+    saved = write_run(root, mlp(), steps=[10, 20])
+    with open(f"{root}/ckpt-20.index", "wb") as f:
+        f.write(b"not an index")
+    model = build_under(strategy, mlp)
+    randomize(model, seed=99)
+
+    with caplog.at_level("INFO"):
+        said = load_initial_weights(model, root)
+
+    assert said == f"model weights of {root}/ckpt-10 (4 variables)"
+    assert_weights(model, saved[10])
+    assert "ckpt-20 is damaged" in caplog.text and "starting from ckpt-10" in caplog.text
+    for step in (10, 20):  # --init_from only reads: nothing moved
+        assert os.path.exists(f"{root}/ckpt-{step}.index")
+
+    with open(f"{root}/ckpt-10.index", "wb") as f:
+        f.write(b"not an index")
+    with pytest.raises(ConfigError) as error:
+        load_initial_weights(model, root)
+    assert_one_line_refusal(error, f"--init_from={root} holds checkpoints and none of them reads",
+                            "ckpt-20:", "ckpt-10:")
 
 
 @pytest.mark.parametrize("suffix", ["", ".index"])
