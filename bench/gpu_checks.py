@@ -103,8 +103,8 @@ def environment(*, dry_run: bool, **_: Any) -> Outcome:
     if wrong:
         return FAIL, f"a float64 matmul on {', '.join(wrong)} differs from NumPy's", numbers
     if dry_run:
-        return PASS, (f"no GPU visible ({reason or 'TensorFlow registers none'}); "
-                      "the matmul ran on cpu:0"), numbers
+        return PASS, ("CPU dry run: TensorFlow registers no GPU" + (f" ({reason})" if reason else "")
+                      + "; the matmul ran on cpu:0"), numbers
     if not gpus:
         return FAIL, reason or "TensorFlow registers no GPU", numbers
     return PASS, f"TensorFlow registers {len(gpus)} GPU(s) and runs a matmul on each", numbers
