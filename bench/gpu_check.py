@@ -17,10 +17,13 @@ TensorFlow has no native kernels for):
      nccl_refused           --collective=nccl on virtual GPUs: one line
   5. multi_worker           2+ GPUs: bin/launch --num_workers=2 --gpus_per_task=1,
                             and the implementation each worker's start-up line names
+  6. gpu_tests              in a checkout: the suite's `@pytest.mark.gpu` tests,
+                            GPUs visible (the CPU suite deselects them)
 
 A check that does not apply (one GPU: no NCCL busbw) is skipped with the
 reason. Without a GPU the same checks run on logical CPUs (the CPU dry run,
-about a minute): cpu:0..cpu:3 stand in for GPUs, NCCL only as its refusal.
+about a minute): cpu:0..cpu:3 stand in for GPUs, NCCL only as its refusal,
+the gpu tests only collected.
 
 Each check runs in its own process (`bench.gpu_checks`), with a timeout, its
 log and runs in `output_dir/checks/<name>/`; the report (`report.json`,
@@ -115,6 +118,10 @@ def plan(*, gpus: int, bin_dir: str, timeout: float = 0.0) -> list[Check]:
                          "timeout": own(900, 200) - 10},
         own(900, 200), "" if dry or gpus >= 2 else
         f"needs 2 GPUs, one per worker (NCCL runs one rank per GPU); this machine has {gpus}"))
+    checks.append(Check(
+        "gpu_tests", "the suite's tests marked gpu (pytest -m gpu)", "gpu_tests",
+        {"repo": os.path.dirname(os.path.abspath(bin_dir)), "timeout": own(900, 200) - 10},
+        own(900, 200)))
     return checks
 
 

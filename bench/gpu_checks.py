@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tfloop.bench.check_report import FAIL, PASS
+from tfloop.bench.check_report import FAIL, PASS, SKIPPED
 from tfloop.collectives import CollectiveError
 from tfloop.engine import devices as engine_devices
 from tfloop.engine.config import RunConfig
@@ -297,7 +297,46 @@ def multi_worker(*, devices: Sequence[str], work_dir: str, bin_dir: str, steps: 
     return PASS, f"2 workers trained {steps} steps with collective {expected}", numbers
 
 
+# --- The suite's GPU tests (`@pytest.mark.gpu`). ---
+
+_PYTEST_COUNTS = re.compile(r"(\d+) (passed|failed|errors?|skipped|deselected|selected)")
+
+
+def gpu_tests(*, dry_run: bool, repo: str, timeout: float, **_: Any) -> Outcome:
+    """The tests marked `gpu` (deselected from the CPU suite), run with the
+    GPUs visible (`TFLOOP_TEST_GPUS=1`); in the dry run only collected, which
+    proves the marker selects them."""
+    tests = os.path.join(repo, "tests")
+    if not os.path.isdir(tests):
+        return SKIPPED, f"no tests/ beside bin/ in {repo}: not a checkout", {}
+    command = [sys.executable, "-m", "pytest", "-m", "gpu", "-n", "0", "-q",
+               "-p", "no:cacheprovider", tests]
+    if dry_run:
+        command.append("--collect-only")
+    env = dict(os.environ)
+    if not dry_run:
+        env["TFLOOP_TEST_GPUS"] = "1"
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=repo,
+                          env=env)
+    print(done.stdout[-20000:], flush=True)
+    print(done.stderr[-20000:], file=sys.stderr, flush=True)
+    summary = (done.stdout.strip().splitlines() or [""])[-1]
+    counts = {kind: int(n) for n, kind in _PYTEST_COUNTS.findall(summary)}
+    numbers = {"command": " ".join(command[1:]), "exit_status": done.returncode,
+               "summary": summary, **counts}
+    if dry_run:
+        collected = re.search(r"(\d+)(?:/\d+)? tests? collected", summary)
+        ran = int(collected.group(1)) if collected else 0
+        if done.returncode != 0 or not ran:
+            return FAIL, f"collecting the gpu tests failed: {summary or done.returncode}", numbers
+        return PASS, f"{ran} gpu test(s) collected (not run: they need a GPU)", numbers
+    if done.returncode != 0 or not counts.get("passed"):
+        return FAIL, f"pytest -m gpu: {summary or done.returncode}", numbers
+    return PASS, f"pytest -m gpu: {summary}", numbers
+
+
 BODIES: dict[str, Callable[..., Outcome]] = {
+    "gpu_tests": gpu_tests,
     "environment": environment, "training": training, "equivalence": equivalence,
     "nccl_refused": nccl_refused, "busbw": busbw, "multi_worker": multi_worker,
 }

@@ -16,7 +16,8 @@ from tfloop.bench import check_report, gpu_check
 from tfloop.bench.check_report import CheckResult, Report
 
 CHECKS = ["environment", "training_plain", "training_xla", "training_mixed_float16",
-          "equivalence_gpus", "busbw", "equivalence_virtual_gpus", "nccl_refused", "multi_worker"]
+          "equivalence_gpus", "busbw", "equivalence_virtual_gpus", "nccl_refused", "multi_worker",
+          "gpu_tests"]
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +68,9 @@ def test_the_dry_run_numbers_are_those_of_real_runs(dry_run):
     assert worker["exit_status"] == 0 and worker["step"] == 20 and worker["num_replicas"] == 2
     assert sorted(worker["implementation"]) == ["worker:0", "worker:1"]
     assert all("ring" in text for text in worker["implementation"].values())
+    assert numbers["gpu_tests"]["exit_status"] == 0
+    assert "--collect-only" in numbers["gpu_tests"]["command"]  # GPU tests need a GPU to run
+    assert "tests collected" in numbers["gpu_tests"]["summary"]
     for name in CHECKS:  # each check's log kept beside the report
         assert os.path.getsize(output_dir / "checks" / name / "log.txt") > 0
 
