@@ -34,3 +34,7 @@ def convert_to_tfrecord() -> None:
 
 def export() -> None:
     _run("export")
+
+
+def gpu_check() -> None:
+    _run("gpu_check")
