@@ -14,7 +14,8 @@ from tfloop import models
 from tfloop.engine import strategies
 from tfloop.launch import tf_config
 from tfloop.engine.errors import ConfigError
-from test_distributed_equivalence import max_relative_difference, train_weights
+from test_distributed_equivalence import train_weights
+from tfloop.bench.gpu_checks import max_relative_difference
 
 
 def _central_storage(devices):

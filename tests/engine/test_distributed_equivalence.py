@@ -14,6 +14,7 @@ import tensorflow as tf
 from tfloop import collectives
 from tfloop import inputs
 from tfloop import models
+from tfloop.bench.gpu_checks import max_relative_difference
 from tfloop.engine import devices as engine_devices
 from tfloop.engine.trainer import Trainer
 
@@ -52,11 +53,6 @@ def train_weights(devices, *, model="mlp", collective="reduce_to_one_device", st
     assert int(step.numpy()) == steps
     assert int(opt.iterations.numpy()) == steps  # one update per step, not per replica
     return [np.array(v.numpy()) for v in net.trainable_variables]
-
-
-def max_relative_difference(a, b):
-    """Largest |a - b| relative to the largest |a| of the same variable."""
-    return max(float(np.max(np.abs(x - y)) / max(np.max(np.abs(x)), 1e-30)) for x, y in zip(a, b))
 
 
 @pytest.fixture(scope="module")
