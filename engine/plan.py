@@ -109,8 +109,10 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
     _check_divisible(config, replicas)
     # Logical CPU devices (and the thread pools) must be set up before anything
     # else touches TensorFlow.
+    named = device_names
     device_names = devices.prepare_devices(device_names, memory_growth=config.gpu_memory_growth,
                                            virtual_gpus=config.virtual_gpus)
+    config = renumber_reduce_device(config, dict(zip(named, device_names)))
     intra_op_threads = devices.configure_threads(device_names, config.intra_op_threads)
     collective = None if role.is_evaluator else spec.create_collective(config, device_names)
     _prepare_task(config, task)
@@ -147,6 +149,23 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
                 collective=collective, task=task, mode=mode, input_workers=input_workers,
                 shard_policy=shard_policy, latest_checkpoint=latest, connection=connection,
                 intra_op_threads=intra_op_threads, checkpoints=checkpoints, lock=lock)
+
+
+def renumber_reduce_device(config: RunConfig, renamed: dict) -> RunConfig:
+    """`--reduce_device=gpu:N` names a GPU as `--devices` does (physical
+    numbers); the process sees only those GPUs, renumbered (`renamed`, from
+    `devices.prepare_devices`), so the reduce device is renumbered with them,
+    and a GPU outside `--devices`, now hidden, is refused in one line."""
+    if not config.reduce_device or device_names.kind(config.reduce_device) != "gpu":
+        return config
+    by_name = {device_names.canonical(old): new for old, new in renamed.items()}
+    wanted = device_names.canonical(config.reduce_device)
+    if wanted not in by_name:
+        raise ConfigError(
+            f"--reduce_device={config.reduce_device} is not one of --devices="
+            f"{device_names.short_list(renamed)}: a process sees only the GPUs --devices "
+            "names; pick one of them, or a cpu:N")
+    return dataclasses.replace(config, reduce_device=device_names.short(by_name[wanted]))
 
 
 def lock_name(role: tf_config.Role, mode: str) -> Optional[str]:

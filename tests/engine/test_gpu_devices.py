@@ -271,3 +271,22 @@ def test_on_a_gpu_host_a_process_sees_only_the_gpu_it_names():
                             timeout=300, env=bin_env(), cwd=REPO)
     assert result.returncode == 0, result.stderr
     assert "['/gpu:0'] 1 True" in result.stdout, result.stdout + result.stderr
+
+
+def test_the_reduce_device_is_renumbered_with_the_gpus_and_a_hidden_one_refused(tmp_path):
+    from tfloop.engine.config import RunConfig
+    from tfloop.engine.errors import ConfigError
+    from tfloop.engine.plan import renumber_reduce_device
+
+    renamed = {"/gpu:2": "/gpu:0", "/gpu:3": "/gpu:1"}  # --devices=gpu:2,gpu:3
+    config = RunConfig(model_dir=str(tmp_path), collective="reduce_to_one_device",
+                       reduce_device="gpu:3")
+    assert renumber_reduce_device(config, renamed).reduce_device == "gpu:1"
+    on_cpu = RunConfig(model_dir=str(tmp_path), collective="reduce_to_one_device",
+                       reduce_device="cpu:0")
+    assert renumber_reduce_device(on_cpu, renamed) is on_cpu
+    hidden = RunConfig(model_dir=str(tmp_path), collective="reduce_to_one_device",
+                       reduce_device="gpu:0")
+    with pytest.raises(ConfigError, match=r"^--reduce_device=gpu:0 is not one of "
+                                          r"--devices=gpu:2,gpu:3: a process sees only"):
+        renumber_reduce_device(hidden, renamed)
