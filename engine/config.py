@@ -349,8 +349,10 @@ class RunConfig:
         if self.strategy == "tpu":
             raise ConfigError("--gpu_memory_growth applies to GPUs, and --strategy=tpu runs on "
                               "TPU cores; drop it")
-        named = [d.strip().lower().lstrip("/") for d in self.devices.split(",") if d.strip()]
-        if named and not any(d.startswith("gpu") for d in named):
+        from tfloop.collectives import device_names  # TensorFlow: see __post_init__
+
+        named = [device_names.canonical(d) for d in self.devices.split(",") if d.strip()]
+        if named and not any(d and device_names.kind(d) == "gpu" for d in named):
             raise ConfigError(f"--gpu_memory_growth applies to GPUs, and --devices={self.devices} "
                               "names none; drop it or name GPUs, e.g. --devices=gpu:0,gpu:1")
 

@@ -42,6 +42,7 @@ import tensorflow as tf
 
 from tfloop.engine import checkpoint_files, checkpointing, finite
 from tfloop.engine.actions import Action, LoopEnd, StopTraining, crossed, next_multiple
+from tfloop.engine.config import INT32_MAX
 from tfloop.engine.errors import NonFinite
 from tfloop.engine.runner import AbstractEvaluator, AbstractTrainer, Metrics
 
@@ -99,7 +100,7 @@ class Controller:
                         "an engine.runner.AbstractEvaluator")
         if trainer is None and evaluator is None:
             raise ValueError("`trainer` and `evaluator` are both None; give at least one")
-        if not isinstance(steps_per_loop, int) or not 1 <= steps_per_loop <= 2**31 - 1:
+        if not isinstance(steps_per_loop, int) or not 1 <= steps_per_loop <= INT32_MAX:
             raise ValueError(f"`steps_per_loop` ({steps_per_loop!r}) must be a positive integer "
                              "below 2**31 (a loop counts its steps in int32)")
         if not isinstance(checkpoint_interval, int) or checkpoint_interval < 0:

@@ -43,9 +43,7 @@ import logging
 import posixpath
 from typing import Any, Iterable, Mapping, Optional
 
-import tensorflow as tf
-
-from tfloop.engine import run_record
+from tfloop.engine import checkpoint_files, run_record
 from tfloop.engine.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -123,7 +121,7 @@ def check(config: Any, stored: Optional[dict], *, task_object: bool = False) -> 
                 "from the run) or use a new --model_dir")
     before = _last(stored, "optimizer")
     if (before and before != config.optimizer and config.mode != "evaluate"
-            and _has_checkpoint(config.model_dir)):
+            and checkpoint_files.on_disk(config.model_dir)):  # whatever the state file says
         raise ConfigError(
             f"--optimizer={config.optimizer} cannot resume --model_dir={config.model_dir}: its "
             f"checkpoints hold the state of --optimizer={before}, which another optimizer would "
@@ -167,8 +165,3 @@ def write(config: Any, *, start_step: int = 0) -> None:
     record["optimizer"] = config.optimizer
     record[RANGES] = kept
     run_record.write(path(config.model_dir), record)
-
-
-def _has_checkpoint(model_dir: str) -> bool:
-    """Whether `model_dir` holds any checkpoint (whatever its state file says)."""
-    return bool(tf.io.gfile.glob(posixpath.join(model_dir, "ckpt-*.index")))

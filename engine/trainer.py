@@ -81,6 +81,7 @@ from tfloop.collectives import checked
 from tfloop.collectives.interface import Collective
 from tfloop.engine import finite, iterators, precision, schedules
 from tfloop.engine import objectives as objectives_lib
+from tfloop.engine.config import INT32_MAX
 from tfloop.engine.ema import WeightAverage
 from tfloop.engine.errors import NonFinite
 from tfloop.engine.losses import LossFn, classification_loss
@@ -230,7 +231,7 @@ class Trainer(AbstractTrainer):
           NonFinite: the loop's loss or gradient norm, or the weights after
             it, are not finite; or `max_skips` steps in a row were skipped.
         """
-        if not 0 <= num_steps <= 2**31 - 1:
+        if not 0 <= num_steps <= INT32_MAX:
             raise ValueError(f"`num_steps` ({num_steps!r}) must be between 0 and 2**31 - 1 "
                              "(a loop counts its steps in int32)")
         start = int(self.global_step.numpy())

@@ -95,11 +95,6 @@ class InputContext:
         return bool(self._read)
 
     @property
-    def unread_start_step(self) -> int:
-        """`start_step` if the builder never read it (the engine must skip), else 0."""
-        return 0 if self._read else self._start_step
-
-    @property
     def examples_to_skip(self) -> int:
         """Examples of this pipeline's (shuffled, repeated, unbatched) stream a
         resumed run has trained on, each earlier step at the batch size it

@@ -144,6 +144,8 @@ def test_too_late_to_restrict(monkeypatch, log_lines):
 
 def test_gpu_memory_growth_flag_is_checked_at_construction():
     assert RunConfig(gpu_memory_growth=True, devices="gpu:0,gpu:1").gpu_memory_growth
+    # TensorFlow's own spellings, which --devices accepts, name GPUs too.
+    assert RunConfig(gpu_memory_growth=True, devices="/device:GPU:0").gpu_memory_growth
     assert RunConfig(gpu_memory_growth=True).gpu_memory_growth  # every GPU
     with pytest.raises(ConfigError, match="--devices=cpu:0,cpu:1 names none"):
         RunConfig(gpu_memory_growth=True, devices="cpu:0,cpu:1")

@@ -61,3 +61,31 @@ def test_a_distributed_iterator_is_destroyed_without_waiting(cpu_devices):
         seconds.append(round(time.perf_counter() - began, 2))
     print("destroyed in", seconds, "s")  # ~0.2 s each here
     assert max(seconds) < 30.0, seconds
+
+
+def test_a_real_distributed_iterator_builds_its_device_pipelines_without_autotune(
+        cpu_devices, monkeypatch):
+    """Through TensorFlow's own `iter()` of a distributed dataset: one
+    per-device pipeline per replica, each without autotune (the stall's
+    cause, asserted without a clock), and the factory restored after."""
+    built = []
+    without_autotune = iterators._without_autotune
+
+    def recording(create):
+        patched = without_autotune(create)
+
+        def create_device_dataset(*args, **kwargs):
+            dataset = patched(*args, **kwargs)
+            built.append(dataset.options().autotune.enabled)
+            return dataset
+        return create_device_dataset
+
+    monkeypatch.setattr(iterators, "_without_autotune", recording)
+    original = iterators._mdi._create_device_dataset
+    strategy = tf.distribute.MirroredStrategy(cpu_devices)
+    splits = synthetic.load(seed=1, num_train=64, num_eval=8)
+    dataset = inputs.train_batches(splits.train, global_batch_size=16, seed=1)
+    iterator = iterators.distributed(strategy.experimental_distribute_dataset(dataset))
+    assert built == [False] * len(cpu_devices)
+    assert iterators._mdi._create_device_dataset is original
+    del iterator
