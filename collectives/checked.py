@@ -39,9 +39,6 @@ from tfloop.collectives import _values
 from tfloop.collectives.base import Wrapper
 from tfloop.collectives.interface import Collective, CollectiveError
 
-#: All-reduces `--check_collective` compares with the plain sum.
-CHECK_STEPS = 3
-
 #: Unit roundoff per float dtype: the relative error of one rounding.
 _UNIT_ROUNDOFF = {tf.float64: 2.0**-53, tf.float32: 2.0**-24, tf.bfloat16: 2.0**-8,
                   tf.float16: 2.0**-11}
