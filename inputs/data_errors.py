@@ -29,6 +29,7 @@ from typing import Callable, Hashable, Iterator, Optional
 
 import tensorflow as tf
 
+from tfloop.inputs import framing
 from tfloop.inputs.errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -93,8 +94,6 @@ _RECORD_DAMAGE = re.compile(r"(corrupted|truncated) record at (\d+)")
 
 def records_explainer(files, compression: str = "") -> Explainer:
     """Names the TFRecord file behind "corrupted/truncated record at N"."""
-    from tfloop.inputs import framing
-
     def explainer(error):
         found = _RECORD_DAMAGE.search(error.message or "")
         if not found:
