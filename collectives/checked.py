@@ -39,9 +39,6 @@ from tfloop.collectives import _values
 from tfloop.collectives.base import Wrapper
 from tfloop.collectives.interface import Collective, CollectiveError
 
-#: All-reduces `--check_collective` compares with the plain sum.
-CHECK_STEPS = 3
-
 #: Unit roundoff per float dtype: the relative error of one rounding.
 _UNIT_ROUNDOFF = {tf.float64: 2.0**-53, tf.float32: 2.0**-24, tf.bfloat16: 2.0**-8,
                   tf.float16: 2.0**-11}
@@ -50,10 +47,17 @@ _UNIT_ROUNDOFF = {tf.float64: 2.0**-53, tf.float32: 2.0**-24, tf.bfloat16: 2.0**
 _FAILED = "the collective's sum differs from the plain sum of the replicas (--check_collective)"
 
 
-def _reason(error: BaseException) -> str:
-    """`Type: message` on one line, cut before it gets long."""
+def reason(error: BaseException) -> str:
+    """`Type: message` of what a plug-in raised, on one line, cut before it gets long."""
     text = " ".join(f"{type(error).__name__}: {error}".split())
     return text if len(text) <= 200 else text[:197] + "..."
+
+
+def named(label: str, error: CollectiveError) -> CollectiveError:
+    """A plug-in's own `CollectiveError`, its message prefixed with
+    `--collective=<label>: ` unless it names the plug-in already."""
+    message = str(error)
+    return CollectiveError(message if label in message else f"--collective={label}: {message}")
 
 
 class Checked(Wrapper):
@@ -90,13 +94,11 @@ class Checked(Wrapper):
         try:
             self.inner.check_devices(devices)
         except CollectiveError as error:
-            message = str(error)
-            raise CollectiveError(message if self.label in message
-                                  else f"--collective={self.label}: {message}") from None
+            raise named(self.label, error) from None
         except Exception as error:  # the user's code: whatever it raises is theirs
             raise CollectiveError(
                 f"--collective={self.label}: its check_devices({list(devices)}) raised "
-                f"{_reason(error)}; fix the plug-in or choose a built-in collective") from None
+                f"{reason(error)}; fix the plug-in or choose a built-in collective") from None
 
     @tf.autograph.experimental.do_not_convert  # graph-building Python, called in merge_call
     def batch_all_reduce(self, values, destinations) -> list[Any]:
@@ -108,7 +110,7 @@ class Checked(Wrapper):
             raise
         except Exception as error:  # the user's code, while the step is traced
             raise CollectiveError(
-                f"--collective={self.label}: its batch_all_reduce raised {_reason(error)} on "
+                f"--collective={self.label}: its batch_all_reduce raised {reason(error)} on "
                 f"{len(values)} value(s) ({_describe(values[0], names[0]) if values else 'none'}, "
                 "...); fix the plug-in or choose a built-in collective") from None
         results = check_results(self.label, values, results, names)

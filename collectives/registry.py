@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 from typing import Callable, Optional, Sequence, TypeVar
 
-from tfloop.collectives.checked import Checked
+from tfloop.collectives import checked
 from tfloop.collectives.compression import Compression
 from tfloop.collectives.interface import Collective, CollectiveError
 from tfloop.collectives.options import check_options
@@ -146,7 +146,7 @@ def create(
     if gradient_dtype != "float32" and "gradient_dtype" not in native:
         collective.check_gradient_dtype(gradient_dtype)
     if plugin or check_steps:
-        collective = Checked(collective, label=label, compare_steps=check_steps)
+        collective = checked.Checked(collective, label=label, compare_steps=check_steps)
 
     wrap_packs = num_packs if "num_packs" not in native else 0
     wrap_bytes = pack_bytes if "pack_bytes" not in native else 0
@@ -205,8 +205,8 @@ def _instantiate(cls: type[Collective], label: str, kwargs: dict, *,
     try:
         collective = cls(**kwargs)
     except CollectiveError as exc:
-        if plugin and label not in str(exc):
-            raise CollectiveError(f"--collective={label}: {exc}") from None
+        if plugin:
+            raise checked.named(label, exc) from None
         raise
     except TypeError as exc:
         reason = " ".join(str(exc).split())
@@ -218,10 +218,9 @@ def _instantiate(cls: type[Collective], label: str, kwargs: dict, *,
     except Exception as exc:  # a plug-in's constructor: whatever it raises is the user's
         if not plugin:
             raise
-        reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
         raise CollectiveError(
-            f"--collective={label!r} cannot be constructed: its constructor raised {reason}; "
-            "fix the plug-in or choose a built-in collective"
+            f"--collective={label!r} cannot be constructed: its constructor raised "
+            f"{checked.reason(exc)}; fix the plug-in or choose a built-in collective"
         ) from None
     if not getattr(collective, "name", ""):
         collective.name = label

@@ -29,6 +29,7 @@ from typing import Callable, Hashable, Iterator, Optional
 
 import tensorflow as tf
 
+from tfloop.inputs import framing
 from tfloop.inputs.errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -91,10 +92,8 @@ def naming() -> Iterator[None]:
 _RECORD_DAMAGE = re.compile(r"(corrupted|truncated) record at (\d+)")
 
 
-def records_explainer(files, compression: str = "") -> Explainer:
+def _records_explainer(files, compression: str = "") -> Explainer:
     """Names the TFRecord file behind "corrupted/truncated record at N"."""
-    from tfloop.inputs import framing
-
     def explainer(error):
         found = _RECORD_DAMAGE.search(error.message or "")
         if not found:
@@ -107,3 +106,9 @@ def records_explainer(files, compression: str = "") -> Explainer:
                         f"(TensorFlow: {found.group(0)})")
         return None
     return explainer
+
+
+def watch_records(files, compression: str = "") -> None:
+    """`watch` for TFRecord `files`: a damaged frame found mid-run is traced to its file."""
+    files = tuple(files)
+    watch(files, _records_explainer(files, compression))

@@ -177,7 +177,7 @@ def shuffled_records(files, *, seed, buffer: int, compression: str = "",
 def _watch(split: Split) -> None:
     """What names the file when a file split fails mid-run (`data_errors`)."""
     if isinstance(split, RecordFiles):
-        data_errors.watch(split.files, data_errors.records_explainer(split.files))
+        data_errors.watch_records(split.files)
     elif isinstance(split, ImageFiles):
         data_errors.watch(split.paths, lambda error: image_folder.explain(error, split))
 

@@ -291,8 +291,7 @@ class RecordData:
         `context.seed`, starting at `context.start_step` (exact resume; with
         `file`/`off` sharding a worker's stream feeds it global_batch /
         num_input_pipelines records a step, and the skip follows that)."""
-        data_errors.watch(self._train_files, data_errors.records_explainer(
-            self._train_files, self._compression))
+        data_errors.watch_records(self._train_files, self._compression)
         ds = pipeline.shuffled_records(
             self._train_files, seed=context.seed, buffer=self._shuffle_buffer,
             compression=self._compression).repeat()
@@ -307,8 +306,7 @@ class RecordData:
         last batch may be partial. None when there are no eval files."""
         if self._eval_files is None:
             return None
-        data_errors.watch(self._eval_files, data_errors.records_explainer(
-            self._eval_files, self._compression))
+        data_errors.watch_records(self._eval_files, self._compression)
         ds = pipeline.read_records(tf.data.Dataset.from_tensor_slices(list(self._eval_files)), 1,
                                    self._compression)
         ds = ds.batch(context.global_batch_size)

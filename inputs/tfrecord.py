@@ -152,6 +152,8 @@ def _check_shards(data_dir: str, name: str, entry: dict, paths, sizes, image_sha
         except framing.Damaged as damage:
             raise InputError(f"{path} is not a readable TFRecord shard ({damage}); re-create "
                              "the folder with bin/convert_to_tfrecord") from None
+        except (OSError, tf.errors.OpError) as error:
+            raise _unreadable(path, error) from None
         if record is None:
             raise InputError(f"{path} holds no record (0 bytes), and every shard the converter "
                              f"writes holds at least one: the {name} split has fewer than the "
@@ -171,12 +173,21 @@ def _check_shards(data_dir: str, name: str, entry: dict, paths, sizes, image_sha
         except framing.Damaged as damage:
             raise InputError(f"{path} is damaged: {damage}; re-create the folder with "
                              "bin/convert_to_tfrecord") from None
+        except (OSError, tf.errors.OpError) as error:
+            raise _unreadable(path, error) from None
     if sum(found) != entry["count"]:
         raise InputError(
             f"--data_dir={data_dir}: the {name} shards hold {sum(found)} records "
             f"({', '.join(f'{os.path.basename(p)}: {n}' for p, n in zip(paths, found))}) but "
             f"{METADATA} says {entry['count']}; re-create the folder with "
             "bin/convert_to_tfrecord")
+
+
+def _unreadable(path: str, error: Exception) -> InputError:
+    """A shard the loader cannot open or read (a folder in its place, no permission)."""
+    text = " ".join(str(getattr(error, "message", None) or error).split())
+    return InputError(f"{path} cannot be read ({type(error).__name__}: {text[:80]}); re-create "
+                      "the folder with bin/convert_to_tfrecord")
 
 
 def _check_first(path: str, record: bytes, image_shape, num_classes: int) -> None:

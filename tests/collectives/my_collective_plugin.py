@@ -11,7 +11,7 @@ import tensorflow as tf
 from tfloop import collectives
 
 
-def _sum_on_every_device(value):
+def sum_on_every_device(value):
     """A PerReplica value's sum, computed on (and mirrored onto) every replica's device."""
     parts = collectives.components(value)
     sums = []
@@ -28,14 +28,14 @@ class AllToAllSum(collectives.Collective):
         values = list(values)
         if not values or not collectives.is_distributed(values[0]):
             return values  # one replica: nothing to sum
-        return [_sum_on_every_device(value) for value in values]
+        return [sum_on_every_device(value) for value in values]
 
 
 class TemplateAllToAllSum(collectives.Collective):
     """`AllToAllSum` on the template: only the sum of distributed values."""
 
     def _sum_replicas(self, values, destinations):
-        return [_sum_on_every_device(value) for value in values]
+        return [sum_on_every_device(value) for value in values]
 
 
 class WithNativePacking(AllToAllSum):

@@ -128,6 +128,15 @@ def test_check_steps_passes_a_right_sum_and_stops_comparing_after_n(
             np.testing.assert_allclose(part.numpy(), want)
     assert checked.mismatch(collective) is None
     assert int(checked.find(collective)._calls.numpy()) == 4
+    # Past the first 2 all-reduces nothing is compared: a wrong sum now goes through.
+    import faulty_collective_plugins
+    checked.find(collective).inner = faulty_collective_plugins.Averages()
+    with strategy.scope():
+        reduced = tf.function(lambda: collective.batch_all_reduce(values, variables))()
+    for result, want in zip(reduced, (1.5, 15.0)):  # the mean, unnoticed
+        for part in collectives.components(result):
+            np.testing.assert_allclose(part.numpy(), want)
+    assert checked.mismatch(collective) is None
 
 
 def test_check_steps_refuses_a_strategys_own_all_reduce():

@@ -21,6 +21,11 @@ GPUS = ["/gpu:0", "/gpu:1"]
 def traced_ops(collective, dtypes, devices=GPUS):
     """The op types a batch of per-replica gradients (one per dtype, each on
     every device of `devices`) traces to through `collective`, in a graph."""
+    return [op.type for op in traced_graph(collective, dtypes, devices).get_operations()]
+
+
+def traced_graph(collective, dtypes, devices=GPUS) -> tf.Graph:
+    """The graph `traced_ops` lists."""
     graph = tf.Graph()
     with graph.as_default():
         values = []
@@ -31,7 +36,7 @@ def traced_ops(collective, dtypes, devices=GPUS):
                     parts.append(tf.ones([3 + k], dtype))
             values.append(_tf_private.per_replica(parts))
         collective.batch_all_reduce(values, values)
-    return [op.type for op in graph.get_operations()]
+    return graph
 
 
 def test_nccl_dtypes_come_from_tensorflows_op_registry():
@@ -54,8 +59,10 @@ def test_bfloat16_through_nccl_is_refused_in_one_line(name, given):
 
 def test_float16_through_nccl_traces_to_float16_nccl_ops():
     collective = collectives.create("nccl", devices=GPUS, gradient_dtype="float16")
-    ops = traced_ops(collective, [tf.float32, tf.float32])
-    assert ops.count("NcclAllReduce") == 4  # unpacked: 2 gradients x 2 GPUs
+    graph = traced_graph(collective, [tf.float32, tf.float32])
+    reductions = [op for op in graph.get_operations() if op.type == "NcclAllReduce"]
+    assert len(reductions) == 4  # unpacked: 2 gradients x 2 GPUs
+    assert {op.get_attr("T") for op in reductions} == {tf.float16}
 
 
 def test_a_bfloat16_gradient_reaching_nccl_is_one_line_at_trace_time():

@@ -116,6 +116,16 @@ def test_version_1_metadata_counts_the_records_by_walking_the_headers(records):
     assert "holds no record (0 bytes)" in _load_error(records)
 
 
+def test_an_unreadable_shard_is_refused_at_load_naming_it(records):
+    _drop_shard_sizes(records)  # a folder's size would differ from version 2's first
+    path = os.path.join(records, SHARD)
+    os.remove(path)
+    os.mkdir(path)  # in the shard's place: listed, but it cannot be read
+    message = _load_error(records)
+    assert message.startswith(f"{path} cannot be read (FailedPreconditionError: "), message
+    assert message.endswith("; re-create the folder with bin/convert_to_tfrecord")
+
+
 def test_a_first_record_with_a_bad_label_or_size_is_refused_at_load(records):
     _drop_shard_sizes(records)
     path = os.path.join(records, SHARD)
