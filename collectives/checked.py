@@ -91,14 +91,22 @@ class Checked(Wrapper):
         return self.inner.describe()
 
     def check_devices(self, devices: Sequence[str]) -> None:
+        self._guarded(f"check_devices({list(devices)})", self.inner.check_devices, devices)
+
+    def check_gradient_dtype(self, dtype: str) -> None:
+        self._guarded(f"check_gradient_dtype({dtype!r})", self.inner.check_gradient_dtype, dtype)
+
+    def _guarded(self, call: str, check, *args) -> None:
+        """Runs one of the plug-in's checks: its `CollectiveError` named, anything
+        else it raises (the user's code: whatever it raises is theirs) one line."""
         try:
-            self.inner.check_devices(devices)
+            check(*args)
         except CollectiveError as error:
             raise named(self.label, error) from None
-        except Exception as error:  # the user's code: whatever it raises is theirs
+        except Exception as error:
             raise CollectiveError(
-                f"--collective={self.label}: its check_devices({list(devices)}) raised "
-                f"{reason(error)}; fix the plug-in or choose a built-in collective") from None
+                f"--collective={self.label}: its {call} raised {reason(error)}; fix the "
+                "plug-in or choose a built-in collective") from None
 
     @tf.autograph.experimental.do_not_convert  # graph-building Python, called in merge_call
     def batch_all_reduce(self, values, destinations) -> list[Any]:

@@ -143,10 +143,10 @@ def create(
             "drop --check_collective")
     plugin = ":" in label
     collective = _instantiate(cls, label, kwargs, plugin=plugin)
-    if gradient_dtype != "float32" and "gradient_dtype" not in native:
-        collective.check_gradient_dtype(gradient_dtype)
     if plugin or check_steps:
         collective = checked.Checked(collective, label=label, compare_steps=check_steps)
+    if gradient_dtype != "float32" and "gradient_dtype" not in native:
+        collective.check_gradient_dtype(gradient_dtype)  # a plug-in's: through Checked
 
     wrap_packs = num_packs if "num_packs" not in native else 0
     wrap_bytes = pack_bytes if "pack_bytes" not in native else 0

@@ -84,6 +84,14 @@ class BrokenCheckDevices(collectives.Collective):
         return values
 
 
+class BrokenDtypeCheck(collectives.Collective):
+    def check_gradient_dtype(self, dtype):
+        raise AttributeError("no 'supported_dtypes' here")
+
+    def _sum_replicas(self, values, destinations):
+        return sum_on_every_device(values, destinations)
+
+
 class RefusesDevices(collectives.Collective):
     def check_devices(self, devices):
         raise collectives.CollectiveError("needs GPUs")

@@ -84,6 +84,15 @@ def test_a_plugin_that_raises_while_built_is_one_line_naming_it(plugin_path, cls
     assert says in str(raised.value)
 
 
+def test_a_plugin_whose_dtype_check_raises_is_one_line_naming_it(plugin_path):
+    with pytest.raises(collectives.CollectiveError) as raised:
+        collectives.create(f"{FAULTY}:BrokenDtypeCheck", devices=["/cpu:0", "/cpu:1"],
+                           gradient_dtype="bfloat16")
+    assert "\n" not in str(raised.value)
+    assert (f"--collective={FAULTY}:BrokenDtypeCheck: its check_gradient_dtype('bfloat16') "
+            "raised AttributeError: no 'supported_dtypes' here") in str(raised.value)
+
+
 def test_a_checked_plugin_describes_itself_as_the_plugin(plugin_path):
     collective = collectives.create("my_collective_plugin:AllToAllSum",
                                     devices=["/cpu:0", "/cpu:1"])
