@@ -153,7 +153,7 @@ def child_environment() -> dict[str, str]:
     return env
 
 
-def run_child(name: str, command: list[str], *, timeout: float, log_path: str,
+def run_child(command: list[str], *, timeout: float, log_path: str,
               result_path: str) -> tuple[str, str, dict]:
     """Runs one check's process; its outcome, or a failure saying how it ended."""
     if os.path.exists(result_path):
@@ -187,6 +187,9 @@ def main(*, output_dir: str, bin_dir: str, timeout: float = 0.0,
     `only`: the names of the checks to run (the others are left out).
     Returns the report; `report.failed()` decides the exit status.
     """
+    if not timeout >= 0:
+        raise ConfigError(f"--check_timeout={timeout:g} must be a number of seconds >= 0 "
+                          "(0: each check's own)")
     output_dir = check_output_dir(output_dir)
     gpus = len(tf.config.list_physical_devices("GPU"))
     checks = plan(gpus=gpus, bin_dir=bin_dir, timeout=timeout)
@@ -220,7 +223,7 @@ def main(*, output_dir: str, bin_dir: str, timeout: float = 0.0,
                    json.dumps(params), result_path]
         progress(f"{head}: {check.title} ...")
         start = time.perf_counter()
-        status, reason, numbers = run_child(check.name, command, timeout=check.timeout,
+        status, reason, numbers = run_child(command, timeout=check.timeout,
                                             log_path=os.path.join(work_dir, "log.txt"),
                                             result_path=result_path)
         seconds = time.perf_counter() - start

@@ -33,6 +33,7 @@ import tensorflow as tf
 from tfloop.bench.check_report import FAIL, PASS, SKIPPED
 from tfloop.collectives import CollectiveError
 from tfloop.engine import devices as engine_devices
+from tfloop.engine import run_record
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
 
@@ -279,10 +280,8 @@ def multi_worker(*, devices: Sequence[str], work_dir: str, bin_dir: str, steps: 
     numbers: dict[str, Any] = {"command": " ".join(command[1:]), "exit_status": done.returncode,
                                "seconds": round(time.perf_counter() - start, 1),
                                "implementation": found}
-    metrics_path = os.path.join(model_dir, "metrics.json")
-    if os.path.exists(metrics_path):
-        with open(metrics_path) as file:
-            metrics = json.load(file)
+    metrics = run_record.read(os.path.join(model_dir, "metrics.json"))
+    if metrics is not None:
         numbers.update({k: metrics.get(k) for k in ("step", "num_replicas", "train/loss")})
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]

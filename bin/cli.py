@@ -150,10 +150,11 @@ def user_error_types() -> tuple[type[Exception], ...]:
     return (ConfigError, CollectiveError, InputError, ModelError, TFConfigError)
 
 
-def fail(program: str, message: str) -> None:
-    """Prints `program: error: message` on stderr and exits with status 2."""
+def fail(program: str, message: str, exit_status: int = EXIT_USAGE) -> None:
+    """Prints `program: error: message` on stderr and exits with `exit_status`
+    (2, a usage mistake, unless the caller says the run failed)."""
     print(f"{program}: error: {message}", file=sys.stderr, flush=True)
-    sys.exit(EXIT_USAGE)
+    sys.exit(exit_status)
 
 
 def run(
@@ -226,9 +227,8 @@ def run(
         except errors as error:
             fail(program, str(error))
         except failures as failure:
-            print(f"{program}: error: {failure}", file=sys.stderr, flush=True)
             # 3: a failure a restart cannot fix (engine.errors.UnrecoverableFailure)
-            sys.exit(getattr(failure, "exit_status", EXIT_FAILURE))
+            fail(program, str(failure), getattr(failure, "exit_status", EXIT_FAILURE))
         except preempted as stop:
             print(f"{program}: {stop}", file=sys.stderr, flush=True)
             sys.exit(stop.exit_status)  # 143 for SIGTERM, 130 for Ctrl-C: saved, not finished

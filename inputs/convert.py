@@ -116,8 +116,13 @@ def _make_staging(output_dir: str):
     """An empty hidden sibling of `output_dir` to write into
     (`.<name>.tmp-<random>`), and, when local, its held lock (or None)."""
     if _is_local(output_dir):
-        staging = tempfile.mkdtemp(prefix=os.path.basename(_staging_prefix(output_dir)),
-                                   dir=os.path.dirname(output_dir))
+        try:  # os.access passes what the filesystem still refuses (root, read-only, /proc)
+            staging = tempfile.mkdtemp(prefix=os.path.basename(_staging_prefix(output_dir)),
+                                       dir=os.path.dirname(output_dir))
+        except OSError as error:
+            raise InputError(f"--output_dir={output_dir} cannot be written: no folder can be "
+                             f"created in {os.path.dirname(output_dir)} "
+                             f"({error.strerror or type(error).__name__})") from None
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(staging, 0o777 & ~umask)  # mkdtemp's 0700 is for the temporary name only

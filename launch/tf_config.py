@@ -124,23 +124,20 @@ def _check_cluster(cluster) -> None:
     if not isinstance(cluster, dict) or not cluster:
         _fail("has no 'cluster' (job name → list of host:port), e.g. "
               '{"worker": ["localhost:12345", "localhost:12346"]}')
+    tasks: dict[str, str] = {}  # host:port (as the OS reads it) -> the task given it
     for job, addresses in cluster.items():
         if job not in JOBS or job == EVALUATOR:
             _fail(f"cluster has a job {job!r}; jobs are chief, worker and ps "
                   "(the evaluator is not part of the cluster)")
         if not isinstance(addresses, list) or not addresses:
             _fail(f"cluster job {job!r} must be a non-empty list of host:port")
-        for address in addresses:
+        for index, address in enumerate(addresses):
             host, _, port = str(address).rpartition(":")
             if not host or not port.isdigit():
                 _fail(f"cluster job {job!r} has address {address!r}; write host:port")
             if not 1 <= int(port) <= 65535:
                 _fail(f"cluster job {job!r} has address {address!r}, whose port is not "
                       "between 1 and 65535")
-    tasks: dict[str, str] = {}
-    for job, addresses in cluster.items():
-        for index, address in enumerate(addresses):
-            host, _, port = str(address).rpartition(":")
             key = f"{host.lower()}:{int(port)}"
             if key in tasks:
                 _fail(f"gives {address!r} to both {tasks[key]} and {job}:{index}; every task "

@@ -86,6 +86,7 @@ def test_a_training_sweep_without_the_plot_writes_its_json(tmp_path):
         "os.makedirs(args['output_dir'], exist_ok=True)\n"
         f"result = {_train_result(1, 1000.0)!r}\n"
         "result['num_devices'] = n\n"
+        "result['python'] = sys.executable\n"
         "json.dump(result, open(os.path.join(args['output_dir'], f'r{n}.json'), 'w'))\n")
     lines = []
     results = sweep.sweep([1, 2], "cpu", [], str(tmp_path / "out"), script=str(script),
@@ -93,4 +94,4 @@ def test_a_training_sweep_without_the_plot_writes_its_json(tmp_path):
     assert [r["num_devices"] for r in results] == [1, 2]
     assert lines[-1] == f"wrote {tmp_path / 'out' / 'bench_train.json'}"
     assert not (tmp_path / "out" / "bench_train.png").exists()
-    assert sys.executable  # the children ran with this interpreter
+    assert {r["python"] for r in results} == {sys.executable}  # the children's interpreter

@@ -51,10 +51,16 @@ def test_every_timed_call_is_fetched_before_the_clock_stops(monkeypatch):
         ("fetched", ("result", 1))] * 2 + [("fetched", ("result", 3))] * 2
 
 
-def test_fetched_copies_tensors_and_passes_other_values():
+def test_fetched_copies_tensors_and_passes_other_values(monkeypatch):
     import tensorflow as tf
-    result = [tf.constant([1.0]), None, 3]
+    result = [tf.constant([1.0]), None, 3, {"tail": tf.constant([2])}]
+    copied = []
+    eager = type(result[0])
+    copy = eager.numpy
+    monkeypatch.setattr(eager, "numpy", lambda tensor: copied.append(tensor) or copy(tensor))
     assert timing.fetched(result) is result
+    assert len(copied) == 2  # every tensor, nested ones too, copied to the host
+    assert copied[0] is result[0] and copied[1] is result[3]["tail"]
 
 
 def test_matmul_rate_is_positive(cpu_devices):

@@ -104,6 +104,13 @@ def test_a_file_as_output_dir_is_one_line(tmp_path):
     assert taken.read_text() == "not a folder"
 
 
+def test_a_negative_check_timeout_is_one_line(tmp_path):
+    result = run_bin("gpu_check", f"--output_dir={tmp_path / 'out'}", "--check_timeout=-1")
+    assert result.returncode == 2
+    assert_one_line_error(result, contains="--check_timeout=-1 must be a number of seconds >= 0")
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_unknown_check_is_one_line(tmp_path):
     result = run_bin("gpu_check", f"--output_dir={tmp_path}", "--checks=environment,nope")
     assert result.returncode == 2
@@ -141,7 +148,7 @@ def test_a_result_must_have_a_known_status_and_a_reason_unless_it_passed():
 
 def test_a_check_whose_process_dies_fails_with_its_last_line(tmp_path):
     status, reason, numbers = gpu_check.run_child(
-        "dies", [sys.executable, "-c", "import sys; print('NCCL WARN boom'); sys.exit(134)"],
+        [sys.executable, "-c", "import sys; print('NCCL WARN boom'); sys.exit(134)"],
         timeout=60, log_path=str(tmp_path / "log.txt"), result_path=str(tmp_path / "r.json"))
     assert (status, numbers) == ("fail", {})
     assert reason == "the check's process ended with status 134: NCCL WARN boom"

@@ -34,6 +34,14 @@ def test_converter_refuses_to_overwrite_and_writes_nothing_half_done(records, tm
     assert sorted(os.listdir(tmp_path)) == []  # no output, no temporary left behind
 
 
+def test_a_parent_that_refuses_a_new_folder_is_one_line():
+    """/proc passes the writability check as root, then refuses the staging folder."""
+    result = run_bin("convert_to_tfrecord", "--source=synthetic", "--output_dir=/proc/records",
+                     timeout=120)
+    assert result.returncode == 2
+    assert_one_line_error(result, contains="--output_dir=/proc/records cannot be")
+
+
 def test_a_killed_conversions_staging_folder_is_removed_by_the_next_one(tmp_path):
     output = tmp_path / "records"
     # What a converter killed mid-write leaves: its staging folder, the lock

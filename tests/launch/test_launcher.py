@@ -8,6 +8,7 @@ fails the test through the subprocess timeout.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -22,7 +23,7 @@ import pytest
 from tfloop.launch import launcher, tf_config
 from tfloop.launch.launcher import LaunchConfig, LaunchError
 from tfloop.launch.tf_config import Role
-from tests.helpers import REPO, assert_one_line_error, run_bin
+from tests.helpers import REPO, assert_one_line_error, process_alive, run_bin
 
 _PREAMBLE = """\
 import json, os, signal, subprocess, sys, time
@@ -59,29 +60,40 @@ def _launch(*args: str, timeout: float = 60):
     return run_bin("launch", *args, timeout=timeout)
 
 
-def _alive(pid: int) -> bool:
-    """True for a live process; a zombie (exited, not yet reaped) counts as gone."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def _pids(tmp_path) -> dict[str, int]:
     return {p.stem: int(p.read_text()) for p in tmp_path.glob("*.pid")}
+
+
+def _wait_for_pids(tmp_path, *names: str) -> dict[str, int]:
+    """The pids the stand-ins record, once each of `names` has (at most 20 s)."""
+    deadline = time.monotonic() + 20
+    while len(_pids(tmp_path)) < len(names) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pids = _pids(tmp_path)
+    assert sorted(pids) == sorted(names)
+    return pids
+
+
+@contextlib.contextmanager
+def _started(command: list[str], **popen_args):
+    """`command` running with piped output; killed on the way out if the test
+    left it running."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=REPO, **popen_args)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
 
 
 def _assert_all_gone(pids: dict[str, int], timeout: float = 5) -> None:
     # Orphaned grandchildren are reaped by init, which may take a moment.
     deadline = time.monotonic() + timeout
-    while any(_alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
+    while any(process_alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert {name: pid for name, pid in pids.items() if _alive(pid)} == {}
+    assert {name: pid for name, pid in pids.items() if process_alive(pid)} == {}
 
 
 def _prefixed(stream: str) -> list[tuple[str, str]]:
@@ -288,22 +300,11 @@ def test_ctrl_c_stops_every_task_and_its_children(tmp_path):
         record(NAME + ".pid", os.getpid())
         time.sleep(60)
     """)
-    proc = subprocess.Popen(
-        [sys.executable, os.path.join(REPO, "bin", "launch"), "--num_workers=2",
-         "--grace_period=1", "--", *command],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    try:
-        deadline = time.monotonic() + 20
-        while len(_pids(tmp_path)) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        pids = _pids(tmp_path)
-        assert sorted(pids) == ["grandchild", "worker0", "worker1"]
+    with _started([sys.executable, os.path.join(REPO, "bin", "launch"), "--num_workers=2",
+                   "--grace_period=1", "--", *command]) as proc:
+        pids = _wait_for_pids(tmp_path, "grandchild", "worker0", "worker1")
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate(timeout=10)
     assert proc.returncode == 130, stderr
     assert "launch: got SIGINT; stopping every task" in stderr
     assert "[worker:1] KeyboardInterrupt" in stderr  # the SIGINT was forwarded
@@ -350,21 +351,11 @@ def test_kill_9_of_the_launcher_takes_every_task_and_its_children_with_it(tmp_pa
         record(NAME + ".pid", os.getpid())
         time.sleep(60)
     """)
-    proc = subprocess.Popen(
-        [sys.executable, os.path.join(REPO, "bin", "launch"), "--num_workers=2", "--",
-         *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    try:
-        deadline = time.monotonic() + 20
-        while len(_pids(tmp_path)) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        pids = _pids(tmp_path)
-        assert sorted(pids) == ["grandchild", "worker0", "worker1"]
+    with _started([sys.executable, os.path.join(REPO, "bin", "launch"), "--num_workers=2",
+                   "--", *command]) as proc:
+        pids = _wait_for_pids(tmp_path, "grandchild", "worker0", "worker1")
         proc.kill()
         proc.communicate(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate(timeout=10)
     _assert_all_gone(pids, timeout=10)
 
 
@@ -384,18 +375,8 @@ def test_a_task_dies_with_the_launcher_without_the_guardian(tmp_path):
         config = launcher.LaunchConfig(command={command!r}, num_workers=2)
         sys.exit(launcher.Launcher(config).run())
     """))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
-    try:
-        deadline = time.monotonic() + 20
-        while len(_pids(tmp_path)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        pids = _pids(tmp_path)
-        assert sorted(pids) == ["worker0", "worker1"]
+    with _started([sys.executable, str(script)], env=env) as proc:
+        pids = _wait_for_pids(tmp_path, "worker0", "worker1")
         proc.kill()
         proc.communicate(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate(timeout=10)
     _assert_all_gone(pids, timeout=10)
