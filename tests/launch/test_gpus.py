@@ -88,10 +88,25 @@ def test_launch_config_checks_gpu_options():
         LaunchConfig(command=(sys.executable,), gpu_jobs=("worker", "evaluater"))
 
 
+# The launcher stops the ps task once the workers are done, so the workers
+# wait (bounded) for the ps task's report before they end: else a ps task
+# slower to start than the workers to finish is stopped before it prints.
+_REPORT_AFTER_PS = _REPORT + """
+import pathlib, time
+marker = pathlib.Path(MARKER)
+if json.loads(os.environ['TF_CONFIG'])['task']['type'] == 'ps':
+    marker.touch()
+deadline = time.monotonic() + 30
+while not marker.exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+"""
+
+
 def test_every_task_gets_its_own_gpus(tmp_path):
     env = _fake_nvidia_smi(tmp_path, 4)
+    script = _REPORT_AFTER_PS.replace("MARKER", repr(str(tmp_path / "ps_reported")))
     result = run_bin("launch", "--num_workers=2", "--num_ps=1", "--evaluator",
-                     "--gpus_per_task=2", "--", sys.executable, "-c", _REPORT,
+                     "--gpus_per_task=2", "--", sys.executable, "-c", script,
                      timeout=60, env=_without_cuda_visible_devices(env))
     assert result.returncode == 0, result.stderr
     assert _tasks(result.stdout) == {"worker:0": "0,1", "worker:1": "2,3", "ps:0": "",
