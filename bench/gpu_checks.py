@@ -53,18 +53,6 @@ def max_relative_difference(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) ->
 # --- 1. What TensorFlow sees. ---
 
 
-def _nvidia_smi() -> list[str]:
-    """One line per GPU (name, memory, driver, compute capability), [] without nvidia-smi."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version,compute_cap",
-             "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if (
-        out.returncode == 0) else []
-
-
 def environment(*, dry_run: bool, **_: Any) -> Outcome:
     """TensorFlow's build (CUDA, cuDNN), the GPUs it registers against those
     nvidia-smi lists, and a matmul on each device equal to NumPy's (the first
@@ -78,7 +66,7 @@ def environment(*, dry_run: bool, **_: Any) -> Outcome:
         "cudnn_version": build.get("cudnn_version", ""),
         "cuda_compute_capabilities": list(build.get("cuda_compute_capabilities") or []),
         "tensorflow_gpus": [g.name for g in gpus],
-        "nvidia_smi": _nvidia_smi(),
+        "nvidia_smi": engine_devices.nvidia_smi_details(),
         "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
     }
     reason = engine_devices.missing_gpu_reason()

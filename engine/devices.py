@@ -27,8 +27,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
-import subprocess
 from typing import Iterator, Optional, Sequence
 
 import tensorflow as tf
@@ -134,15 +132,19 @@ def virtual_gpu_memory_mb(count: int, total_mb: Optional[int]) -> int:
 def _smallest_gpu_mb() -> Optional[int]:
     """The memory of the smallest GPU nvidia-smi lists, in MiB (None: unknown).
     Read without TensorFlow, which could only tell after it has started."""
-    if not shutil.which("nvidia-smi"):
-        return None
+    lines = machine_gpus.nvidia_smi("--query-gpu=memory.total", "--format=csv,noheader,nounits")
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total",
-                              "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=30, check=True).stdout
-        return min(int(line) for line in out.split())
-    except (OSError, subprocess.SubprocessError, ValueError):
+        return min(int(line) for line in lines) if lines else None
+    except ValueError:
         return None
+
+
+def nvidia_smi_details() -> list[str]:
+    """One line per GPU nvidia-smi lists (index, name, memory, driver, compute
+    capability); [] without nvidia-smi."""
+    return machine_gpus.nvidia_smi(
+        "--query-gpu=index,name,memory.total,driver_version,compute_cap",
+        "--format=csv,noheader") or []
 
 
 def split_gpus(count: int) -> int:

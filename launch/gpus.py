@@ -36,19 +36,26 @@ class GPUAssignmentError(ValueError):
     """The GPUs asked for cannot be dealt out; the one-line message says why."""
 
 
-def nvidia_smi_gpus(run: Callable = subprocess.run) -> Optional[list[str]]:
-    """The `GPU i: <name> (UUID: ...)` lines of `nvidia-smi -L`, or None when
-    there is no `nvidia-smi` or it fails (no driver: the machine has no usable GPU)."""
+def nvidia_smi(*args: str, run: Callable = subprocess.run) -> Optional[list[str]]:
+    """The non-empty lines `nvidia-smi ARGS` prints, or None when there is no
+    `nvidia-smi` or it fails (no driver: the machine has no usable GPU). The
+    one place the project runs it (the engine asks through `engine.devices`)."""
     if shutil.which("nvidia-smi") is None:
         return None
     try:
-        result = run(["nvidia-smi", "-L"], capture_output=True, text=True,
+        result = run(["nvidia-smi", *args], capture_output=True, text=True,
                      timeout=_NVIDIA_SMI_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError):
         return None
     if result.returncode != 0:
         return None
-    return [line.strip() for line in result.stdout.splitlines() if line.startswith("GPU ")]
+    return [line.strip() for line in result.stdout.splitlines() if line.strip()]
+
+
+def nvidia_smi_gpus(run: Callable = subprocess.run) -> Optional[list[str]]:
+    """The `GPU i: <name> (UUID: ...)` lines of `nvidia-smi -L`, or None (`nvidia_smi`)."""
+    lines = nvidia_smi("-L", run=run)
+    return None if lines is None else [line for line in lines if line.startswith("GPU ")]
 
 
 def visible_gpu_ids(environ: Mapping[str, str], num_gpus: int = 0) -> list[str]:

@@ -292,3 +292,20 @@ def test_the_reduce_device_is_renumbered_with_the_gpus_and_a_hidden_one_refused(
     with pytest.raises(ConfigError, match=r"^--reduce_device=gpu:0 is not one of "
                                           r"--devices=gpu:2,gpu:3: a process sees only"):
         renumber_reduce_device(hidden, renamed)
+
+
+def test_the_gpus_memory_and_details_are_read_through_the_one_nvidia_smi_runner(
+        tmp_path, monkeypatch):
+    folder = tmp_path / "querybin"
+    folder.mkdir()
+    script = folder / "nvidia-smi"
+    script.write_text('#!/bin/sh\ncase "$1" in\n'
+                      '  --query-gpu=memory.total) printf "81559\\n40960\\n" ;;\n'
+                      '  --query-gpu=index*) echo "0, NVIDIA H100, 81559 MiB, 550.54, 9.0" ;;\n'
+                      '  *) exit 9 ;;\nesac\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    assert devices._smallest_gpu_mb() == 40960
+    assert devices.nvidia_smi_details() == ["0, NVIDIA H100, 81559 MiB, 550.54, 9.0"]
+    script.write_text("#!/bin/sh\nexit 9\n")  # no driver: nothing known
+    assert devices._smallest_gpu_mb() is None and devices.nvidia_smi_details() == []
