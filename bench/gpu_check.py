@@ -193,10 +193,11 @@ def main(*, output_dir: str, bin_dir: str, timeout: float = 0.0,
     output_dir = check_output_dir(output_dir)
     gpus = len(tf.config.list_physical_devices("GPU"))
     checks = plan(gpus=gpus, bin_dir=bin_dir, timeout=timeout)
-    if only:
+    if only is not None:
         unknown = sorted(set(only) - {c.name for c in checks})
-        if unknown:
-            raise ConfigError(f"--checks: {', '.join(unknown)} is not a check; choose from "
+        if unknown:  # an empty name too: `--checks=,` is not "every check"
+            named = ", ".join(name or "''" for name in unknown)
+            raise ConfigError(f"--checks: {named} is not a check; choose from "
                               f"{', '.join(c.name for c in checks)}")
         checks = [c for c in checks if c.name in only]
     if not gpus:

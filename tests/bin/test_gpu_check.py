@@ -115,6 +115,9 @@ def test_an_unknown_check_is_one_line(tmp_path):
     result = run_bin("gpu_check", f"--output_dir={tmp_path}", "--checks=environment,nope")
     assert result.returncode == 2
     assert_one_line_error(result, contains="--checks: nope is not a check; choose from environment")
+    result = run_bin("gpu_check", f"--output_dir={tmp_path}", "--checks=,")  # not "every check"
+    assert result.returncode == 2
+    assert_one_line_error(result, contains="--checks: '' is not a check; choose from environment")
 
 
 def test_the_report_is_rewritten_after_each_check(tmp_path):
