@@ -52,6 +52,7 @@ STATE_FILE = "checkpoint"
 
 _FILE = re.compile(rf"^{PREFIX}-(\d+)\.(index|data-\d+-of-\d+)$")
 _TEMP = re.compile(rf"^{PREFIX}-\d+_temp$")
+_STEP = re.compile(r"-\d+$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,6 +160,10 @@ def _state(model_dir: str) -> tuple[Optional[list[str]], Optional[list[float]], 
     paths = [posixpath.join(model_dir, posixpath.basename(p))
              for p in state.all_model_checkpoint_paths]
     latest = posixpath.join(model_dir, posixpath.basename(state.model_checkpoint_path))
+    stepless = [p for p in [*paths, latest] if not _STEP.search(p)]
+    if stepless:  # not a CheckpointManager's: `step_of` has no step to read
+        name = posixpath.basename(stepless[0])
+        return None, None, 0.0, f"{STATE_FILE} names {name}, which has no -<step>"
     stamps = list(state.all_model_checkpoint_timestamps)
     if len(stamps) != len(paths):
         stamps = [state.last_preserved_timestamp] * len(paths)

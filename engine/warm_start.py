@@ -111,15 +111,13 @@ def _find_source(path: str) -> tuple[str, str]:
             raise ConfigError(
                 f"--init_from={path} holds checkpoints and none of them reads ({reasons}); "
                 "point --init_from at an intact checkpoint (.../ckpt-N) or an export")
-        state = posixpath.join(path, "checkpoint")
+        # The survey read the state file: it names no checkpoint that is there.
+        state = posixpath.join(path, checkpoint_files.STATE_FILE)
         if gfile.exists(state) and not gfile.isdir(state):
-            latest = tf.train.latest_checkpoint(path)
-            if latest is None:
-                raise ConfigError(
-                    f"--init_from={path} has a 'checkpoint' file but none of the checkpoints "
-                    "it lists is there; point --init_from at a checkpoint prefix (.../ckpt-N) "
-                    "or an export")
-            return "checkpoint", latest
+            raise ConfigError(
+                f"--init_from={path} has a 'checkpoint' file but none of the checkpoints "
+                "it lists is there; point --init_from at a checkpoint prefix (.../ckpt-N) "
+                "or an export")
         if gfile.exists(posixpath.join(path, export.SAVED_MODEL_FILENAME)):
             return _export_step(path, path)
         latest = export.latest_export(path)

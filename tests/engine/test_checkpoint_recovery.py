@@ -110,6 +110,8 @@ STATE_FILE = {
     "random bytes": lambda path: path.write_bytes(bytes(range(256)) * 2),
     "naming a checkpoint that is gone": lambda path: path.write_text(
         'model_checkpoint_path: "ckpt-99"\nall_model_checkpoint_paths: "ckpt-99"\n'),
+    "naming a checkpoint without a step": lambda path: path.write_text(
+        'model_checkpoint_path: "model.ckpt"\nall_model_checkpoint_paths: "model.ckpt"\n'),
 }
 
 
