@@ -40,6 +40,7 @@ from typing import Iterator, Optional
 
 import tensorflow as tf
 
+from tfloop.engine import run_record
 from tfloop.engine.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -271,10 +272,7 @@ def _write_state(model_dir: str, found: Survey) -> None:
     lines += [f'all_model_checkpoint_paths: "{posixpath.basename(p)}"' for p in found.kept]
     lines += [f"all_model_checkpoint_timestamps: {t!r}" for t in found.timestamps]
     lines.append(f"last_preserved_timestamp: {found.last_preserved!r}")
-    path = posixpath.join(model_dir, STATE_FILE)
-    with tf.io.gfile.GFile(path + ".tmp", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+    run_record.write_text(posixpath.join(model_dir, STATE_FILE), "\n".join(lines) + "\n")
 
 
 def _free_name(path: str) -> str:
