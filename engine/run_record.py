@@ -25,9 +25,6 @@ from tfloop.engine.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
-#: How a run ended, as `status` says; `running` while it runs (or after a kill -9).
-STATUSES = ("running", "finished", "stopped_early", "interrupted", "failed")
-
 
 def running(plan: Any, *, start_step: int, restored: Optional[str], step: int,
             checkpoint: Optional[str]) -> dict:
