@@ -40,6 +40,7 @@ from typing import Iterator, Optional
 
 import tensorflow as tf
 
+from tfloop.engine import run_record
 from tfloop.engine.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ STATE_FILE = "checkpoint"
 
 _FILE = re.compile(rf"^{PREFIX}-(\d+)\.(index|data-\d+-of-\d+)$")
 _TEMP = re.compile(rf"^{PREFIX}-\d+_temp$")
+_STEP = re.compile(r"-\d+$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,6 +161,10 @@ def _state(model_dir: str) -> tuple[Optional[list[str]], Optional[list[float]], 
     paths = [posixpath.join(model_dir, posixpath.basename(p))
              for p in state.all_model_checkpoint_paths]
     latest = posixpath.join(model_dir, posixpath.basename(state.model_checkpoint_path))
+    stepless = [p for p in [*paths, latest] if not _STEP.search(p)]
+    if stepless:  # not a CheckpointManager's: `step_of` has no step to read
+        name = posixpath.basename(stepless[0])
+        return None, None, 0.0, f"{STATE_FILE} names {name}, which has no -<step>"
     stamps = list(state.all_model_checkpoint_timestamps)
     if len(stamps) != len(paths):
         stamps = [state.last_preserved_timestamp] * len(paths)
@@ -266,10 +272,7 @@ def _write_state(model_dir: str, found: Survey) -> None:
     lines += [f'all_model_checkpoint_paths: "{posixpath.basename(p)}"' for p in found.kept]
     lines += [f"all_model_checkpoint_timestamps: {t!r}" for t in found.timestamps]
     lines.append(f"last_preserved_timestamp: {found.last_preserved!r}")
-    path = posixpath.join(model_dir, STATE_FILE)
-    with tf.io.gfile.GFile(path + ".tmp", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+    run_record.write_text(posixpath.join(model_dir, STATE_FILE), "\n".join(lines) + "\n")
 
 
 def _free_name(path: str) -> str:

@@ -18,6 +18,7 @@ the latest.
 
 from __future__ import annotations
 
+import collections
 import glob
 import hashlib
 import logging
@@ -158,6 +159,36 @@ def holds(path: Optional[str], name: str) -> bool:
     return any(key.split("/")[0] == name for key in stored_names(path))
 
 
+def weight_keys(path: str, reader: Any) -> Optional[dict[str, str]]:
+    """`{"000_kernel": its checkpoint key, ...}` of the `model_weights` listing of
+    checkpoint `path` (`reader` reads it); None if it has none.
+
+    The key is mostly `model_weights/000_kernel/.ATTRIBUTES/VARIABLE_VALUE`,
+    but a checkpoint stores each variable once, under its shortest path from
+    the root: one set on the model itself (`self.scale = self.add_weight(...)`)
+    is `model/scale/...`. The same breadth-first walk over the object graph
+    (public `tf.train.CheckpointView`, children in the order it lists them)
+    finds that path.
+    """
+    view = tf.train.CheckpointView(path)
+    listing = view.children(0).get("model_weights")
+    if listing is None:
+        return None
+    paths, queue = {0: ""}, collections.deque([0])
+    while queue:
+        node = queue.popleft()
+        for name, child in view.children(node).items():
+            if child not in paths:
+                # A checkpoint writes '.' doubled and '/' as '.S' in a path step.
+                step = name.replace(".", "..").replace("/", ".S")
+                paths[child] = f"{paths[node]}/{step}".lstrip("/")
+                queue.append(child)
+    stored = set(reader.get_variable_to_shape_map())
+    keys = {name: f"{paths[node]}/.ATTRIBUTES/VARIABLE_VALUE"
+            for name, node in view.children(listing).items()}
+    return {name: key for name, key in keys.items() if key in stored}
+
+
 def restore_for_inference(model: Any, global_step: tf.Variable, path: str) -> bool:
     """Reads the model's weights and the step from checkpoint `path` (no
     optimizer), the moving averages in place of the trained weights when it
@@ -246,26 +277,24 @@ def _misfit(path: str, weights: Any) -> Optional[str]:
     if not weights:
         return None
     reader = tf.compat.v1.train.NewCheckpointReader(path)
-    shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
-    suffix = "/.ATTRIBUTES/VARIABLE_VALUE"
-    stored = sorted(key[:-len(suffix)] for key in shapes
-                    if key.startswith("model_weights/") and key.endswith(suffix))
+    stored = weight_keys(path, reader)
     if not stored:
         return None
-    names = [f"model_weights/{key}" for key in weights]
-    for name, variable in zip(names, weights.values()):
-        if name + suffix not in shapes:
+    shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
+    for key, variable in weights.items():
+        name = f"model_weights/{key}"
+        if key not in stored:
             return (f"this model's {name} {_describe(variable.dtype, variable.shape)} is not "
-                    f"in it; it holds {len(stored)} model variables, this model has {len(names)}")
-        shape, dtype = shapes[name + suffix], dtypes[name + suffix]
+                    f"in it; it holds {len(stored)} model variables, this model has {len(weights)}")
+        shape, dtype = shapes[stored[key]], dtypes[stored[key]]
         if (list(shape) != list(variable.shape)
                 or tf.as_dtype(dtype).base_dtype != tf.as_dtype(variable.dtype).base_dtype):
             return (f"{name} is {_describe(dtype, shape)} there and "
                     f"{_describe(variable.dtype, variable.shape)} in this model")
-    extra = sorted(set(stored) - set(names))
+    extra = sorted(set(stored) - set(weights))
     if extra:
-        return (f"it holds {extra[0]}, which this model does not have ({len(stored)} model "
-                f"variables there, {len(names)} in this model)")
+        return (f"it holds model_weights/{extra[0]}, which this model does not have "
+                f"({len(stored)} model variables there, {len(weights)} in this model)")
     return None
 
 

@@ -62,7 +62,8 @@ def _trade(weight, average):
 
 
 class WeightAverage:
-    """Moving averages of `variables` (named by `keys`); build under `strategy.scope()`.
+    """Moving averages of `variables` (named by `keys`), created under
+    `strategy.scope()` (it enters the scope itself).
 
     Args:
       strategy: the strategy the variables were created under.

@@ -266,9 +266,8 @@ def _build_average(plan: Plan, strategy, model, objectives) -> Optional[ema.Weig
     if outside:
         raise ConfigError(f"--ema_decay averages the model's variables, and {outside[0]} is "
                           "trained but not held by the model; make it part of build_model()'s model")
-    with strategy.scope():
-        average = ema.WeightAverage(strategy, variables, [keys[id(v)] for v in variables],
-                                    config.ema_decay)
+    average = ema.WeightAverage(strategy, variables, [keys[id(v)] for v in variables],
+                                config.ema_decay)
     logger.info("%s the moving average of the weights%s",
                 "evaluation and export use" if plan.mode != "evaluate" and config.export
                 else "evaluation uses",

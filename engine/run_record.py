@@ -25,9 +25,6 @@ from tfloop.engine.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
-#: How a run ended, as `status` says; `running` while it runs (or after a kill -9).
-STATUSES = ("running", "finished", "stopped_early", "interrupted", "failed")
-
 
 def running(plan: Any, *, start_step: int, restored: Optional[str], step: int,
             checkpoint: Optional[str]) -> dict:
@@ -87,10 +84,17 @@ def summarize(plan: Any, controller: Any, *, num_replicas: int, restored: Option
 
 
 def write(path: str, payload: dict) -> None:
-    """Through `tf.io.gfile`, so `model_dir` may be on any TF filesystem (gs://, ...)."""
+    """`payload` as JSON, by `write_text`."""
+    write_text(path, json.dumps(payload, indent=2, sort_keys=True) + "\n")
+
+
+def write_text(path: str, text: str) -> None:
+    """Atomically (a temporary file renamed over `path`: a reader never sees
+    half a file), through `tf.io.gfile`, so `model_dir` may be on any TF
+    filesystem (gs://, ...)."""
     temporary = path + ".tmp"
     with tf.io.gfile.GFile(temporary, "w") as f:
-        f.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+        f.write(text)
     tf.io.gfile.rename(temporary, path, overwrite=True)
 
 

@@ -57,8 +57,7 @@ def checkpoint_at(model_dir: str, step: Optional[int]) -> str:
         if skipped:
             logger.info(skipped)
         return found.newest
-    steps = sorted({checkpoint_files.step_of(p) for p in found.kept}
-                   | set(checkpoint_files.on_disk(model_dir)))
+    steps = sorted(checkpoint_files.on_disk(model_dir))  # found.kept is a part of them
     if step not in steps:
         kept = ", ".join(str(s) for s in steps)
         raise ConfigError(f"--step={step}: --model_dir={model_dir} keeps checkpoints of steps "

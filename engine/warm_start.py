@@ -44,7 +44,6 @@ so a refused source leaves the model as it was.
 
 from __future__ import annotations
 
-import collections
 import io
 import logging
 import os
@@ -112,15 +111,13 @@ def _find_source(path: str) -> tuple[str, str]:
             raise ConfigError(
                 f"--init_from={path} holds checkpoints and none of them reads ({reasons}); "
                 "point --init_from at an intact checkpoint (.../ckpt-N) or an export")
-        state = posixpath.join(path, "checkpoint")
+        # The survey read the state file: it names no checkpoint that is there.
+        state = posixpath.join(path, checkpoint_files.STATE_FILE)
         if gfile.exists(state) and not gfile.isdir(state):
-            latest = tf.train.latest_checkpoint(path)
-            if latest is None:
-                raise ConfigError(
-                    f"--init_from={path} has a 'checkpoint' file but none of the checkpoints "
-                    "it lists is there; point --init_from at a checkpoint prefix (.../ckpt-N) "
-                    "or an export")
-            return "checkpoint", latest
+            raise ConfigError(
+                f"--init_from={path} has a 'checkpoint' file but none of the checkpoints "
+                "it lists is there; point --init_from at a checkpoint prefix (.../ckpt-N) "
+                "or an export")
         if gfile.exists(posixpath.join(path, export.SAVED_MODEL_FILENAME)):
             return _export_step(path, path)
         latest = export.latest_export(path)
@@ -162,7 +159,7 @@ def _load_from_checkpoint(model: Any, path: str, prefix: str) -> int:
     try:
         # Not tf.train.load_checkpoint: it takes a ram:// prefix for a folder.
         reader = tf.compat.v1.train.NewCheckpointReader(prefix)
-        stored = _named_weight_keys(prefix, reader)
+        stored = checkpointing.weight_keys(prefix, reader)
     except (ValueError, tf.errors.OpError) as error:
         raise ConfigError(f"--init_from={path}: {prefix} cannot be read as a TF2 checkpoint "
                           f"({_first_line(error)})") from None
@@ -194,35 +191,6 @@ def _load_from_checkpoint(model: Any, path: str, prefix: str) -> int:
     for variable, value in zip(wanted.values(), values):
         variable.assign(value)
     return len(wanted)
-
-
-def _named_weight_keys(path: str, reader: Any) -> Optional[dict[str, str]]:
-    """`{"000_kernel": its checkpoint key, ...}` of the `model_weights` listing; None if none.
-
-    The key is mostly `model_weights/000_kernel/.ATTRIBUTES/VARIABLE_VALUE`,
-    but a checkpoint stores each variable once, under its shortest path from
-    the root: one set on the model itself (`self.scale = self.add_weight(...)`)
-    is `model/scale/...`. The same breadth-first walk over the object graph
-    (public `tf.train.CheckpointView`, children in the order it lists them)
-    finds that path.
-    """
-    view = tf.train.CheckpointView(path)
-    listing = view.children(0).get("model_weights")
-    if listing is None:
-        return None
-    paths, queue = {0: ""}, collections.deque([0])
-    while queue:
-        node = queue.popleft()
-        for name, child in view.children(node).items():
-            if child not in paths:
-                # A checkpoint writes '.' doubled and '/' as '.S' in a path step.
-                step = name.replace(".", "..").replace("/", ".S")
-                paths[child] = f"{paths[node]}/{step}".lstrip("/")
-                queue.append(child)
-    stored = set(reader.get_variable_to_shape_map())
-    keys = {name: f"{paths[node]}/.ATTRIBUTES/VARIABLE_VALUE"
-            for name, node in view.children(listing).items()}
-    return {name: key for name, key in keys.items() if key in stored}
 
 
 # ---------------------------------------------------------------------------

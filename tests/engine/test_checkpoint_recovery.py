@@ -110,6 +110,8 @@ STATE_FILE = {
     "random bytes": lambda path: path.write_bytes(bytes(range(256)) * 2),
     "naming a checkpoint that is gone": lambda path: path.write_text(
         'model_checkpoint_path: "ckpt-99"\nall_model_checkpoint_paths: "ckpt-99"\n'),
+    "naming a checkpoint without a step": lambda path: path.write_text(
+        'model_checkpoint_path: "model.ckpt"\nall_model_checkpoint_paths: "model.ckpt"\n'),
 }
 
 
@@ -193,6 +195,34 @@ def test_a_checkpoint_of_another_model_names_the_first_variable_that_differs(mod
         f"--model_dir={model_dir} holds ckpt-30, which does not fit this model "
         "(model_weights/000_kernel is float32 (784, 256) there and float32 (784, 32) in this "
         "model); use a new --model_dir, or the flags that wrote it")
+
+
+class ScaledModel(keras.Model):
+    """A variable set on the model itself: a checkpoint stores it as
+    model/scale, not under model_weights/."""
+
+    def __init__(self, num_classes):
+        super().__init__()
+        self.flatten = keras.layers.Flatten()
+        self.dense = keras.layers.Dense(num_classes)
+        self.scale = self.add_weight(shape=(), initializer="ones", name="scale")
+
+    def call(self, inputs):
+        return self.dense(self.flatten(inputs)) * self.scale
+
+
+def test_a_model_with_a_variable_of_its_own_resumes_from_its_checkpoint(tmp_path):
+    def scaled(input_shape, num_classes):
+        model = ScaledModel(num_classes)
+        model(keras.Input(input_shape))
+        return model
+
+    run(_config(tmp_path / "run", train_steps=10), model_fn=scaled)
+    keys = checkpointing.stored_names(f"{tmp_path}/run/ckpt-10")
+    assert "model/scale/.ATTRIBUTES/VARIABLE_VALUE" in keys  # not under model_weights/
+    result = run(_config(tmp_path / "run", train_steps=20), model_fn=scaled)
+    assert result["resumed_from"] == f"{tmp_path}/run/ckpt-10"
+    assert result["start_step"] == 10 and result["step"] == 20
 
 
 def test_bin_train_over_another_models_checkpoint_is_one_line_without_tensorflow_warnings(

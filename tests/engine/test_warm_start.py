@@ -364,6 +364,15 @@ def test_a_path_with_nothing_recognisable_is_refused(tmp_path, name):
     assert_one_line_refusal(error, "holds no checkpoint, export, .keras or .weights.h5 file")
 
 
+@pytest.mark.parametrize("state", [bytes(range(256)), b'model_checkpoint_path: "model.ckpt"\n'],
+                         ids=["garbled", "naming_a_checkpoint_without_a_step"])
+def test_a_checkpoint_file_that_names_no_checkpoint_there_is_refused(tmp_path, state):
+    (tmp_path / "checkpoint").write_bytes(state)
+    with pytest.raises(ConfigError) as error:
+        load_initial_weights(mlp(), str(tmp_path))
+    assert_one_line_refusal(error, "has a 'checkpoint' file but none of the checkpoints it lists")
+
+
 def test_a_file_that_is_not_what_its_name_says_is_refused(tmp_path):
     (tmp_path / "model.keras").write_text("not a zip")
     with pytest.raises(ConfigError) as error:
