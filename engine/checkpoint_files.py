@@ -41,7 +41,7 @@ from typing import Iterator, Optional
 import tensorflow as tf
 
 from tfloop.engine import run_record
-from tfloop.engine.errors import ConfigError
+from tfloop.engine.errors import ConfigError, one_line
 
 logger = logging.getLogger(__name__)
 
@@ -122,18 +122,8 @@ def damage(prefix: str) -> Optional[str]:
     except IndexError as error:  # what TensorFlow raises for a short .data file
         return f"a file is shorter than its index says: {error}"
     except (tf.errors.OpError, ValueError, RuntimeError, UnicodeDecodeError) as error:
-        return short(str(error).replace(posixpath.dirname(prefix) + "/", ""))
+        return one_line(str(error).replace(posixpath.dirname(prefix) + "/", ""))
     return None
-
-
-def short(text: str, limit: int = 120) -> str:
-    """The first line of `text`, at most about `limit` characters, cut at a
-    word boundary (never mid-word) with an ellipsis."""
-    line = re.sub(r"\{\{[^}]*\}\}\s*", "", text.strip()).split("\n", 1)[0].strip()
-    if len(line) <= limit:
-        return line
-    cut = line.rfind(" ", 0, limit)
-    return line[:cut if cut > 0 else limit].rstrip(" ,;:(") + "..."
 
 
 def _state(model_dir: str) -> tuple[Optional[list[str]], Optional[list[float]], float,
@@ -155,7 +145,7 @@ def _state(model_dir: str) -> tuple[Optional[list[str]], Optional[list[float]], 
     try:
         state = tf.train.get_checkpoint_state(model_dir)
     except (ValueError, tf.errors.OpError) as error:
-        return None, None, 0.0, f"{STATE_FILE} does not read ({short(str(error), 60)})"
+        return None, None, 0.0, f"{STATE_FILE} does not read ({one_line(str(error), 60)})"
     if state is None or not state.model_checkpoint_path:
         return None, None, 0.0, f"{STATE_FILE} does not read"
     paths = [posixpath.join(model_dir, posixpath.basename(p))

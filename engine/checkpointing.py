@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional
 import tensorflow as tf
 
 from tfloop.engine import checkpoint_files
-from tfloop.engine.errors import ConfigError, RunFailure
+from tfloop.engine.errors import ConfigError, RunFailure, one_line
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ def _save_failed(directory: str, step: int, latest: Optional[str], error: Except
             free = f"{_size(shutil.disk_usage(directory).free)} free there"
         except OSError:
             pass
-    reason = checkpoint_files.short(
+    reason = one_line(
         (str(error) or type(error).__name__).replace(directory.rstrip("/") + "/", ""), 100)
     return (f"could not save ckpt-{step} in {directory} ({reason}); {free}; the latest "
             f"checkpoint is still {posixpath.basename(latest) if latest else 'none'}: free some "
@@ -260,7 +260,7 @@ def restore(checkpoint: tf.train.Checkpoint, path: Optional[str], model_dir: str
 
 
 def _unusable(model_dir: str, name: str, error: Exception) -> ConfigError:
-    reason = checkpoint_files.short(str(error), 160)
+    reason = one_line(str(error), 160)
     if isinstance(error, tf.errors.OpError):
         return ConfigError(f"--model_dir={model_dir}: {name} could not be read ({reason}); "
                            "move it away to resume from the checkpoint before it")

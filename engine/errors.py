@@ -5,9 +5,12 @@ Library code raises `ConfigError` for a mistake in what the user asked for
 message on stderr and exit with status 2, as they do the other packages' own
 user-error types (`collectives.CollectiveError`, ...); a `RunFailure` (the disk, the
 cluster) is one line and status 1; anything else is a bug and keeps its
-traceback. Importing this module imports nothing else, so the
+traceback. Importing this module imports nothing else (`re` aside), so the
 binaries can define their flags from `engine.config` before TensorFlow loads.
 """
+
+import re
+
 
 class ConfigError(ValueError):
     """What the user asked for cannot be done; the message says how to fix it."""
@@ -47,3 +50,14 @@ class UnrecoverableFailure(RunFailure):
     """
 
     exit_status = 3
+
+
+def one_line(text: str, limit: int = 120) -> str:
+    """The first line of `text` (an error's message quoted inside one of
+    ours), at most about `limit` characters, cut at a word boundary with an
+    ellipsis; TensorFlow's `{{node ...}}` markers dropped."""
+    line = re.sub(r"\{\{[^}]*\}\}\s*", "", text.strip()).split("\n", 1)[0].strip()
+    if len(line) <= limit:
+        return line
+    cut = line.rfind(" ", 0, limit)
+    return line[:cut if cut > 0 else limit].rstrip(" ,;:(") + "..."

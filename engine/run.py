@@ -42,7 +42,7 @@ from tfloop.engine import task as task_lib
 from tfloop.engine import task_inputs
 from tfloop.engine.config import RunConfig
 from tfloop.engine.controller import Controller
-from tfloop.engine.errors import ClusterFailure, ConfigError, UnrecoverableFailure
+from tfloop.engine.errors import ClusterFailure, ConfigError, UnrecoverableFailure, one_line
 from tfloop.engine.evaluator import Evaluator
 from tfloop.engine.plan import Plan, make_plan
 from tfloop.engine.losses import LossFn
@@ -386,13 +386,13 @@ def _run_controller(plan: Plan, strategy, global_step, trainer, evaluator, manag
         _train_or_evaluate(plan, controller, start_step)
         status = "stopped_early" if controller.stopped_early else "finished"
     except plan.spec.unrecoverable_errors as error:
-        reason = checkpoint_files.short(str(error), 160)
+        reason = one_line(str(error), 160)
         raise UnrecoverableFailure(
             f"{role.name} failed at step {controller.step} with {type(error).__name__}: {reason}; "
             "not a lost peer: a restart would fail the same way (the last checkpoint is "
             f"{tf.train.latest_checkpoint(config.model_dir) or 'none'})") from None
     except plan.spec.lost_peer_errors as error:
-        reason = checkpoint_files.short(str(error), 160)
+        reason = one_line(str(error), 160)
         raise ClusterFailure(
             f"{role.name} lost the cluster after step {controller.step} ({reason}); the last "
             f"checkpoint is {tf.train.latest_checkpoint(config.model_dir) or 'none'}: restart every "

@@ -57,7 +57,7 @@ import keras
 import tensorflow as tf
 
 from tfloop.engine import checkpoint_files, checkpointing, export
-from tfloop.engine.errors import ConfigError
+from tfloop.engine.errors import ConfigError, one_line
 
 logger = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ def _load_from_checkpoint(model: Any, path: str, prefix: str) -> int:
         stored = checkpointing.weight_keys(prefix, reader)
     except (ValueError, tf.errors.OpError) as error:
         raise ConfigError(f"--init_from={path}: {prefix} cannot be read as a TF2 checkpoint "
-                          f"({_first_line(error)})") from None
+                          f"({one_line(str(error), 200) or type(error).__name__})") from None
     if stored is None:
         raise ConfigError(f"--init_from={path}: {prefix} holds no model (it was not "
                           "written by this engine); point it at a run's --model_dir")
@@ -259,7 +259,7 @@ def _read_weights_h5(path: str, where: str, is_archive: bool, h5py) -> bytes:
     except (zipfile.BadZipFile, OSError) as error:
         kind = "a .keras archive" if is_archive else "an HDF5 weights file"
         raise ConfigError(f"--init_from={path}: {where} is not {kind} "
-                          f"({_first_line(error)})") from None
+                          f"({one_line(str(error), 200) or type(error).__name__})") from None
     return data
 
 
@@ -346,6 +346,3 @@ def _source_name(where: str, path: str) -> str:
     return "it" if where == path else where
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return (text[0] if text else type(error).__name__)[:200]

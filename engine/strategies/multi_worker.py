@@ -29,7 +29,7 @@ import tensorflow as tf
 from tfloop.collectives import device_names, gpus, nccl
 from tfloop.collectives.interface import CollectiveError
 from tfloop.engine import watchdog
-from tfloop.engine.errors import ConfigError
+from tfloop.engine.errors import ConfigError, one_line
 from tfloop.engine.strategies.registry import register
 from tfloop.engine.strategies.spec import (NO_CLUSTER, StrategySpec, announce_open_server,
                                             local_replicas_of_a_cluster_task)
@@ -163,7 +163,7 @@ class MultiWorker(StrategySpec):
                 return tf.distribute.MultiWorkerMirroredStrategy(
                     communication_options=options)
         except _NOT_FORMED as error:
-            reason = str(error).strip().splitlines()[0][:160]
+            reason = one_line(str(error), 160)
             raise ConfigError(
                 f"{role.name} could not form the cluster ({role.describe_cluster()}): {reason}; "
                 "check that no other process holds their ports") from None
