@@ -7,6 +7,7 @@
     platforms   the cluster where no TF_CONFIG is written (JobSet / Indexed
                 Job, Vertex AI's CLUSTER_SPEC), Vertex's AIP_* directories
     launcher    Launcher, LaunchConfig, LaunchError: bin/launch's supervisor
+    exit_codes  the exit-code contract: which statuses a restart can fix
     threads     each process's share of the cores (TF_NUM_INTRAOP_THREADS),
                 which the launcher deals out and the engine reads
 
