@@ -20,6 +20,7 @@ import signal
 import sys
 import tempfile
 import threading
+import traceback
 from typing import Callable, Optional
 
 # TensorFlow's C++ start-up chatter (including "failed call to cuInit" on
@@ -33,10 +34,12 @@ from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 
 from tfloop.engine.runtime import logs  # noqa: E402  (imports no TensorFlow)
+from tfloop.launch import exit_codes  # noqa: E402  (the one table; standard library only)
 
-EXIT_FAILURE = 1  # the run failed (engine.errors.RunFailure): a full disk, a lost peer, a NaN loss
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
+EXIT_FAILURE = exit_codes.FAILED  # a failure a restart cannot fix: a full disk, a NaN stop, a bug
+EXIT_USAGE = exit_codes.USAGE
+EXIT_INTERRUPTED = exit_codes.INTERRUPTED
+EXIT_RESTART = exit_codes.RESTART  # restart every task: a lost peer, storage out of reach
 
 _SIGNAL_REASONS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "terminated (SIGTERM)"}
 
@@ -150,11 +153,25 @@ def user_error_types() -> tuple[type[Exception], ...]:
     return (ConfigError, CollectiveError, InputError, ModelError, TFConfigError)
 
 
+def with_class(message: str, exit_status: int) -> str:
+    """`message (exit 138: restart every task from the last checkpoint)`: a
+    failed run's last line names its exit class (`exit_codes.describe`), so a
+    person reading a platform's log knows at once whether the job will be
+    restarted. Left as they are: a usage mistake (2: its `error:` line says
+    what to fix, and nothing ran) and a signal's line (130, 143: `preempted
+    (SIGTERM) at step N; saved ...` names its class already)."""
+    if exit_status in (exit_codes.DONE, exit_codes.USAGE, exit_codes.INTERRUPTED,
+                       exit_codes.PREEMPTED):
+        return message
+    return f"{message} ({exit_codes.describe(exit_status)})"
+
+
 def fail(program: str, message: str, exit_status: int = EXIT_USAGE, details: str = "") -> None:
     """Prints `program: error: message` on stderr and exits with `exit_status`
-    (2, a usage mistake, unless the caller says the run failed); `details`
-    (the user's own frames, for an error raised in their task) follow the line."""
-    print(f"{program}: error: {message}", file=sys.stderr, flush=True)
+    (2, a usage mistake, unless the caller says the run failed; any other
+    status is named at the end of the line, `with_class`); `details` (the
+    user's own frames, for an error raised in their task) follow the line."""
+    print(f"{program}: error: {with_class(message, exit_status)}", file=sys.stderr, flush=True)
     if details:
         print(details, file=sys.stderr, flush=True)
     sys.exit(exit_status)
@@ -230,7 +247,7 @@ def run(
         except errors as error:  # a TaskError's user_frames: the traceback of the user's code
             fail(program, str(error), details=getattr(error, "user_frames", ""))
         except failures as failure:
-            # 3: a failure a restart cannot fix (engine.errors.UnrecoverableFailure)
+            # The status the failure means (engine.errors: 1, 3, or 138 to restart every task).
             fail(program, str(failure), getattr(failure, "exit_status", EXIT_FAILURE))
         except preempted as stop:
             print(f"{program}: {stop}", file=sys.stderr, flush=True)
@@ -238,6 +255,13 @@ def run(
         except KeyboardInterrupt:
             print(f"{program}: interrupted", file=sys.stderr, flush=True)
             sys.exit(EXIT_INTERRUPTED)
+        except Exception as bug:
+            # A bug keeps its traceback (there is something to debug), and the
+            # last line still names the class: permanent, not restarted.
+            traceback.print_exc()
+            what = f"{type(bug).__name__}, a bug: the traceback above"
+            print(f"{program}: {with_class(what, EXIT_FAILURE)}", file=sys.stderr, flush=True)
+            sys.exit(EXIT_FAILURE)
 
     install_signal_handlers()
     try:

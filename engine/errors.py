@@ -3,13 +3,19 @@
 Library code raises `ConfigError` for a mistake in what the user asked for
 (unknown name, missing file, impossible device layout). The binaries print its
 message on stderr and exit with status 2, as they do the other packages' own
-user-error types (`collectives.CollectiveError`, ...); a `RunFailure` (the disk, the
-cluster) is one line and status 1; anything else is a bug and keeps its
-traceback. Importing this module imports nothing else (`re` aside), so the
-binaries can define their flags from `engine.config` before TensorFlow loads.
+user-error types (`collectives.CollectiveError`, ...); a `RunFailure` is one
+line and the status it means (`exit_status`, from the one table,
+`launch.exit_codes`): 1 for a failure a restart cannot fix (a full disk, a NaN
+stop, an `InternalError`), 3 for a lost product (the export), 138 for
+"restart every task" (a lost peer, storage out of reach); anything else is a
+bug and keeps its traceback. Importing this module imports no TensorFlow
+(`re` and the standard-library `launch` aside), so the binaries can define
+their flags from `engine.config` before TensorFlow loads.
 """
 
 import re
+
+from tfloop.launch import exit_codes
 
 
 class ConfigError(ValueError):
@@ -19,18 +25,38 @@ class ConfigError(ValueError):
 class RunFailure(RuntimeError):
     """The run failed for a reason outside the program and the request (a
     full disk, a lost peer): not the user's mistake, and nothing to debug in
-    a traceback. The binaries print one line and exit with status 1; the
-    last checkpoint is intact, and the same command resumes from it.
+    a traceback. The binaries print one line and exit with `exit_status`
+    (1 here: a restart alone does not fix a full disk); the last checkpoint
+    is intact, and the same command resumes from it once the cause is fixed.
     """
+
+    exit_status = exit_codes.FAILED
 
 
 class ClusterFailure(RunFailure):
-    """A multi-worker run lost a peer mid-training.
+    """A multi-worker run lost a peer: mid-training, or after the cluster
+    formed but before step 1.
 
     Not the user's mistake, and nothing to debug in a traceback: the binaries
-    print one line and exit with status 1; restarting every task resumes from
-    the last checkpoint (`bin/launch --max_restarts` does it).
+    print one line and exit with status 138 (`exit_codes.RESTART`), the
+    retryable class: restarting every task resumes from the last checkpoint
+    (`bin/launch --max_restarts` does it, as do TFJob's `ExitCode` policy and
+    a JobSet's `failurePolicy`). The survivors' status is what a platform
+    that recreates only the failed pod decides on, so it must be retryable.
     """
+
+    exit_status = exit_codes.RESTART
+
+
+class StorageUnavailable(RunFailure):
+    """`--model_dir` could not be reached (`gs://` with no network, a storage
+    outage): one line naming the path and the reason, status 138, since the
+    same command works once the storage answers. (Access refused is a
+    `ConfigError`: a restart cannot grant it.) Raised where the engine first
+    touches `model_dir` (`engine.run_dir.storage`), before anything is written.
+    """
+
+    exit_status = exit_codes.RESTART
 
 
 class NonFinite(RunFailure):
@@ -38,7 +64,8 @@ class NonFinite(RunFailure):
 
     The run stops at the end of the loop it happened in, before anything is
     saved or exported, so the newest checkpoint is still the last good one;
-    the message names the steps. A `RunFailure`: one line, exit status 1.
+    the message names the steps. A `RunFailure`: one line, exit status 1
+    (permanent: a restart would resume at the same step and fail the same way).
     """
 
 
@@ -70,11 +97,12 @@ class TaskError(ConfigError):
 class UnrecoverableFailure(RunFailure):
     """The run failed in a way no restart can fix (TensorFlow's `InternalError`
     from an NCCL set-up or a dtype it lacks): the error is named as itself,
-    in one line, and the binaries exit with `exit_status` (3), which
-    `bin/launch --max_restarts` does not restart (`launch.launcher.NO_RESTART`).
+    in one line, and the binaries exit with `exit_status` (1, `FAILED`, as
+    the table has it: not the retryable class), which `bin/launch
+    --max_restarts` does not restart (nor any status below 128).
     """
 
-    exit_status = 3
+    exit_status = exit_codes.FAILED
 
 
 class ExportFailure(UnrecoverableFailure):
@@ -85,9 +113,11 @@ class ExportFailure(UnrecoverableFailure):
     Exit status 3, as a failure a restart cannot fix: a restart (`bin/launch
     --max_restarts`) would resume at the same step, train nothing, and write
     the same export to the same disk; someone must free space first, then
-    the same command writes the missing export. (Exit 1 would have the
-    launcher retry it to no end.)
+    the same command writes the missing export. (3 rather than 1: the
+    training itself is done, only its product is missing.)
     """
+
+    exit_status = exit_codes.UNRECOVERABLE
 
 
 def one_line(text: str, limit: int = 120) -> str:

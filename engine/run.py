@@ -120,12 +120,13 @@ def run(
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
     # Before the lock (which creates model_dir): joining a cluster can end in
-    # the watchdog's SIGKILL (engine.runtime.watchdog), which leaves no chance to clean up.
+    # the watchdog's signal (engine.runtime.watchdog), which leaves no chance to clean up.
     strategy = _build_strategy(plan)
     lock = run_lock.acquire(config.model_dir, plan.lock) if plan.lock else None
     try:
-        return _run_planned(plan, task, strategy, optimizer=optimizer, on_loop_end=on_loop_end,
-                            lock=lock)
+        with _peer_lost_before_training(plan):
+            return _run_planned(plan, task, strategy, optimizer=optimizer,
+                                on_loop_end=on_loop_end, lock=lock)
     except BaseException:
         if lock is not None:
             lock.discard()  # removes model_dir if this run created it and never trained
@@ -133,6 +134,23 @@ def run(
     finally:
         if lock is not None:
             lock.release()
+
+
+@contextlib.contextmanager
+def _peer_lost_before_training(plan: Plan):
+    """A peer lost after the cluster formed but before the loop runs (while
+    the model, the checkpoint restore or the trainer is built: the survivor's
+    collective reports `UnavailableError ... Collective ops is aborted`) is
+    the same event as a peer lost mid-run: one line and the retryable class,
+    not a traceback and 1. (Mid-run, `_run_controller` says it with the step.)"""
+    try:
+        yield
+    except plan.spec.lost_peer_errors as error:
+        reason = one_line(str(error), 160)
+        raise ClusterFailure(
+            f"{plan.role.name} lost the cluster before training began ({reason}); the last "
+            f"checkpoint is {plan.latest_checkpoint or 'none'}: restart every task to resume "
+            "from it (bin/launch --max_restarts does)") from None
 
 
 @dataclasses.dataclass

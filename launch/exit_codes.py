@@ -25,6 +25,8 @@ one question: would running the same command again, on every task, help?
 Standard library only: the launcher, the engine and the binaries all read it.
 """
 
+import signal
+
 DONE = 0
 FAILED = 1
 USAGE = 2
@@ -42,6 +44,29 @@ MEANINGS = {
     RESTART: "restart every task from the last checkpoint",
     PREEMPTED: "terminated (SIGTERM), saved",
 }
+
+
+def shell_status(returncode: int) -> int:
+    """The status a shell (and Kubernetes) reports for a `subprocess.Popen`
+    return code: 128+N for a process killed by signal N (Popen says -N)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def describe(status: int) -> str:
+    """The class of an exit status, as the last line of a failed run names it:
+    `exit 138: restart every task from the last checkpoint`. The one wording,
+    used by the binaries (`bin/cli`), the cluster watchdog and `bin/launch`."""
+    meaning = MEANINGS.get(status)
+    if meaning is None:
+        if status > 128:
+            try:
+                name = signal.Signals(status - 128).name
+            except ValueError:
+                name = f"signal {status - 128}"
+            meaning = f"killed by {name}; restart every task from the last checkpoint"
+        else:
+            meaning = "retryable" if retryable(status) else "a restart cannot fix it"
+    return f"exit {status}: {meaning}"
 
 
 def retryable(status: int) -> bool:

@@ -13,9 +13,10 @@ NCCL manager reduces no bfloat16 and would fail at step 1).
 
 Errors: only what a dead or silent peer raises (unavailable, deadline
 exceeded, aborted, cancelled) is "lost the cluster", which restarting every
-task can fix. An `InternalError` (an NCCL set-up or dtype failure, say) is
-reported as itself, in one line, as a failure a restart cannot fix
-(`UnrecoverableFailure`, exit status 3, which `bin/launch` does not restart).
+task can fix (`ClusterFailure`, exit 138; so is a cluster that never formed).
+An `InternalError` (an NCCL set-up or dtype failure, say) is reported as
+itself, in one line, as a failure a restart cannot fix (`UnrecoverableFailure`,
+exit status 1, which `bin/launch` does not restart).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import tensorflow as tf
 from tfloop.collectives import device_names, gpus, nccl
 from tfloop.collectives.interface import CollectiveError
 from tfloop.engine.runtime import watchdog
-from tfloop.engine.errors import ConfigError, one_line
+from tfloop.engine.errors import ClusterFailure, ConfigError, one_line
 from tfloop.engine.strategies.registry import register
 from tfloop.engine.strategies.spec import (NO_CLUSTER, StrategySpec, announce_open_server,
                                             local_replicas_of_a_cluster_task)
@@ -171,7 +172,12 @@ class MultiWorker(StrategySpec):
                 return tf.distribute.MultiWorkerMirroredStrategy(
                     communication_options=options)
         except _NOT_FORMED as error:
+            # A peer that died while the cluster formed, or a port taken between
+            # tf_config.check_port_free and TensorFlow's bind: the same command on
+            # every task can work (bin/launch picks fresh ports), so the retryable
+            # class, like the watchdog's (a port held for good was refused before).
             reason = one_line(str(error), 160)
-            raise ConfigError(
+            raise ClusterFailure(
                 f"{role.name} could not form the cluster ({role.describe_cluster()}): {reason}; "
-                "check that no other process holds their ports") from None
+                "restart every task, and check that no other process holds their ports"
+            ) from None

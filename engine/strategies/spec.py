@@ -14,7 +14,7 @@ which strategy it has. The engine calls a spec in this order::
     strategy = spec.build(devices, config=config, role=role, connection=connection)
     trainer = spec.build_trainer(plan, strategy=..., model=..., ...)
     StopRequest(strategy if spec.agrees_to_stop else None)
-    except spec.lost_peer_errors: a peer died mid-run (one line, exit 1)
+    except spec.lost_peer_errors: a peer died (one line, exit 138: restart every task)
     except spec.unrecoverable_errors: no restart can help (one line, exit 3)
 
 Adding a strategy is one module in this package: a subclass that overrides
@@ -69,8 +69,8 @@ class StrategySpec(abc.ABC):
     #: Workers must agree on a stop request (a collective), or one would stop
     #: while the others wait for it in the next all-reduce.
     agrees_to_stop: ClassVar[bool] = False
-    #: Errors that mean a peer process died mid-run (reported in one line,
-    #: exit 1, rather than as a bug).
+    #: Errors that mean a peer process died (reported in one line, exit 138,
+    #: the retryable class, rather than as a bug).
     lost_peer_errors: ClassVar[tuple[type[Exception], ...]] = ()
     #: Errors that mean the run can never work as asked (an NCCL set-up
     #: failure): reported as themselves in one line, exit 3, not restarted.

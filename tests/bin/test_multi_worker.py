@@ -160,35 +160,55 @@ def test_kill_9_of_one_process_resumes_to_the_uninterrupted_weights(tmp_path, mi
     _assert_same_weights(model_dir, mirrored_weights, rtol=0, atol=0)
 
 
-def test_a_killed_worker_restarts_the_cluster_which_resumes_to_the_same_weights(
+def test_a_killed_worker_leaves_the_survivor_retryable_and_the_cluster_resumes_exactly(
         tmp_path, mirrored_weights):
+    """A worker killed mid-run: the SURVIVOR ends with one line naming the
+    class and status 138 (retryable: TFJob's ExitCode policy and a JobSet
+    recreate only the failed pod, so the survivor's status decides; before,
+    it was 1, permanent). The workers are started as a platform starts them,
+    each with its TF_CONFIG, so that the survivor's own status is seen (under
+    bin/launch the launcher stops it first, whichever it saw). Then
+    `bin/launch` starts the cluster again and it resumes to the uninterrupted
+    weights. (bin/launch restarting on exactly the retryable set:
+    tests/launch/test_launcher.py, with stand-in tasks.)"""
+    from tfloop.launch import exit_codes, launcher
+
     model_dir, worker_tmp = tmp_path / "cluster", tmp_path / "worker_tmp"
     worker_tmp.mkdir()
-    process, output = _start(
-        "bin/launch", "--num_workers=2", "--max_restarts=1", "--grace_period=3", "--",
-        "bin/train", f"--model_dir={model_dir}", *CLUSTER, env={"TMPDIR": str(worker_tmp)})
-    _wait_until(lambda: re.search(r"pids: .*worker:1=(\d+)", "".join(output.lines)),
-                "the launcher's pids", process, output)
-    pid = re.search(r"pids: .*worker:1=(\d+)", "".join(output.lines)).group(1)
-    # The kill comes from a process of its own: this one may sit seconds in a
-    # tf.data teardown (holding the GIL), and the cluster finishes 3 s after
-    # its first checkpoint.
-    killer = subprocess.Popen([sys.executable, "-c", _KILL_AFTER_FIRST_CHECKPOINT,
-                               str(model_dir), pid])
-    assert killer.wait(timeout=200) == 0
+    cluster = {"worker": [f"localhost:{port}" for port in launcher.pick_free_ports(2)]}
+    workers = [_start("bin/train", f"--model_dir={model_dir}", *CLUSTER,
+                      env={"TMPDIR": str(worker_tmp), "TF_CONFIG": json.dumps(
+                          {"cluster": cluster, "task": {"type": "worker", "index": index}})})
+               for index in range(2)]
+    (survivor, output), (victim, _) = workers
     try:
-        process.wait(timeout=240)
-    except subprocess.TimeoutExpired:
-        process.kill()
+        # The kill comes from a process of its own: this one may sit seconds in
+        # a thread switch, and the cluster finishes soon after its first checkpoint.
+        killer = subprocess.Popen([sys.executable, "-c", _KILL_AFTER_FIRST_CHECKPOINT,
+                                   str(model_dir), str(victim.pid)])
+        assert killer.wait(timeout=200) == 0
+        survivor.wait(timeout=120)
+    finally:
+        for process, _ in workers:
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=30)
     text = output.text()
-    assert process.returncode == 0, text[-3000:]
-    # Whichever the launcher sees first starts the restart: the killed worker, or
-    # the survivor, which exits at once (status 1) when it loses its peer.
-    assert re.search(r"launch: (worker:1 died with signal 9 \(SIGKILL\)|worker:0 exited with "
-                     r"status 1); restarting the cluster \(1/1\)", text), text[-3000:]
-    # The survivor, if it noticed before the launcher stopped it, says so in one line.
+    assert survivor.returncode == exit_codes.RESTART, text[-3000:]
     assert "Traceback" not in text, text
-    assert re.search(r"\[worker:0\] .*resuming from .*ckpt-\d+ at step", text), text
+    errors = [line for line in text.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "worker:0 lost the cluster after step" in errors[0], text
+    assert errors[0] == text.rstrip().splitlines()[-1]  # the last line names the class
+    assert errors[0].endswith("(exit 138: restart every task from the last checkpoint)")
+    killed_at = tf.train.latest_checkpoint(str(model_dir))
+    assert killed_at is not None
+
+    result = run_bin("launch", "--num_workers=2", "--grace_period=3", "--", "bin/train",
+                     f"--model_dir={model_dir}", *CLUSTER, env={"TMPDIR": str(worker_tmp)},
+                     timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(rf"\[worker:0\] .*resuming from {re.escape(killed_at)} at step",
+                     result.stdout), result.stdout[-3000:]
     assert tf.train.latest_checkpoint(str(model_dir)).endswith(f"ckpt-{TRAIN_STEPS}")
     # The killed worker's save directory was removed when it started again.
     # (TensorFlow's own autograph files of the killed process stay behind.)
@@ -267,6 +287,7 @@ def test_a_port_in_use_is_one_line_and_writes_nothing(tmp_path):
 
 def test_a_worker_that_never_comes_up_ends_the_wait_with_one_line(tmp_path):
     from helpers import assert_one_line_error
+    from tfloop.launch import exit_codes, launcher
 
     # worker:1 is never started: worker:0 would wait in TensorFlow forever.
     cluster = {"worker": [f"localhost:{_free_port()}", f"localhost:{_free_port()}"]}
@@ -275,9 +296,14 @@ def test_a_worker_that_never_comes_up_ends_the_wait_with_one_line(tmp_path):
     result = run_bin("train", "--strategy=multi_worker", "--startup_timeout=3",
                      f"--model_dir={tmp_path / 'run'}", env={"TF_CONFIG": config}, timeout=120)
     assert time.monotonic() - start < 100  # bounded: the subprocess timeout is the hard stop
-    assert result.returncode == -signal.SIGKILL  # see engine/runtime/watchdog.py for why
+    # Ended by the watchdog's SIGUSR1 (see engine/runtime/watchdog.py for why a
+    # signal): status 138 to a shell and to Kubernetes, the retryable class (it was 137,
+    # which platforms read as an out-of-memory kill).
+    assert result.returncode == -signal.SIGUSR1
+    assert launcher.exit_status(result.returncode) == exit_codes.RESTART
     line = assert_one_line_error(result, contains="worker:0 waited 3 s for the cluster")
     assert cluster["worker"][1] in line and "--startup_timeout" in line
+    assert line.endswith("(exit 138: restart every task from the last checkpoint)")
     assert not (tmp_path / "run").exists()
 
 

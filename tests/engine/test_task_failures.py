@@ -344,7 +344,8 @@ def test_bin_train_says_a_task_failure_in_one_line(tmp_path):
     line = assert_one_line_error(result, contains="train: error: Short.train_dataset stopped "
                                                   "yielding batches in steps 6..10")
     assert result.returncode == 1 and line.endswith("the last checkpoint is ckpt-5, and the same "
-                                                    "command resumes from it"), result.stderr
+                                                    "command resumes from it (exit 1: failed: a "
+                                                    "restart cannot fix it)"), result.stderr
     assert _failed_record(model_dir)["status"] == "failed"
     broken = run_bin("train", "--task=my_tasks:Broken", f"--model_dir={tmp_path / 'other'}",
                      *flags, env=env)

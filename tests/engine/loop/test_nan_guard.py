@@ -189,8 +189,10 @@ def test_bin_train_exits_1_with_one_line_and_the_good_checkpoints_stay(tmp_path)
                      "--global_batch_size=32", "--mode=train")
     assert_one_line_error(result, contains="stopped without saving: the newest checkpoint, "
                                            "ckpt-10, is the last good one")
-    assert result.returncode == 1
+    assert result.returncode == 1  # permanent: a restart would resume into the same NaN
     assert "in steps 11..15" in result.stderr
+    # The last line names the class (launch/exit_codes.py; bin/cli.with_class).
+    assert result.stderr.rstrip().endswith("(exit 1: failed: a restart cannot fix it)")
     assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-10")
     assert not (model_dir / "export").exists()
 

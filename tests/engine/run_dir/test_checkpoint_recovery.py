@@ -308,4 +308,5 @@ def test_the_binaries_print_a_run_failure_as_one_line_and_exit_1():
                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     assert result.returncode == 1
     assert assert_one_line_error(result) == (
-        "train: error: could not save ckpt-20 in /x (No space left on device); 0 bytes free there")
+        "train: error: could not save ckpt-20 in /x (No space left on device); 0 bytes free there"
+        " (exit 1: failed: a restart cannot fix it)")

@@ -155,24 +155,26 @@ NcclFails = Regression
 '''
 
 
-def test_an_internal_error_is_itself_in_one_line_exit_3_not_lost_the_cluster(tmp_path):
-    """Before: "lost the cluster" and exit 1, which bin/launch --max_restarts
-    restarts forever; now the error by name, exit 3 (launch.launcher.NO_RESTART)."""
+def test_an_internal_error_is_itself_in_one_line_permanent_not_lost_the_cluster(tmp_path):
+    """Before: "lost the cluster", which bin/launch --max_restarts restarts
+    forever; now the error by name, exit 1 (the table's FAILED: not retryable)."""
     import os
 
     from tfloop.engine.errors import UnrecoverableFailure
-    from tfloop.launch import launcher
+    from tfloop.launch import exit_codes
 
-    assert UnrecoverableFailure.exit_status == launcher.NO_RESTART == 3
+    assert UnrecoverableFailure.exit_status == exit_codes.FAILED
+    assert not exit_codes.retryable(UnrecoverableFailure.exit_status)
     (tmp_path / "nccl_fails.py").write_text(_FAILING_TASK)
     path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
     result = run_bin("train", "--strategy=multi_worker", "--devices=cpu:0",
                      "--task=nccl_fails:NcclFails", "--train_steps=2", "--steps_per_loop=1",
                      "--global_batch_size=8", f"--model_dir={tmp_path / 'run'}",
                      env={"PYTHONPATH": path})
-    assert result.returncode == 3, result.stderr
+    assert result.returncode == exit_codes.FAILED, result.stderr
     lines = [line for line in result.stderr.splitlines() if "error:" in line]
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert "failed at step 0 with InternalError: ncclCommInitRank failed" in lines[0]
     assert "not a lost peer: a restart would fail the same way" in lines[0]
+    assert lines[0].endswith("(exit 1: failed: a restart cannot fix it)")
     assert "lost the cluster" not in result.stderr
