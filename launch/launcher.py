@@ -13,8 +13,10 @@ The supervision loop, for one launch::
         ports = pick_free_ports(...)            # fresh every attempt
         start every task (own process group, prefixed output)
         wait until
-          - a cluster task (chief/worker/ps) fails -> stop all; restart or give up
-            (exit status 3, NO_RESTART: a failure no restart can fix -> give up)
+          - a cluster task (chief/worker/ps) fails -> stop all; then, by the one
+            exit-code table (`launch.exit_codes`): a retryable status (>= 128:
+            138 a lost peer, a death by signal) -> restart, while restarts
+            last; a permanent one (1, 2, 3) -> give up at once, with it
           - every chief/worker exited 0          -> stop ps, wait for evaluator; done
             (with a chief and ps tasks, parameter-server training: the chief's
             exit 0 is the end, the workers are stopped with the ps tasks, and
@@ -50,17 +52,17 @@ import threading
 import time
 from typing import IO, Mapping, Sequence
 
-from tfloop.launch import gpus, guardian, threads
+from tfloop.launch import exit_codes, gpus, guardian, threads
 from tfloop.launch.tf_config import (CHIEF, CLUSTER_JOBS, EVALUATOR, PS, WORKER, Role, cluster_spec,
                               tf_config_for)
 
 #: Exit status when the evaluator outlives `evaluator_timeout_s` (as timeout(1)).
 EXIT_EVALUATOR_TIMEOUT = 124
 
-#: A task's exit status that says a restart would fail the same way: bin/train's
-#: for `engine.errors.UnrecoverableFailure` (an NCCL set-up or dtype error), as
-#: opposed to 1 (a lost peer: restarting resumes). The cluster is not restarted.
-NO_RESTART = 3
+#: bin/train's status for `engine.errors.UnrecoverableFailure` (an NCCL set-up
+#: or dtype error). Like every status below 128 (`exit_codes.retryable`), the
+#: cluster is not restarted on it.
+NO_RESTART = exit_codes.UNRECOVERABLE
 
 _POLL_S = 0.05
 #: Bound on waiting for killed processes to be reaped and their pipes to drain.
@@ -107,9 +109,8 @@ def pick_free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
             sock.close()
 
 
-def exit_status(returncode: int) -> int:
-    """A shell's exit status for a Popen return code: 128+N when killed by signal N."""
-    return 128 - returncode if returncode < 0 else returncode
+#: A shell's exit status for a Popen return code: 128+N when killed by signal N.
+exit_status = exit_codes.shell_status
 
 
 def describe_exit(returncode: int) -> str:
@@ -296,7 +297,8 @@ class Launcher:
 
     `run()` returns the exit status: 0 when every chief/worker exited 0 (and the
     evaluator, if any, too); the failing task's status (128+N for signal N)
-    when restarts are exhausted; 128+N when the launcher got signal N (130 for
+    at once when it is permanent (`exit_codes.retryable`), else when restarts
+    are exhausted; 128+N when the launcher got signal N (130 for
     Ctrl-C); `EXIT_EVALUATOR_TIMEOUT` when the evaluator outlived its timeout.
     Every task is gone when `run()` returns, whatever happened, and if the
     launcher dies before it returns (`kill -9`), its tasks die with it
@@ -387,23 +389,40 @@ class Launcher:
             failed = self._wait_for_training()
             if failed is None:
                 return self._finish()
+            failed = self._deciding(failed)
             status = exit_status(failed.poll())
-            what = f"{failed.task.label} {describe_exit(failed.poll())}"
-            if attempt < attempts and status == NO_RESTART:
-                self._say(f"{what}, a failure a restart cannot fix; stopping the cluster "
+            what = (f"{failed.task.label} {describe_exit(failed.poll())} "
+                    f"({exit_codes.describe(status)})")
+            if not exit_codes.retryable(status):
+                self._say(f"{what}: a failure a restart cannot fix; stopping the cluster "
                           f"(not restarting); exit status {status}")
                 self._stop_all(first_signal=signal.SIGTERM)
                 return status
             if attempt < attempts:
-                self._say(f"{what}; restarting the cluster ({attempt}/{self.config.max_restarts})")
+                self._say(f"{what}: retryable; restarting the cluster "
+                          f"({attempt}/{self.config.max_restarts})")
             else:
                 restarts = (f"after {self.config.max_restarts} restart(s)"
                             if self.config.max_restarts else "no restarts allowed")
-                self._say(f"{what}; stopping the cluster ({restarts}); exit status {status}")
+                self._say(f"{what}: retryable, but stopping the cluster ({restarts}); "
+                          f"exit status {status}")
             self._stop_all(first_signal=signal.SIGTERM)
             if attempt == attempts:
                 return status
         raise AssertionError("unreachable")
+
+    def _deciding(self, failed: _Proc) -> _Proc:
+        """The failed cluster task whose status decides: a permanent failure
+        among those already ended, else `failed`. A task that fails for good
+        (a NaN stop, a bug) makes its peers fail with "lost the cluster" (138)
+        a moment later; whichever the poll saw first, the cause decides."""
+        ended = [proc for proc in self._procs
+                 if proc.task.is_member and proc.poll() not in (None, 0)]
+        permanent = [proc for proc in ended if not exit_codes.retryable(exit_status(proc.poll()))]
+        if permanent and permanent[0] is not failed:
+            permanent[0].drain(timeout=1.0)
+            return permanent[0]
+        return failed
 
     def _start_cluster(self, attempt: int, attempts: int) -> None:
         tasks = self.config.tasks

@@ -208,43 +208,54 @@ def test_failing_worker_stops_the_others(tmp_path):
     assert result.returncode == 3, result.stderr
     assert time.monotonic() - start < 20
     assert "[worker:1] worker 1 gives up" in result.stderr
-    assert "launch: worker:1 exited with status 3; stopping the cluster" in result.stderr
+    assert ("launch: worker:1 exited with status 3 (exit 3: trained, but its product was lost): "
+            "a failure a restart cannot fix; stopping the cluster") in result.stderr
     assert "Traceback" not in result.stderr
     _assert_all_gone(_pids(tmp_path))
 
 
-def test_cluster_restarts_with_fresh_ports_after_a_failure(tmp_path):
+def test_cluster_restarts_with_fresh_ports_after_a_retryable_failure(tmp_path):
+    """138 (exit_codes.RESTART: bin/train's status for a lost peer) restarts
+    the cluster, with fresh ports."""
     command = _script(tmp_path, """
         print(json.dumps(CONFIG["cluster"]))
         if NAME == "worker1" and not os.path.exists(os.path.join(OUT, "failed-once")):
             record("failed-once", "")
-            sys.exit(1)
+            sys.exit(138)
     """)
     result = _launch("--num_workers=2", "--max_restarts=1", "--", *command)
     assert result.returncode == 0, result.stderr
-    assert "worker:1 exited with status 1; restarting the cluster (1/1)" in result.stderr
+    assert ("worker:1 exited with status 138 (exit 138: restart every task from the last "
+            "checkpoint): retryable; restarting the cluster (1/1)") in result.stderr
     clusters = [text for role, text in _prefixed(result.stdout) if role == "worker:1"]
     assert len(clusters) == 2 and clusters[0] != clusters[1]
 
 
-def test_exit_status_3_is_not_restarted(tmp_path):
-    """3 is bin/train's status for a failure a restart cannot fix (an NCCL
-    InternalError): the cluster stops at once, whatever --max_restarts says."""
-    command = _script(tmp_path, """
-        record(f"started-{NAME}-{time.time()}", "")
+@pytest.mark.parametrize("status, meaning", [
+    (1, "failed: a restart cannot fix it"),  # a NaN stop, a full disk, an InternalError, a bug
+    (2, "a mistake in the request"),
+    (3, "trained, but its product was lost"),
+])
+def test_a_permanent_status_is_not_restarted(tmp_path, status, meaning):
+    """Below 128 (exit_codes.retryable): the cluster stops at once with that
+    status, whatever --max_restarts says. (Before, only 3 was; a NaN stop's 1
+    restarted the cluster into the same NaN.)"""
+    command = _script(tmp_path, f"""
+        record(f"started-{{NAME}}-{{time.time()}}", "")
         if NAME == "worker1":
-            sys.exit(3)
+            sys.exit({status})
         time.sleep(60)
     """)
     result = _launch("--num_workers=2", "--max_restarts=2", "--", *command)
-    assert result.returncode == launcher.NO_RESTART == 3, result.stderr
-    assert "worker:1 exited with status 3, a failure a restart cannot fix; stopping the " \
-        "cluster (not restarting); exit status 3" in result.stderr
+    assert result.returncode == status, result.stderr
+    assert (f"worker:1 exited with status {status} (exit {status}: {meaning}): a failure a "
+            f"restart cannot fix; stopping the cluster (not restarting); exit status {status}"
+            ) in result.stderr
     assert "restarting" not in result.stderr.replace("not restarting", "")
     assert len([p for p in os.listdir(tmp_path) if p.startswith("started-worker1")]) == 1
 
 
-def test_signal_death_exhausts_restarts(tmp_path):
+def test_signal_death_is_retryable_until_restarts_run_out(tmp_path):
     command = _script(tmp_path, """
         if NAME == "worker1":
             os.kill(os.getpid(), signal.SIGKILL)
@@ -252,8 +263,51 @@ def test_signal_death_exhausts_restarts(tmp_path):
     """)
     result = _launch("--num_workers=2", "--max_restarts=1", "--", *command)
     assert result.returncode == 128 + 9, result.stderr
-    assert result.stderr.count("worker:1 died with signal 9 (SIGKILL); restarting") == 1
-    assert "stopping the cluster (after 1 restart(s)); exit status 137" in result.stderr
+    said = ("worker:1 died with signal 9 (SIGKILL) (exit 137: killed by SIGKILL; restart every "
+            "task from the last checkpoint): retryable")
+    assert result.stderr.count(f"{said}; restarting the cluster (1/1)") == 1
+    assert (f"{said}, but stopping the cluster (after 1 restart(s)); exit status 137"
+            in result.stderr)
+
+
+class _Ended:
+    """A stand-in for launcher._Proc that has ended with `returncode`."""
+
+    def __init__(self, label: str, returncode):
+        task_type, index = label.split(":")
+        self.task = Role(task_type, int(index))
+        self.returncode = returncode
+
+    def poll(self):
+        return self.returncode
+
+    def drain(self, timeout):
+        pass
+
+
+def test_the_permanent_failure_decides_whichever_was_seen_first(tmp_path):
+    """A task that fails for good makes its peers exit 138 ("lost the cluster")
+    a moment later; if the launcher's poll saw a peer's 138 first, the cause's
+    status still decides: no restart into the same failure."""
+    run = launcher.Launcher(LaunchConfig(command=(sys.executable,), num_workers=3),
+                            env={"TF_NUM_INTRAOP_THREADS": "1"})
+    lost, cause, running = _Ended("worker:0", 138), _Ended("worker:1", 1), _Ended("worker:2", None)
+    run._procs = [lost, cause, running]
+    assert run._deciding(lost) is cause
+    run._procs = [lost, _Ended("worker:1", -9), running]
+    assert run._deciding(lost) is lost  # every ended one retryable: the first seen
+
+
+def test_exit_classes_of_the_one_table():
+    from tfloop.launch import exit_codes
+
+    assert [s for s in (0, 1, 2, 3, 130, 137, 138, 143) if exit_codes.retryable(s)] == [
+        130, 137, 138, 143]
+    assert exit_codes.shell_status(-10) == exit_codes.RESTART  # SIGUSR1: the watchdog's
+    assert exit_codes.describe(138) == "exit 138: restart every task from the last checkpoint"
+    assert exit_codes.describe(137) == ("exit 137: killed by SIGKILL; restart every task from "
+                                        "the last checkpoint")
+    assert exit_codes.describe(1) == "exit 1: failed: a restart cannot fix it"
 
 
 def test_ps_tasks_are_stopped_once_training_succeeds(tmp_path):
