@@ -30,7 +30,7 @@ import tensorflow as tf
 
 from tfloop import collectives
 from tfloop.collectives import device_names
-from tfloop.engine.run_dir import checkpoint_files, layout, run_identity, run_lock
+from tfloop.engine.run_dir import checkpoint_files, layout, run_identity, run_lock, storage
 from tfloop.engine.runtime import devices
 from tfloop.engine.recipe import optimizers
 from tfloop.engine import strategies
@@ -300,9 +300,11 @@ def check_model_dir(path: str) -> None:
     """Refuses a `model_dir` that cannot be written, before anything is created.
 
     A URL (`gs://...`, `ram://...`: any filesystem TensorFlow has registered)
-    is only checked for being a file; writability shows at the first save.
+    is checked for answering (`storage.check_reachable`: one line, exit 138
+    or 2) and for being a file; writability shows at the first save.
     """
-    if "://" in path:
+    if storage.is_url(path):
+        storage.check_reachable(path)
         if tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path):
             raise ConfigError(f"--model_dir={path} is a file; name a directory")
         return

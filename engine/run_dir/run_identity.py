@@ -47,7 +47,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterable, Mapping, Optional
 
-from tfloop.engine.run_dir import checkpoint_files, layout
+from tfloop.engine.run_dir import checkpoint_files, layout, storage
 from tfloop.engine.config import check_model_dir_text
 from tfloop.engine.errors import ConfigError
 
@@ -78,9 +78,12 @@ def load(model_dir: str) -> Optional[dict]:
 
     Raises:
       ConfigError: `model_dir` is spelled so that it cannot be read
-        (`config.check_model_dir_text`): the first place a binary touches it.
+        (`config.check_model_dir_text`): the first place a binary touches it;
+        or its storage refused access (`storage.check_reachable`).
+      StorageUnavailable: its storage (`gs://...`) did not answer.
     """
     check_model_dir_text(model_dir)
+    storage.check_reachable(model_dir)
     return layout.read_json(path(model_dir))
 
 
