@@ -10,6 +10,7 @@ A flag that sets a `RunConfig` field takes its default and help from the field
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Iterable, Mapping, Optional
 
 from absl import flags
@@ -44,6 +45,32 @@ def define_run_flags(names: Optional[Iterable[str]] = None, *,
 def run_flag_values(names: Iterable[str]) -> dict:
     """`{name: value}` of flags defined by `define_run_flags`, after parsing."""
     return {name: flags.FLAGS[name].value for name in names}
+
+
+def platform_dir_defaults(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """Vertex AI's output directories (`AIP_*`, `launch.platforms.platform_dirs`)
+    as the defaults of `--model_dir` (`AIP_CHECKPOINT_DIR`, else
+    `AIP_MODEL_DIR`: where a restarted job finds its checkpoints) and
+    `--summaries_dir` (`AIP_TENSORBOARD_LOG_DIR`); a flag given on the command
+    line wins. Sets the flags' values before they are read; returns one line
+    per decision, for the caller to log once logging is set up."""
+    from tfloop.launch import platforms
+
+    dirs = platforms.platform_dirs(environ)
+    chosen = (("model_dir", dirs.run_dir,
+               "AIP_CHECKPOINT_DIR" if dirs.checkpoint_dir else "AIP_MODEL_DIR"),
+              ("summaries_dir", dirs.tensorboard_log_dir, "AIP_TENSORBOARD_LOG_DIR"))
+    said = []
+    for name, value, variable in chosen:
+        if value is None or name not in flags.FLAGS:
+            continue
+        flag = flags.FLAGS[name]
+        if flag.present:
+            said.append(f"--{name}={flag.value} as given (not ${variable}={value})")
+        else:
+            flag.value = value
+            said.append(f"--{name}={value} from ${variable} (Vertex AI); --{name} overrides it")
+    return said
 
 
 def remembered_run_values(names: Iterable[str]) -> dict:

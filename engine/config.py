@@ -14,6 +14,7 @@ import numbers
 import os
 
 from tfloop.engine.errors import ConfigError
+from tfloop.launch import platforms  # the cluster sources (standard library only)
 
 MODES = ("train", "evaluate", "train_and_evaluate")
 #: Every mode a run can be in: --mode's values, and the evaluator task's own
@@ -169,7 +170,12 @@ class RunConfig:
         0.2, "image_folder without a validation/ folder: fraction of images kept for eval.")
     # The loop (SECTIONS).
     model_dir: str = option(
-        "runs/default", "Checkpoints, summaries/ and metrics.json; reusing it resumes the run.")
+        "runs/default", "Checkpoints, summaries/ and metrics.json; reusing it resumes the run. "
+        "On a cluster: gs://... or a volume every task shares. Default on Vertex AI: "
+        "$AIP_CHECKPOINT_DIR (else $AIP_MODEL_DIR).")
+    summaries_dir: str = option(
+        "", "TensorBoard summaries (train/, eval/ under it); empty: <model_dir>/summaries, or "
+        "$AIP_TENSORBOARD_LOG_DIR on Vertex AI.")
     global_batch_size: int = option(
         256, "Examples per step (one optimizer update) over all replicas and, with "
         "--accumulation_steps, all its micro-batches; must divide by the replica count times "
@@ -273,6 +279,10 @@ class RunConfig:
         "up before giving up (0: forever).")
     auto_shard_policy: str = option(
         "auto", "multi_worker input sharding: auto | file | data | off.")
+    cluster_from: str = option(
+        "auto", "Where the cluster comes from: auto (TF_CONFIG, else Vertex AI's CLUSTER_SPEC, "
+        "else a JobSet / Indexed Job pod's JOB_COMPLETION_INDEX with TFLOOP_NUM_WORKERS) | "
+        "tf_config | vertex | jobset (that one only; see docs/clusters.md).")
     # Speed and reproducibility (SECTIONS).
     deterministic: bool = option(
         False, "Deterministic TensorFlow ops and tf.data stages in order: reruns and resumed "
@@ -303,6 +313,7 @@ class RunConfig:
             if getattr(self, name) > high:
                 raise ConfigError(f"--{name}={getattr(self, name)} must be at most {high}")
         self._check_choice("auto_shard_policy", SHARD_POLICIES, "policy")
+        self._check_choice("cluster_from", platforms.SOURCES, "cluster source")
         self._check_recipe()
         if self.mode:
             self._check_choice("mode", MODES, "mode")
@@ -455,7 +466,7 @@ SECTIONS = {
                      "collective", "num_packs", "pack_bytes", "gradient_dtype", "reduce_device",
                      "collective_timeout", "check_collective"),
     "Model and data": ("task", "model", "dataset", "data_dir", "image_size", "eval_fraction"),
-    "The loop": ("model_dir", "global_batch_size", "per_replica_batch_size", "train_steps",
+    "The loop": ("model_dir", "summaries_dir", "global_batch_size", "per_replica_batch_size", "train_steps",
                  "epochs", "steps_per_epoch", "steps_per_loop", "checkpoint_interval",
                  "summary_interval", "mode", "eval_interval", "eval_steps"),
     "The recipe": ("optimizer", "learning_rate", "lr_schedule", "warmup_steps", "lr_decay_steps",
@@ -464,7 +475,7 @@ SECTIONS = {
                    "ema_decay", "seed", "init_from"),
     "Keeping and stopping": ("nan_policy", "nan_max_skips", "best_metric", "best_mode",
                              "early_stopping_patience", "export", "max_checkpoints"),
-    "Cluster": ("eval_timeout", "startup_timeout", "auto_shard_policy"),
+    "Cluster": ("eval_timeout", "startup_timeout", "auto_shard_policy", "cluster_from"),
     "Speed and reproducibility": ("deterministic", "jit_compile", "mixed_precision",
                                   "fused_optimizer", "profile_steps", "intra_op_threads"),
 }

@@ -110,7 +110,8 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
     """Runs every check that can fail (`task.prepare()` among them); see the
     module docstring. Without a task, the built-in `--model`/`--dataset` one."""
     task = task or ClassificationTask.from_config(config)
-    role = tf_config.adopt()  # logs the cluster's source; TF reads what it read
+    # --cluster_from: which source; logs it, the task and its peers; TF reads what it read
+    role = tf_config.adopt(source=config.cluster_from)
     spec, connection = _strategy_for(config, role)
     device_names = devices.parse_devices(config.devices, virtual_gpus=config.virtual_gpus)
     if role.is_evaluator or role.task_type == tf_config.PS:
@@ -350,7 +351,7 @@ def check_run_directories(config: RunConfig) -> None:
     """Refuses a file where this run will keep a directory (`summaries`,
     `export` with --export, `best` with --best_metric): it would fail with a
     traceback at the first summary, or at the export after all of training."""
-    run_dir = layout.RunDir(config.model_dir)
+    run_dir = layout.RunDir(config.model_dir, config.summaries_dir or None)
     for where in run_dir.directories(export=config.export, best=bool(config.best_metric)):
         if tf.io.gfile.exists(where) and not tf.io.gfile.isdir(where):
             raise ConfigError(f"{where} is a file, where the run keeps a directory; move it "

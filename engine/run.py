@@ -472,7 +472,8 @@ def _run_controller(plan: Plan, b: _Built, trainer, manager, *, restored: Option
     export is written too (`export`: its path, None without one), `failed`
     or `interrupted` when the export failed or a signal stopped it (the final
     checkpoint is saved then, and the same command writes the export)."""
-    config, role, run_dir = plan.config, plan.role, layout.RunDir(plan.config.model_dir)
+    config, role = plan.config, plan.role
+    run_dir = layout.RunDir(config.model_dir, config.summaries_dir or None)
     strategy, evaluator = b.strategy, b.evaluator
     trains = trainer is not None
     records = role.is_chief and trains
@@ -618,7 +619,7 @@ def evaluate_each_checkpoint(
     `task`, its eval data failing mid-run is one line (`engine.task_failures`)."""
     checkpoint = tf.train.Checkpoint(model=model, global_step=global_step,
                                      model_weights=checkpointing.named_weights(model))
-    run_dir = layout.RunDir(config.model_dir)
+    run_dir = layout.RunDir(config.model_dir, config.summaries_dir or None)
     writer = SummaryWriter(run_dir.summaries("eval"))
     keep_best = best.KeepBest(
         metric=config.best_metric, mode=best.resolve_mode(config.best_metric, config.best_mode),

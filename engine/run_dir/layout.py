@@ -65,9 +65,14 @@ EXPORT_STAGING = re.compile(r"^\.\d+\.tmp-[0-9a-f]{8}$")
 
 @dataclasses.dataclass(frozen=True)
 class RunDir:
-    """The paths of one `model_dir` (a local path or a TensorFlow URL)."""
+    """The paths of one `model_dir` (a local path or a TensorFlow URL).
+
+    `summaries_root`: where the TensorBoard summaries go when not under
+    `model_dir` (`--summaries_dir`, e.g. Vertex AI's `AIP_TENSORBOARD_LOG_DIR`).
+    """
 
     root: str
+    summaries_root: Optional[str] = None
 
     def path(self, *parts: str) -> str:
         return posixpath.join(self.root, *parts)
@@ -105,8 +110,9 @@ class RunDir:
         return self.path(f"{name}.lock")
 
     def summaries(self, kind: str = "") -> str:
-        """`summaries/` or `summaries/<kind>` (train, eval)."""
-        return self.path(SUMMARIES, kind) if kind else self.path(SUMMARIES)
+        """`summaries/` or `summaries/<kind>` (train, eval), or `summaries_root`'s."""
+        base = self.summaries_root or self.path(SUMMARIES)
+        return posixpath.join(base, kind) if kind else base
 
     @property
     def exports(self) -> str:

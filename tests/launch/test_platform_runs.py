@@ -19,18 +19,33 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_a_master_task_trains_as_the_chief(tmp_path):
-    """AI Platform's `master` (seed 003): TensorFlow alone refuses it ("Disallowed task type")."""
+def test_a_master_task_trains_as_the_chief_into_the_platforms_directories(tmp_path):
+    """AI Platform's `master` (seed 003): TensorFlow alone refuses it ("Disallowed task type").
+    And with Vertex AI's AIP_* directories set, no --model_dir given: the run
+    goes to $AIP_CHECKPOINT_DIR (not $AIP_MODEL_DIR: a restarted job finds its
+    checkpoints there); a --summaries_dir given wins over $AIP_TENSORBOARD_LOG_DIR;
+    each decision is one log line. --cluster_from=tf_config reads that source only."""
     config = json.dumps({"cluster": {"master": [f"localhost:{_free_port()}"]},
                          "task": {"type": "master", "index": 0}, "environment": "cloud"})
-    result = run_bin("train", *FLAGS, f"--model_dir={tmp_path / 'run'}",
-                     env={"TF_CONFIG": config}, timeout=180)
+    aip = {"AIP_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
+           "AIP_MODEL_DIR": str(tmp_path / "model"),
+           "AIP_TENSORBOARD_LOG_DIR": str(tmp_path / "logs")}
+    result = run_bin("train", *FLAGS, "--cluster_from=tf_config", "--summary_interval=2",
+                     f"--summaries_dir={tmp_path / 'given'}", env={"TF_CONFIG": config, **aip},
+                     timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     output = result.stdout + result.stderr
     assert ("TF_CONFIG calls the chief 'master' (AI Platform's name for it); read as 'chief'"
             in output)
     assert "cluster from TF_CONFIG: this task is chief:0 at localhost:" in output
-    assert (tmp_path / "run" / "checkpoint").exists()
+    assert (f"--model_dir={tmp_path / 'checkpoints'} from $AIP_CHECKPOINT_DIR (Vertex AI); "
+            "--model_dir overrides it") in output
+    assert (f"--summaries_dir={tmp_path / 'given'} as given (not $AIP_TENSORBOARD_LOG_DIR="
+            f"{tmp_path / 'logs'})") in output
+    assert (tmp_path / "checkpoints" / "checkpoint").exists()
+    assert list((tmp_path / "given" / "train").glob("events.out.tfevents.*"))
+    assert not (tmp_path / "model").exists() and not (tmp_path / "logs").exists()
+    assert not (tmp_path / "checkpoints" / "summaries").exists()
 
 
 def test_one_address_written_two_ways_is_one_line_not_a_wait(tmp_path):

@@ -223,3 +223,24 @@ def test_aip_directories_are_platform_defaults():
     assert dirs.run_dir == "gs://b/out/checkpoints/"
     assert platforms.platform_dirs({"AIP_MODEL_DIR": " "}) == platforms.PlatformDirs()
     assert platforms.platform_dirs({"AIP_MODEL_DIR": "/m"}).run_dir == "/m"
+
+
+def test_cluster_from_is_a_run_flag_the_engine_reads_its_source_by(monkeypatch):
+    """--cluster_from (RunConfig, Cluster section) reaches tf_config.adopt: asked
+    of one source, a missing variable is one line naming it, not "no cluster"."""
+    from tfloop.engine.config import RunConfig
+    from tfloop.engine.errors import ConfigError
+    from tfloop.engine.plan import make_plan
+
+    assert RunConfig().cluster_from == "auto" and platforms.SOURCES[0] == "auto"
+    assert "cluster_from" in RunConfig().section("Cluster")
+    with pytest.raises(ConfigError, match="--cluster_from='k8s' is not a cluster source; "
+                                          "choose one of: auto, tf_config, vertex, jobset"):
+        RunConfig(cluster_from="k8s")
+    for name in ("TF_CONFIG", "CLUSTER_SPEC", "JOB_COMPLETION_INDEX", "TFLOOP_NUM_WORKERS"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(TFConfigError, match="TF_CONFIG is not set, and the cluster was asked "
+                                            "of it"):
+        make_plan(RunConfig(cluster_from="tf_config", devices="cpu:0", model_dir="unused"))
+    with pytest.raises(TFConfigError, match="CLUSTER_SPEC is not set"):
+        make_plan(RunConfig(cluster_from="vertex", devices="cpu:0", model_dir="unused"))
