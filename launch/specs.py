@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from typing import Callable, Mapping, Optional
 
 from tfloop.launch import platforms
@@ -129,7 +130,7 @@ class Spec:
 # -- reading ----------------------------------------------------------------------------------
 
 
-def _get(doc, path: str, *keys, default=None):
+def _get(doc, *keys, default=None):
     for key in keys:
         if not isinstance(doc, Mapping):
             return default
@@ -147,13 +148,12 @@ def _count(value, path: str, what: str) -> int:
     return value
 
 
-def _container(pod_spec, path: str, what: str, name: Optional[str] = CONTAINER) -> Mapping:
-    containers = _get(pod_spec, path, "containers") or []
-    for container in containers:
-        if isinstance(container, Mapping) and (name is None or container.get("name") == name):
+def _container(pod_spec, path: str, what: str) -> Mapping:
+    for container in _get(pod_spec, "containers") or []:
+        if isinstance(container, Mapping) and container.get("name") == CONTAINER:
             return container
-    _fail(path, f"{what} has no container named {name!r} (the platform sets TF_CONFIG, and "
-          "the rehearsal runs, only that one)")
+    _fail(path, f"{what} has no container named {CONTAINER!r} (the platform sets TF_CONFIG, "
+          "and the rehearsal runs, only that one)")
 
 
 def _plain_env(container: Mapping) -> dict:
@@ -177,10 +177,10 @@ def _one_command(commands: dict, path: str) -> tuple:
 
 
 def _read_tfjob(doc: Mapping, path: str) -> Spec:
-    specs = _get(doc, path, "spec", "tfReplicaSpecs")
+    specs = _get(doc, "spec", "tfReplicaSpecs")
     if not isinstance(specs, Mapping) or not specs:
         _fail(path, "a TFJob needs spec.tfReplicaSpecs")
-    if _get(doc, path, "spec", "enableDynamicWorker"):
+    if _get(doc, "spec", "enableDynamicWorker"):
         _fail(path, "enableDynamicWorker: true gives workers a sparse TF_CONFIG, which no "
               "strategy of the engine can run; set it false")
     replicas, commands, envs, graces = {}, {}, {}, []
@@ -188,24 +188,24 @@ def _read_tfjob(doc: Mapping, path: str) -> Spec:
         if rtype not in TFJOB_TYPES:
             _fail(path, f"replica type {rtype!r} is not one of {', '.join(TFJOB_TYPES)}")
         task_type = CHIEF if TFJOB_TYPES[rtype] == MASTER else TFJOB_TYPES[rtype]
-        replicas[task_type] = _count(_get(rspec, path, "replicas"), path,
+        replicas[task_type] = _count(_get(rspec, "replicas"), path,
                                      f"{rtype}.replicas")
-        pod = _get(rspec, path, "template", "spec")
+        pod = _get(rspec, "template", "spec")
         container = _container(pod, path, f"{rtype}'s pod")
         commands[rtype], envs[rtype] = _command(container, path), _plain_env(container)
-        graces.append(_get(pod, path, "terminationGracePeriodSeconds"))
-    policy = _get(doc, path, "spec", "runPolicy") or {}
+        graces.append(_get(pod, "terminationGracePeriodSeconds"))
+    policy = _get(doc, "spec", "runPolicy") or {}
     backoff = policy.get("backoffLimit")
-    policies = {_get(rspec, path, "restartPolicy") for rspec in specs.values()}
+    policies = {_get(rspec, "restartPolicy") for rspec in specs.values()}
     restarts = 0 if policies <= {"Never", None} else (3 if backoff is None else backoff)
-    return Spec(TFJOB, _get(doc, path, "metadata", "name", default="tfjob"), path,
+    return Spec(TFJOB, _get(doc, "metadata", "name", default="tfjob"), path,
                 {t: replicas[t] for t in TASK_ORDER if replicas.get(t)},
                 _one_command(commands, path), next(iter(envs.values())), restarts,
                 min((g for g in graces if g is not None), default=None), doc)
 
 
 def _read_jobset(doc: Mapping, path: str) -> Spec:
-    jobs = _get(doc, path, "spec", "replicatedJobs")
+    jobs = _get(doc, "spec", "replicatedJobs")
     if not isinstance(jobs, list) or not jobs:
         _fail(path, "a JobSet needs spec.replicatedJobs")
     replicas, commands, env, graces = {}, {}, {}, []
@@ -217,16 +217,16 @@ def _read_jobset(doc: Mapping, path: str) -> Spec:
         if _count(job.get("replicas"), path, f"{name}.replicas") != 1:
             _fail(path, f"replicated job {name!r} needs replicas: 1 (its task count is "
                   "completions)")
-        job_spec = _get(job, path, "template", "spec") or {}
+        job_spec = _get(job, "template", "spec") or {}
         if job_spec.get("completionMode") != "Indexed":
             _fail(path, f"replicated job {name!r} needs completionMode: Indexed (each pod's "
                   "JOB_COMPLETION_INDEX is its task index)")
         replicas[name] = _count(job_spec.get("completions"), path, f"{name}.completions")
-        pod = _get(job_spec, path, "template", "spec")
+        pod = _get(job_spec, "template", "spec")
         container = _container(pod, path, f"replicated job {name!r}")
         commands[name] = _command(container, path)
         env.update(_plain_env(container))
-        graces.append(_get(pod, path, "terminationGracePeriodSeconds"))
+        graces.append(_get(pod, "terminationGracePeriodSeconds"))
     for variable, task_type in (("TFLOOP_NUM_WORKERS", WORKER), ("TFLOOP_NUM_PS", PS)):
         if env.get(variable, "0") != str(replicas.get(task_type, 0)):
             _fail(path, f"{variable}={env.get(variable)!r}, but replicated job {task_type!r} "
@@ -236,8 +236,8 @@ def _read_jobset(doc: Mapping, path: str) -> Spec:
         if (env.get(variable, "0") in ("1", "true", "yes")) != bool(replicas.get(task_type)):
             _fail(path, f"{variable}={env.get(variable)!r}, but the JobSet has "
                   f"{replicas.get(task_type, 0)} {task_type} pod(s)")
-    policy = _get(doc, path, "spec", "failurePolicy") or {}
-    return Spec(JOBSET, _get(doc, path, "metadata", "name", default="jobset"), path,
+    policy = _get(doc, "spec", "failurePolicy") or {}
+    return Spec(JOBSET, _get(doc, "metadata", "name", default="jobset"), path,
                 {t: replicas[t] for t in TASK_ORDER if replicas.get(t)},
                 _one_command(commands, path), env, int(policy.get("maxRestarts") or 0),
                 min((g for g in graces if g is not None), default=None), doc)
@@ -265,8 +265,9 @@ def _read_vertex(doc: Mapping, path: str) -> Spec:
         env.update(_plain_env(container))
     if replicas.get(CHIEF, 0) != 1:
         _fail(path, "workerPoolSpecs[0] (the chief) must have replicaCount: 1")
-    restart = bool(_get(doc, path, "scheduling", "restartJobOnWorkerRestart"))
-    return Spec(VERTEX, doc.get("displayName") or "vertex", path,
+    restart = bool(_get(doc, "scheduling", "restartJobOnWorkerRestart"))
+    name = doc.get("displayName") or os.path.splitext(os.path.basename(path))[0]
+    return Spec(VERTEX, name, path,
                 {t: replicas[t] for t in TASK_ORDER if replicas.get(t)},
                 _one_command(commands, path), env,
                 VERTEX_REHEARSAL_RESTARTS if restart else 0, None, doc)
@@ -319,7 +320,7 @@ def tfjob_address(spec: Spec, task_type: str, index: int) -> str:
     """`genClusterSpec`: `<job>-<type>-<i>.<namespace>.svc:<port>` (the operator's
     `CUSTOM_CLUSTER_DOMAIN` unset)."""
     written = next(job for job, t in _tfjob_types(spec).items() if t == task_type)
-    namespace = _get(spec.doc, spec.path, "metadata", "namespace", default="default")
+    namespace = _get(spec.doc, "metadata", "namespace", default="default")
     return f"{spec.name}-{written}-{index}.{namespace}.svc:{_tfjob_port(spec, task_type)}"
 
 
@@ -355,7 +356,7 @@ def _jobset_env(spec: Spec, task: Role) -> dict:
         if "value" in entry:  # spec.env: the same, unless a rehearsal shrank the counts
             env[entry["name"]] = spec.env.get(entry["name"], str(entry["value"]))
             continue
-        field = _get(entry, spec.path, "valueFrom", "fieldRef", "fieldPath", default="")
+        field = _get(entry, "valueFrom", "fieldRef", "fieldPath", default="")
         key = field.partition("['")[2].rstrip("']")
         if not field.startswith(("metadata.annotations[", "metadata.labels[")) or (
                 key not in annotations):
@@ -386,7 +387,7 @@ def _vertex_env(spec: Spec, task: Role, address: Addresses, tf_config: bool) -> 
                         for t in pools.values()},
             "environment": "cloud", "task": {"type": task.task_type, "index": task.task_index},
             "job": job})
-    base = _get(spec.doc, spec.path, "baseOutputDirectory", "outputUriPrefix")
+    base = _get(spec.doc, "baseOutputDirectory", "outputUriPrefix")
     if base:
         base = base.rstrip("/")
         env.update(AIP_MODEL_DIR=f"{base}/model/", AIP_CHECKPOINT_DIR=f"{base}/checkpoints/",
@@ -419,7 +420,7 @@ def _jobset_pod_failure(spec: Spec, task_type: str, status: int) -> str:
     job = next(j for j in spec.doc["spec"]["replicatedJobs"] if j["name"] == task_type)
     job_spec = job["template"]["spec"]
     reason = None  # the Job's failure reason, once it fails
-    for rule in _get(job_spec, spec.path, "podFailurePolicy", "rules", default=[]):
+    for rule in _get(job_spec, "podFailurePolicy", "rules", default=[]):
         codes = rule.get("onExitCodes")
         if not codes or codes.get("containerName") not in (None, CONTAINER):
             continue  # onPodConditions (DisruptionTarget): an exit status matches none
@@ -434,7 +435,7 @@ def _jobset_pod_failure(spec: Spec, task_type: str, status: int) -> str:
         if (job_spec.get("backoffLimit") or 0) > 0:
             return RESTART  # the Job recreates the pod (while under its backoffLimit)
         reason = "BackoffLimitExceeded"
-    policy = _get(spec.doc, spec.path, "spec", "failurePolicy")
+    policy = _get(spec.doc, "spec", "failurePolicy")
     if policy is None:
         return FAIL  # no failurePolicy: a failed Job fails the JobSet
     for rule in policy.get("rules") or []:
