@@ -312,9 +312,10 @@ class Launcher:
     bound to the life of the thread that started them.
 
     `environments(tasks, cluster)`, where given, says what each task's own
-    variables are at each start (task label -> variables; `cluster` holds this
-    start's loopback ports): what a platform would give that pod
-    (`launch.rehearsal`). Without it, each task gets its `TF_CONFIG`.
+    variables are at each start (task label -> variables, a value of None
+    removing one the launcher inherited; `cluster` holds this start's loopback
+    ports): what a platform would give that pod (`launch.rehearsal`). Without
+    it, each task gets its `TF_CONFIG`.
     """
 
     def __init__(self, config: LaunchConfig, *, env: Mapping[str, str] | None = None,
@@ -528,8 +529,9 @@ class Launcher:
 
     # -- processes ----------------------------------------------------------------
 
-    def _start(self, task: Role, own_env: Mapping[str, str]) -> _Proc:
-        env = dict(self._env, **own_env, PYTHONUNBUFFERED="1")
+    def _start(self, task: Role, own_env: Mapping[str, Optional[str]]) -> _Proc:
+        env = {name: value for name, value in {**self._env, **own_env, "PYTHONUNBUFFERED": "1"}
+               .items() if value is not None}
         if task.label in self._gpus:
             env["CUDA_VISIBLE_DEVICES"] = self._gpus[task.label]
         if self._threads:

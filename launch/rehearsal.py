@@ -42,6 +42,12 @@ PEER_EXIT_WAIT_S = 30.0
 #: The image's entry point (Dockerfile's ENTRYPOINT), run where a spec gives no command.
 ENTRY_POINT = "tfloop-train"
 MODEL_DIR_FLAG = "--model_dir"
+#: Every variable some platform sets: a task gets only those its platform would
+#: give it, none inherited from the shell that started the rehearsal.
+PLATFORM_VARIABLES = ("TF_CONFIG", "CLUSTER_SPEC", "JOB_COMPLETION_INDEX", "JOBSET_NAME",
+                      "REPLICATED_JOB_NAME", "JOB_INDEX", "TFLOOP_NUM_WORKERS", "TFLOOP_CHIEF",
+                      "TFLOOP_NUM_PS", "TFLOOP_EVALUATOR", "TFLOOP_PORT", "TFLOOP_SUBDOMAIN",
+                      "AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR")
 #: The JobSet contract's variables (`platforms.jobset_tf_config`), kept equal to the replicas.
 _JOBSET_COUNTS = {"TFLOOP_NUM_WORKERS": WORKER, "TFLOOP_CHIEF": CHIEF, "TFLOOP_NUM_PS": PS,
                   "TFLOOP_EVALUATOR": EVALUATOR}
@@ -117,11 +123,9 @@ class Environments:
         extra = {EVALUATOR: [f"127.0.0.1:{launcher.pick_free_ports(1)[0]}"]}
         addresses = {job: [_loopback(a) for a in found] for job, found in cluster.items()}
         addresses.update({job: found for job, found in extra.items() if job not in addresses})
-        env = {}
-        for task in tasks:
-            own = {**self.spec.env, **self._platform_env(task, addresses)}
-            env[task.label] = own
-        return env
+        unset = dict.fromkeys(PLATFORM_VARIABLES)
+        return {task.label: {**unset, **self.spec.env, **self._platform_env(task, addresses)}
+                for task in tasks}
 
     def _platform_env(self, task: Role, addresses: Mapping[str, Sequence[str]]) -> dict:
         spec = self.spec

@@ -245,7 +245,9 @@ def test_the_rehearsal_gives_each_task_its_pods_variables_on_loopback(
                if count}
     envs = environments(tasks, cluster)
     for task in tasks:
-        env = envs[task.label]
+        # What the platform does not set is unset (None), not inherited from the shell.
+        assert set(rehearsal.PLATFORM_VARIABLES) <= set(envs[task.label])
+        env = {name: value for name, value in envs[task.label].items() if value is not None}
         resolution = tf_config.resolve(env, lookup=_no_lookup)
         assert resolution.role.name == task.name
         addresses = [a for found in resolution.role.cluster.values() for a in found]
@@ -256,6 +258,7 @@ def test_the_rehearsal_gives_each_task_its_pods_variables_on_loopback(
             assert env["TFLOOP_NUM_WORKERS"] == "2" and env["JOB_COMPLETION_INDEX"] == str(
                 task.task_index)
         if platform == "vertex":
+            assert "TF_CONFIG" not in env
             assert env["AIP_CHECKPOINT_DIR"] == f"{tmp_path / 'run'}/"
             assert all(env[k].startswith(str(tmp_path)) for k in env if k.startswith("AIP_"))
 
