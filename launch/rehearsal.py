@@ -160,11 +160,12 @@ class Environments:
 def prepare(spec: specs.Spec, *, python: str, bin_dir: str, model_dir: str,
             replicas: Optional[Mapping[str, int]] = None, extra_args: Sequence[str] = (),
             max_restarts: Optional[int] = None, grace_period_s: Optional[float] = None,
-            peer_exit_wait_s: float = PEER_EXIT_WAIT_S) -> tuple[launcher.LaunchConfig,
-                                                                   Environments]:
+            peer_exit_wait_s: float = PEER_EXIT_WAIT_S,
+            **options) -> tuple[launcher.LaunchConfig, Environments]:
     """The `LaunchConfig` and `environments` hook that rehearse `spec` locally.
 
-    `max_restarts`, `grace_period_s`: None takes the spec's.
+    `max_restarts`, `grace_period_s`: None takes the spec's. `options`: the
+    other `LaunchConfig` fields (`evaluator_timeout_s`, `gpus_per_task`, ...).
     """
     if replicas:
         spec = spec.with_replicas(replicas)
@@ -181,7 +182,7 @@ def prepare(spec: specs.Spec, *, python: str, bin_dir: str, model_dir: str,
         evaluator=bool(counts.get(EVALUATOR)),
         max_restarts=spec.max_restarts if max_restarts is None else max_restarts,
         grace_period_s=(spec.grace_period_s or 10.0) if grace_period_s is None
-        else grace_period_s, peer_exit_wait_s=peer_exit_wait_s)
+        else grace_period_s, peer_exit_wait_s=peer_exit_wait_s, **options)
     return config, Environments(spec, model_dir)
 
 
