@@ -183,6 +183,7 @@ def run(
     command_after_dashdash: bool = False,
     user_errors: Optional[tuple[type[Exception], ...]] = None,
     skip_teardown: bool = False,
+    command_required: Callable[[], bool] = lambda: True,
 ) -> None:
     """`absl.app.run(main)`, with user mistakes and Ctrl-C turned into exit codes.
 
@@ -191,6 +192,8 @@ def run(
         the command that followed `--`); its return value is the exit status.
       command_after_dashdash: the binary wraps another command given after
         `--` (`bin/launch`): only arguments before `--` are this binary's flags.
+      command_required: asked once the flags are parsed: whether a missing
+        command after `--` is a mistake (`bin/launch --spec` runs the spec's).
       user_errors: exceptions reported as one line; default `user_error_types()`
         (importing it imports TensorFlow, which `bin/launch` avoids).
       skip_teardown: once `main` has returned or failed (everything it writes
@@ -220,7 +223,7 @@ def run(
         if len(rest) > 1:
             where = " before '--'" if command_after_dashdash else ""
             fail(program, f"unexpected argument {rest[1]!r}{where}; flags take the form --name=value")
-        if command_after_dashdash and not command:
+        if command_after_dashdash and not command and command_required():
             fail(program, f"missing command after '--'; usage: {program} [flags] -- COMMAND [ARGS...]")
         return [argv[0], *command]
 

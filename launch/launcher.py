@@ -50,7 +50,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, Mapping, Sequence
+from typing import IO, Callable, Mapping, Optional, Sequence
 
 from tfloop.launch import exit_codes, gpus, guardian, threads
 from tfloop.launch.tf_config import (CHIEF, CLUSTER_JOBS, EVALUATOR, PS, WORKER, Role, cluster_spec,
@@ -158,6 +158,11 @@ class LaunchConfig:
       gpu_jobs: the jobs whose tasks get GPUs; the others get none.
       num_gpus: the GPUs to deal out, 0..num_gpus-1; 0: `$CUDA_VISIBLE_DEVICES`
         if set, else as many as `nvidia-smi -L` lists.
+      peer_exit_wait_s: after a task fails, seconds the other chief/worker
+        tasks get to exit on their own before they are stopped, each one's
+        status then reported. 0: stop them at once. A platform that recreates
+        only the failed pod (Kubeflow's TFJob) leaves the survivors' own exit
+        status to decide whether the job lives; `bin/launch --spec` shows it.
     """
 
     command: tuple[str, ...]
@@ -171,6 +176,7 @@ class LaunchConfig:
     gpus_per_task: int = 0
     gpu_jobs: tuple[str, ...] = gpus.DEFAULT_GPU_JOBS
     num_gpus: int = 0
+    peer_exit_wait_s: float = 0.0
 
     def __post_init__(self):
         object.__setattr__(self, "command", tuple(self.command))
@@ -185,6 +191,7 @@ class LaunchConfig:
         _check_int("max_restarts", self.max_restarts, minimum=0, maximum=MAX_RESTARTS)
         _check_seconds("grace_period", self.grace_period_s)
         _check_seconds("evaluator_timeout", self.evaluator_timeout_s)
+        _check_seconds("peer_exit_wait", self.peer_exit_wait_s)
         if len(self.tasks) > MAX_TASKS:
             raise LaunchError(f"{len(self.tasks)} tasks is more than the {MAX_TASKS} one launcher "
                               f"starts on one machine; rehearse the cluster with fewer workers")
@@ -305,12 +312,21 @@ class Launcher:
     (`launch.guardian`). Call `run()` from a thread that lives until it returns
     (it does not return before its tasks are stopped): on Linux the tasks are
     bound to the life of the thread that started them.
+
+    `environments(tasks, cluster)`, where given, says what each task's own
+    variables are at each start (task label -> variables, a value of None
+    removing one the launcher inherited; `cluster` holds this start's loopback
+    ports): what a platform would give that pod (`launch.rehearsal`). Without
+    it, each task gets its `TF_CONFIG`.
     """
 
     def __init__(self, config: LaunchConfig, *, env: Mapping[str, str] | None = None,
                  stdout: IO[str] | None = None, stderr: IO[str] | None = None,
-                 program: str = "launch"):
+                 program: str = "launch",
+                 environments: Optional[Callable[[list[Role], dict], Mapping[str, Mapping[
+                     str, str]]]] = None):
         self.config = config
+        self._environments = environments
         self._env = dict(os.environ if env is None else env)
         self._stdout = stdout or sys.stdout
         self._stderr = stderr or sys.stderr
@@ -389,6 +405,7 @@ class Launcher:
             failed = self._wait_for_training()
             if failed is None:
                 return self._finish()
+            self._let_peers_exit(failed)
             failed = self._deciding(failed)
             status = exit_status(failed.poll())
             what = (f"{failed.task.label} {describe_exit(failed.poll())} "
@@ -434,8 +451,10 @@ class Launcher:
             for task in tasks)
         self._say(f"attempt {attempt}/{attempts}: {layout}")
         self._procs = []
+        own = self._environments(tasks, cluster) if self._environments else {}
         for task in tasks:
-            self._procs.append(self._start(task, tf_config_for(task, cluster)))
+            self._procs.append(self._start(task, own.get(task.label) or {
+                "TF_CONFIG": json.dumps(tf_config_for(task, cluster))}))
         self._say("pids: " + ", ".join(f"{p.task.label}={p.popen.pid}" for p in self._procs))
 
     def _wait_for_training(self) -> _Proc | None:
@@ -501,10 +520,35 @@ class Launcher:
         self._say("every task finished")
         return 0
 
+    def _let_peers_exit(self, failed: _Proc) -> None:
+        """With `peer_exit_wait_s`: waits (bounded) for the other chief/worker
+        tasks to exit on their own, as survivors do on a platform that replaces
+        only the failed pod, and says how each ended and what its status means."""
+        if not self.config.peer_exit_wait_s:
+            return
+        peers = [proc for proc in self._procs if proc is not failed and proc.task.is_training]
+        deadline = time.monotonic() + self.config.peer_exit_wait_s
+        while any(p.poll() is None for p in peers) and time.monotonic() < deadline:
+            self._check_signal()
+            time.sleep(_POLL_S)
+        ended = []
+        for proc in peers:
+            code = proc.poll()
+            if code is None:
+                ended.append(f"{proc.task.label} still running after "
+                             f"{self.config.peer_exit_wait_s:g} s")
+                continue
+            proc.drain(timeout=1.0)
+            ended.append(f"{proc.task.label} {describe_exit(code)} "
+                         f"({exit_codes.describe(exit_status(code))})")
+        self._say(f"after {failed.task.label} {describe_exit(failed.poll())}: "
+                  + ("; ".join(ended) or "no other task"))
+
     # -- processes ----------------------------------------------------------------
 
-    def _start(self, task: Role, tf_config: dict) -> _Proc:
-        env = dict(self._env, TF_CONFIG=json.dumps(tf_config), PYTHONUNBUFFERED="1")
+    def _start(self, task: Role, own_env: Mapping[str, Optional[str]]) -> _Proc:
+        env = {name: value for name, value in {**self._env, **own_env, "PYTHONUNBUFFERED": "1"}
+               .items() if value is not None}
         if task.label in self._gpus:
             env["CUDA_VISIBLE_DEVICES"] = self._gpus[task.label]
         if self._threads:
