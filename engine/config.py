@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import textwrap
 import numbers
 import os
 
@@ -118,7 +119,8 @@ class RunConfig:
     """Everything one training or evaluation run needs.
 
     Each field's help (`dataclasses.fields(RunConfig)[i].metadata["help"]`)
-    is also the help of its flag (`bin/flag_defs.py` defines them).
+    is also the help of its flag (`bin/flag_defs.py` defines them), and is
+    listed below by section (`help(RunConfig)`; written by `_document`).
     """
 
     # Distribution (SECTIONS).
@@ -468,3 +470,22 @@ SECTIONS = {
     "Speed and reproducibility": ("deterministic", "jit_compile", "mixed_precision",
                                   "fused_optimizer", "profile_steps", "intra_op_threads"),
 }
+
+
+def _document(cls: type) -> None:
+    """Appends every field, its default and its help to `cls.__doc__`, by
+    section: `help(tfloop.RunConfig)` shows the same text as `bin/train
+    --help`, from the one source (`option(default, help)`)."""
+    fields = {field.name: field for field in dataclasses.fields(cls)}
+    lines = ["", "Fields, by section (each is also the flag --<name> of bin/train):"]
+    for section, names in SECTIONS.items():
+        lines += ["", f"{section}:"]
+        for name in names:
+            field = fields[name]
+            lines.append(f"  {name}: {field.type} = {field.default!r}")
+            lines += textwrap.wrap(field.metadata["help"], 76, initial_indent=" " * 6,
+                                   subsequent_indent=" " * 6)
+    cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n" + "\n".join(lines) + "\n"
+
+
+_document(RunConfig)
