@@ -186,7 +186,9 @@ def _train(plan: Plan, b: _Built) -> RunResult:
     manager, restored, start_step = _restore_checkpoints(plan, b, write_dir)
     if not restored and config.init_from:
         logger.info("starting from the %s",
-                    warm_start.load_initial_weights(b.model, config.init_from))
+                    warm_start.load_initial_weights(
+                        b.model, config.init_from,
+                        skip_mismatch=config.init_from_skip_mismatch))
         if b.average is not None:
             b.average.reset()  # the average starts from the weights training starts from
     trainer = plan.spec.build_trainer(
