@@ -50,6 +50,8 @@ def test_four_replicas_equal_one_device(tmp_path, name):
     moved = max(float(np.max(np.abs(x - y))) for x, y in zip(_weights(one), _weights(initial)))
     assert moved > 1e-3  # the comparison is about trained weights
     _assert_same_weights(_weights(four), _weights(one), atol=1e-5)
+    # Every example's export holds model.keras (the GAN: a registered subclass).
+    assert os.path.exists(os.path.join(four["export"], "model.keras"))
 
 
 #: A large-batch recipe's step options, all at once.
