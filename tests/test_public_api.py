@@ -16,7 +16,8 @@ def test_every_public_name_resolves_to_the_engine_object():
     for name in tfloop.__all__:
         assert getattr(tfloop, name) is not None, name
     assert tfloop.run is run and tfloop.RunConfig is RunConfig and tfloop.Task is Task
-    assert {"run", "RunConfig", "RunResult", "Task", "Objective", "LossOutput", "ArrayData", "from_npz", "RecordData", "InputContext",
+    assert {"run", "RunConfig", "RunResult", "Task", "Objective", "LossOutput", "Gradients",
+            "ReplicaStep", "ArrayData", "from_npz", "RecordData", "InputContext",
             "ConfigError", "RunFailure", "StopTraining"} <= set(tfloop.__all__)
 
 

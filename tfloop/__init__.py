@@ -13,12 +13,13 @@
         def loss(self, model, batch, *, training): return tfloop.LossOutput(...)
 
     result = tfloop.run(tfloop.RunConfig(model_dir="runs/reg"), task=Regression(x, y))
-    result["eval/loss"], result.model
+    result["eval/loss"], result.model, result.history
 
 What is here (`help(tfloop.RunConfig)` lists every field with its flag's help):
 
     run, RunConfig, RunResult          one run (bin/train's), its settings, its result
     Task, Objective, LossOutput        your model, data and loss; several losses (a GAN)
+    Gradients, ReplicaStep             your own per-replica step (Task.gradients)
     ClassificationTask                 the built-in --model/--dataset task
     ArrayData, from_npz, RecordData, InputContext   data helpers for a Task
     export_checkpoint                  a kept checkpoint as a SavedModel (bin/export)
@@ -49,6 +50,8 @@ _EXPORTS = {
     "Objective": "tfloop.engine.task",
     "ClassificationTask": "tfloop.engine.task",
     "LossOutput": "tfloop.engine.losses",
+    "Gradients": "tfloop.engine.losses",
+    "ReplicaStep": "tfloop.engine.loop.replica_step",
     "ArrayData": "tfloop.inputs.arrays",
     "from_npz": "tfloop.inputs.arrays",
     "RecordData": "tfloop.inputs.records",
