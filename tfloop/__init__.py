@@ -39,6 +39,12 @@ TensorFlow, and `tfloop.RunConfig` none either (bin/ builds its flags first).
 """
 
 import importlib as _importlib
+import pkgutil as _pkgutil
+
+# Every `tfloop` folder on sys.path serves the subpackages, as when tfloop was
+# a namespace package: run from a checkout's root, this folder comes first
+# and an installed (not editable) tfloop/engine/ ... is found beside it.
+__path__ = _pkgutil.extend_path(__path__, __name__)
 
 #: Each public name and the module that defines it; resolved on first use.
 _EXPORTS = {
