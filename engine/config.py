@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import textwrap
 import numbers
 import os
 
@@ -119,7 +120,8 @@ class RunConfig:
     """Everything one training or evaluation run needs.
 
     Each field's help (`dataclasses.fields(RunConfig)[i].metadata["help"]`)
-    is also the help of its flag (`bin/flag_defs.py` defines them).
+    is also the help of its flag (`bin/flag_defs.py` defines them), and is
+    listed below by section (`help(RunConfig)`; written by `_document`).
     """
 
     # Distribution (SECTIONS).
@@ -249,6 +251,10 @@ class RunConfig:
         "", "Start a new run from these model weights (fine-tuning): another run's --model_dir "
         "or ckpt-N, an export/<step> folder, a .keras or .weights.h5 file. Step 0, fresh "
         "optimizer; ignored when --model_dir already has checkpoints (it resumes).")
+    init_from_skip_mismatch: bool = option(
+        False, "--init_from: load the variables that fit (same name, shape and dtype) and "
+        "skip the rest (a new head: 10 classes -> 5), logging each variable loaded and "
+        "skipped; without it any mismatch is refused.")
     # Keeping and stopping (SECTIONS).
     nan_policy: str = option(
         "stop", "What a step with a non-finite loss or gradient norm does: stop (the run "
@@ -426,6 +432,9 @@ class RunConfig:
         if not 0 <= self.ema_decay < 1:
             raise ConfigError(f"--ema_decay={self.ema_decay} must be at least 0 and below 1 "
                               "(e.g. 0.999; 0: off)")
+        if self.init_from_skip_mismatch and not self.init_from:
+            raise ConfigError("--init_from_skip_mismatch says what --init_from skips; give "
+                              "--init_from too, or drop it")
         self._check_choice("nan_policy", NAN_POLICIES, "policy")
         if self.nan_policy != "skip_step" and self.changed("nan_max_skips"):
             raise ConfigError(f"--nan_max_skips={self.nan_max_skips} applies to "
@@ -472,10 +481,29 @@ SECTIONS = {
     "The recipe": ("optimizer", "learning_rate", "lr_schedule", "warmup_steps", "lr_decay_steps",
                    "lr_decay_rate", "lr_power", "end_learning_rate", "scale_learning_rate",
                    "weight_decay", "weight_decay_exclude", "clip_norm", "accumulation_steps",
-                   "ema_decay", "seed", "init_from"),
+                   "ema_decay", "seed", "init_from", "init_from_skip_mismatch"),
     "Keeping and stopping": ("nan_policy", "nan_max_skips", "best_metric", "best_mode",
                              "early_stopping_patience", "export", "max_checkpoints"),
     "Cluster": ("eval_timeout", "startup_timeout", "auto_shard_policy", "cluster_from"),
     "Speed and reproducibility": ("deterministic", "jit_compile", "mixed_precision",
                                   "fused_optimizer", "profile_steps", "intra_op_threads"),
 }
+
+
+def _document(cls: type) -> None:
+    """Appends every field, its default and its help to `cls.__doc__`, by
+    section: `help(tfloop.RunConfig)` shows the same text as `bin/train
+    --help`, from the one source (`option(default, help)`)."""
+    fields = {field.name: field for field in dataclasses.fields(cls)}
+    lines = ["", "Fields, by section (each is also the flag --<name> of bin/train):"]
+    for section, names in SECTIONS.items():
+        lines += ["", f"{section}:"]
+        for name in names:
+            field = fields[name]
+            lines.append(f"  {name}: {field.type} = {field.default!r}")
+            lines += textwrap.wrap(field.metadata["help"], 76, initial_indent=" " * 6,
+                                   subsequent_indent=" " * 6)
+    cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n" + "\n".join(lines) + "\n"
+
+
+_document(RunConfig)

@@ -43,6 +43,26 @@ class LossOutput:
     metrics: Mapping[str, tf.Tensor] = dataclasses.field(default_factory=dict)
 
 
+@dataclasses.dataclass(frozen=True)
+class Gradients:
+    """What a task's own step (`Task.gradients`) returns for one replica.
+
+    Attributes:
+      gradients: one per variable of `step.variables`, in that order (None
+        for a variable the step does not reach), of the loss over the
+        *global* batch: differentiate `step.total_loss(...)`, or divide
+        sums by `step.global_batch_size` yourself. The engine sums them
+        over replicas (the one all-reduce), clips, accumulates, guards
+        against NaN and applies them.
+      per_example_loss: shape (batch,): what the loop reports as `loss`.
+      metrics: name -> per-example values of shape (batch,), as in `LossOutput`.
+    """
+
+    gradients: Any
+    per_example_loss: tf.Tensor
+    metrics: Mapping[str, tf.Tensor] = dataclasses.field(default_factory=dict)
+
+
 class LossFn(Protocol):
     def __call__(self, model: Any, batch: Any, *, training: bool) -> LossOutput: ...
 

@@ -67,12 +67,26 @@ logger = logging.getLogger(__name__)
 
 class RunResult(dict):
     """What `run()` returns: the metrics.json record (a dict, as before), and
-    the trained `model` and the `task`, for a caller that goes on in Python."""
+    for a caller that goes on in Python:
 
-    def __init__(self, record: dict, *, model: Any = None, task: Optional[Task] = None):
+    Attributes:
+      model: the trained model, holding the weights that were evaluated and
+        exported: with `--ema_decay`, their moving average.
+      raw_weights: with `--ema_decay`, the trained weights themselves, by
+        variable path (`{"sequential/dense/kernel": array}`); None without.
+      history: every train loop and evaluation of this call, in order:
+        `{"kind": "train" | "eval", "step": N, "loss": ..., <metric>: ...}`
+        (the record itself keeps only the last of each).
+      task: the task that ran.
+    """
+
+    def __init__(self, record: dict, *, model: Any = None, task: Optional[Task] = None,
+                 history: Optional[list] = None, raw_weights: Optional[dict] = None):
         super().__init__(record)
         self.model = model
         self.task = task
+        self.history = list(history or [])
+        self.raw_weights = raw_weights
 
 
 def run(
@@ -167,6 +181,20 @@ class _Built:
     best_export: Optional[best.ExportFn]
     on_loop_end: Optional[Callable[[int, dict], None]]
     lock: Optional[run_lock.RunLock]
+    #: RunResult.history: filled by `_run_controller`'s actions.
+    history: list = dataclasses.field(default_factory=list)
+
+    def result(self, record: dict) -> RunResult:
+        """The mode's record as `run()` returns it. With a moving average the
+        model keeps the averaged weights from here on (what was evaluated and
+        exported), and the raw ones come along as `raw_weights`."""
+        raw = None
+        if self.average is not None:
+            paths = {key: getattr(variable, "path", None) or variable.name
+                     for key, variable in checkpointing.named_weights(self.model).items()}
+            raw = {paths.get(key, key): value for key, value in self.average.adopt().items()}
+        return RunResult(record, model=self.model, task=self.task, history=self.history,
+                         raw_weights=raw)
 
 
 def _run_planned(plan: Plan, task: Task, strategy: tf.distribute.Strategy, *, optimizer,
@@ -204,7 +232,9 @@ def _train(plan: Plan, b: _Built) -> RunResult:
     manager, restored, start_step = _restore_checkpoints(plan, b, write_dir)
     if not restored and config.init_from:
         logger.info("starting from the %s",
-                    warm_start.load_initial_weights(b.model, config.init_from))
+                    warm_start.load_initial_weights(
+                        b.model, config.init_from,
+                        skip_mismatch=config.init_from_skip_mismatch))
         if b.average is not None:
             b.average.reset()  # the average starts from the weights training starts from
     trainer = plan.spec.build_trainer(
@@ -224,7 +254,7 @@ def _train(plan: Plan, b: _Built) -> RunResult:
     finally:
         if not plan.role.is_chief:
             shutil.rmtree(write_dir, ignore_errors=True)
-    return RunResult(record, model=b.model, task=b.task)
+    return b.result(record)
 
 
 def _evaluate(plan: Plan, b: _Built) -> RunResult:
@@ -237,7 +267,7 @@ def _evaluate(plan: Plan, b: _Built) -> RunResult:
         record = _run_controller(
             plan, b, None, manager, restored=restored, start_step=start_step,
             drive=lambda controller: controller.evaluate(plan.config.eval_steps))
-    return RunResult(record, model=b.model, task=b.task)
+    return b.result(record)
 
 
 def _continuous_evaluate(plan: Plan, b: _Built) -> RunResult:
@@ -514,6 +544,10 @@ def _run_controller(plan: Plan, b: _Built, trainer, manager, *, restored: Option
                                                     by="--mode=evaluate")
         if role.is_chief and not trains else None,
         keep_best=keep_best)
+    # First, so an action that stops the run (the best checkpoint's patience,
+    # a signal) stops it after its loop is in the history.
+    run_actions.train.insert(0, actions.History("train", b.history))
+    run_actions.eval.insert(0, actions.History("eval", b.history))
     controller = Controller(
         global_step=b.global_step, trainer=trainer, evaluator=evaluator,
         steps_per_loop=config.steps_per_loop, checkpoint_manager=manager,
@@ -590,10 +624,18 @@ def _train_to_the_end(plan: Plan, controller: Controller, *, start_step: int) ->
     """The train modes' loops: to the last step, evaluating every
     `--eval_interval` steps in `train_and_evaluate`."""
     config = plan.config
-    if start_step >= config.train_steps:
-        target = (f"--epochs={config.epochs}: step {config.train_steps}" if config.epochs
-                  else f"--train_steps={config.train_steps}")
-        logger.info("already at step %d (%s): nothing to train", start_step, target)
+    if start_step >= config.train_steps and start_step == 0:
+        logger.info("train_steps=0: nothing to train")
+    elif start_step >= config.train_steps:
+        # A warning, not an info line: in a notebook, running the same cell
+        # again trains nothing, and must say so without verbose=True.
+        target = (f"epochs={config.epochs}, step {config.train_steps}" if config.epochs
+                  else f"train_steps={config.train_steps}")
+        logger.warning(
+            "%s already holds step %d (%s): nothing to train; to train more raise "
+            "train_steps%s (it resumes from step %d), to start fresh give another model_dir",
+            config.model_dir, start_step, target, " or epochs" if config.epochs else "",
+            start_step)
     controller.train(
         config.train_steps,
         eval_interval=(config.eval_interval or config.train_steps)

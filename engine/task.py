@@ -47,7 +47,7 @@ import tensorflow as tf
 from tfloop import inputs, models
 from tfloop.engine import task_failures
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.losses import LossFn, LossOutput, classification_loss
+from tfloop.engine.losses import Gradients, LossFn, LossOutput, classification_loss
 from tfloop.inputs import InputContext
 
 logger = logging.getLogger(__name__)
@@ -129,6 +129,25 @@ class Task:
         """The losses a step minimizes; by default one, `loss`, over every
         trainable variable with the run's optimizer."""
         return [Objective("loss", self.loss, lambda m: m.trainable_variables)]
+
+    def gradients(self, model: Any, batch: Any, step: Any) -> Gradients:
+        """Optional: the task's own step on one replica (Orbit's and Keras's
+        `train_step`, less what the engine keeps): the gradients of
+        `step.variables` for objective `step.objective`, from this replica's
+        `batch`, as `Gradients(gradients, per_example_loss, metrics)`.
+
+        For gradient penalties, several backward passes, gradient surgery.
+        The engine still all-reduces them once, clips (`--clip_norm`),
+        accumulates (`--accumulation_steps`: `batch` is then one slice),
+        guards against NaN, applies the objective's optimizer and averages
+        (`--ema_decay`). Differentiate `step.total_loss(per_example_loss,
+        model)` (the global-batch average, regularization, loss scale) for
+        the engine's scaling; `step.default(model, batch)` is the engine's
+        own step (the default, and what a hook that changes one objective
+        returns for the others). Evaluation still runs `loss`/`objectives`.
+        See `examples/wgan_gp.py`.
+        """
+        return step.default(model, batch)
 
     def serving_spec(self, element_spec: Any) -> Any:
         """What the export's `serving_default` takes: by default the features

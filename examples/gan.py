@@ -31,11 +31,17 @@ from tfloop.engine.task import Objective, Task
 NOISE = 4
 
 
+@keras.saving.register_keras_serializable(package="examples")
 class GAN(keras.Model):
-    """Holds both networks so one checkpoint (and `trainable_variables`) has both."""
+    """Holds both networks so one checkpoint (and `trainable_variables`) has both.
 
-    def __init__(self):
-        super().__init__(name="gan")
+    Registered with Keras saving, so the export's `model.keras` loads back
+    (`keras.models.load_model`) where this module is imported; its `__init__`
+    takes only what Keras's own `get_config()` gives back (`name`,
+    `trainable`, ...), so it needs no `get_config()` of its own."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**{"name": "gan", **kwargs})
         self.generator = keras.Sequential(
             [keras.Input((NOISE,)), keras.layers.Dense(32, activation="relu"),
              keras.layers.Dense(2)], name="generator")

@@ -1,5 +1,5 @@
 """The installed package: one namespace, every package in it, nothing a user's
-own files can shadow.
+own files can shadow, and `import tfloop` its whole API.
 
 `pip install .` (no extras) into a fresh folder, then a user's script that sits
 beside a `models.py` and an `engine.py` of its own trains through the Python
@@ -28,20 +28,23 @@ def test_pyproject_installs_every_package_under_the_namespace():
         "tfloop." + str(init.parent.relative_to(REPO)).replace(os.sep, ".")
         for top in PACKAGES for init in (REPO / top).rglob("__init__.py")
     }
-    assert on_disk == listed, "pyproject.toml's packages must list every package folder"
-    assert {f"tfloop.{top}": top for top in PACKAGES} == setuptools["package-dir"]
+    assert on_disk | {"tfloop"} == listed, "pyproject.toml's packages must list every package folder"
+    assert "tfloop" in listed  # the public face, tfloop/__init__.py
+    assert ({f"tfloop.{top}": top for top in PACKAGES} | {"tfloop": "tfloop"}
+            == setuptools["package-dir"])
+    assert [p.name for p in (REPO / "tfloop").iterdir() if p.name != "__pycache__"] == [
+        "__init__.py"]  # the folder holds the face only
 
 
 USER_MODELS = "def check(*args):\n    raise SystemExit('the user models.py was imported')\n"
 USER_ENGINE = "raise SystemExit('the user engine.py was imported')\n"
 USER_SCRIPT = """
 import json, sys
-import tfloop.engine
-from tfloop.engine.config import RunConfig
-from tfloop.engine.run import run
+import tfloop
 
+assert tfloop.__file__.startswith(sys.argv[1]), tfloop.__file__
 assert tfloop.engine.__file__.startswith(sys.argv[1]), tfloop.engine.__file__
-result = run(RunConfig(strategy="mirrored", devices="cpu:0,cpu:1", global_batch_size=64,
+result = tfloop.run(tfloop.RunConfig(strategy="mirrored", devices="cpu:0,cpu:1", global_batch_size=64,
                        train_steps=20, steps_per_loop=10, checkpoint_interval=0,
                        summary_interval=0, mode="train", model_dir="run"))
 print(json.dumps({"step": result["step"], "loss": result["train/loss"]}))
@@ -90,3 +93,17 @@ def test_the_console_entry_point_runs_the_installed_binary(installed, tmp_path):
     assert mistaken.stderr.strip().splitlines()[-1].startswith(
         "tfloop-train: error: Unknown command line flag 'strategi'")
     assert "see tfloop-train --help" in mistaken.stderr
+
+
+def test_the_installed_packages_serve_a_script_run_from_a_checkout(installed):
+    """The checkout's tfloop/ (the face's one file) comes first on sys.path when
+    run from its root; the installed tfloop/engine, ... are found beside it."""
+    code = ("import tfloop, tfloop.engine.config; "
+            "print(tfloop.__file__); print(tfloop.engine.config.__file__)")
+    env = {**os.environ, "PYTHONPATH": str(installed)}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    face, config = out.stdout.split()
+    assert face == str(REPO / "tfloop" / "__init__.py")
+    assert config.startswith(str(installed)), config

@@ -296,6 +296,19 @@ class OnLoopEnd(Action):
         self.hook(loop.step, dict(loop.metrics))
 
 
+class History(Action):
+    """Appends each train loop's or evaluation's metrics to `entries`, in the
+    order they happen: `{"kind": "train" | "eval", "step": N, <metric>: value}`
+    (what `run()` returns as `RunResult.history`; metrics.json keeps only the
+    last of each)."""
+
+    def __init__(self, kind: str, entries: list):
+        self.kind, self.entries = kind, entries
+
+    def __call__(self, loop: LoopEnd) -> None:
+        self.entries.append({"kind": self.kind, "step": loop.step, **_scalars(loop.metrics)})
+
+
 class RunActions(NamedTuple):
     train: list[Action]
     eval: list[Action]

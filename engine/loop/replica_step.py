@@ -14,14 +14,14 @@ Keeping that here means a fix to the loss scaling reaches every strategy::
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 import keras
 import tensorflow as tf
 
 from tfloop.engine import task_failures
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.losses import LossFn, LossOutput
+from tfloop.engine.losses import Gradients, LossFn, LossOutput
 
 
 def per_replica_spec(element_spec: Any) -> Any:
@@ -31,14 +31,19 @@ def per_replica_spec(element_spec: Any) -> Any:
     )
 
 
-def metric_names(loss_fn: LossFn, model: Any, element_spec: Any) -> list[str]:
+def metric_names(loss_fn: LossFn, model: Any, element_spec: Any,
+                 step_fn: Callable = None) -> list[str]:
     """Traces `loss_fn` once symbolically to learn which metrics it reports,
     and checks there that it keeps the `LossOutput` contract.
 
     The running sums must exist before the compiled loop is traced, and the
-    names are only known from the user's function.
+    names are only known from the user's function. `step_fn(batch)`: a
+    task's own step (`hook_gradients`, bound), traced instead.
     """
     def probe(batch):
+        if step_fn is not None:
+            _, per_example_loss, metrics = step_fn(batch)
+            return per_example_loss, metrics
         output = loss_fn(model, batch, training=False)
         return output.per_example_loss, dict(output.metrics)
 
@@ -55,7 +60,8 @@ def metric_names(loss_fn: LossFn, model: Any, element_spec: Any) -> list[str]:
             f"the loss function fails on a batch of {_describe(element_spec)}: {reason}; "
             "make the dataset's elements what the model and loss expect") from None
     except Exception as error:  # any other mistake in the user's loss: name it, keep its frames
-        where = getattr(loss_fn, "__qualname__", None) or type(loss_fn).__name__
+        named = step_fn or loss_fn
+        where = getattr(named, "__qualname__", None) or type(named).__name__
         raise task_failures.hook_error(where, error) from error
     check_per_example("per_example_loss", per_example_loss)
     if not per_example_loss.dtype.is_floating:
@@ -119,6 +125,81 @@ def check_per_example(name: str, value: Any) -> None:
     raise ConfigError(f"loss_fn's {name} has shape {shown}, not (batch,); {fix}")
 
 
+class ReplicaStep:
+    """What a task's own step (`Task.gradients(model, batch, step)`) gets
+    beside the model and its replica's batch: what to differentiate, how the
+    engine's own step would do it, and the numbers a correct loss needs.
+
+    Attributes:
+      objective: the objective's name ("loss" for a task without objectives).
+      variables: what the returned gradients are for, in this order.
+      global_batch_size: the examples of the whole step over every replica
+        (and every micro-batch): per-example sums are divided by it.
+      micro_batches: how many slices of the replica's batch this step sees
+        (`--accumulation_steps`); `batch` is one of them.
+    """
+
+    def __init__(self, *, objective: str, loss_fn: LossFn, variables: list,
+                 optimizer: keras.optimizers.Optimizer, global_batch_size: int,
+                 micro_batches: int = 1):
+        self.objective = objective
+        self.variables = list(variables)
+        self.global_batch_size = global_batch_size
+        self.micro_batches = micro_batches
+        self._loss_fn = loss_fn
+        self._optimizer = optimizer
+
+    def total_loss(self, per_example_loss: Any, model: Any = None) -> tf.Tensor:
+        """The scalar the engine's own step differentiates: the per-example
+        loss summed over the *global* batch (`tf.nn.compute_average_loss`),
+        plus `model`'s regularization losses (scaled to this replica's
+        share), times the loss scale under mixed_float16."""
+        loss = tf.nn.compute_average_loss(tf.cast(per_example_loss, tf.float32),
+                                          global_batch_size=self.global_batch_size)
+        regularization = getattr(model, "losses", None) if model is not None else None
+        if regularization:
+            loss += tf.nn.scale_regularization_loss(
+                tf.add_n([tf.cast(r, tf.float32) for r in regularization])) / self.micro_batches
+        return self._optimizer.scale_loss(loss)
+
+    def default(self, model: Any, batch: Any) -> "Gradients":
+        """The engine's own step for this objective's loss: what a task
+        without `gradients` gets (a hook that changes one objective only
+        returns this for the others)."""
+        grads, reported, metrics = replica_gradients(
+            self._loss_fn, model, batch, self.variables, optimizer=self._optimizer,
+            global_batch_size=self.global_batch_size, micro_batches=self.micro_batches)
+        return Gradients(grads, reported, metrics)
+
+
+def hook_gradients(hook: Callable, objective: str, loss_fn: LossFn, model: Any, batch: Any,
+                   variables: list, *, optimizer: keras.optimizers.Optimizer,
+                   global_batch_size: int, micro_batches: int = 1):
+    """`replica_gradients` by the task's own step (`Task.gradients`): the
+    same returns, checked (one gradient per variable, per-example values)."""
+    step = ReplicaStep(objective=objective, loss_fn=loss_fn, variables=variables,
+                       optimizer=optimizer, global_batch_size=global_batch_size,
+                       micro_batches=micro_batches)
+    output = hook(model, batch, step)
+    where = getattr(hook, "__qualname__", "gradients")
+    if not isinstance(output, Gradients):
+        raise ConfigError(f"{where} returned {type(output).__name__}, not tfloop.Gradients("
+                          "gradients, per_example_loss, metrics)")
+    grads = list(output.gradients)
+    if len(grads) != len(variables):
+        raise ConfigError(f"{where} returned {len(grads)} gradients for objective {objective!r}, "
+                          f"which has {len(variables)} variables (step.variables); return one "
+                          "per variable, in that order (None where there is none)")
+    reported = tf.cast(output.per_example_loss, tf.float32)
+    # One value per example; the probe (`metric_names`, batch dimension open)
+    # traces this first, so a slip is refused there, nothing run.
+    for name, value in [("per_example_loss", reported), *(
+            (f"metrics[{name!r}]", value) for name, value in output.metrics.items())]:
+        if tf.convert_to_tensor(value).shape.rank != 1:
+            check_per_example(f"{where}'s {name}", tf.convert_to_tensor(value))
+    return grads, reported, dict(output.metrics)
+
+
 def replica_gradients(loss_fn: LossFn, model: Any, batch: Any, variables: list, *,
                       optimizer: keras.optimizers.Optimizer, global_batch_size: int,
                       micro_batches: int = 1):
@@ -157,7 +238,7 @@ def replica_gradients(loss_fn: LossFn, model: Any, batch: Any, variables: list, 
 
 def accumulated_gradients(loss_fn: LossFn, model: Any, batch: Any, variables: list, *,
                           optimizer: keras.optimizers.Optimizer, global_batch_size: int,
-                          micro_batches: int):
+                          micro_batches: int, gradients_fn: Callable = None):
     """`replica_gradients` of this replica's batch, computed `micro_batches`
     slices at a time and summed (`--accumulation_steps`).
 
@@ -169,8 +250,12 @@ def accumulated_gradients(loss_fn: LossFn, model: Any, batch: Any, variables: li
     one all-reduce and the update, happens once per step. Batch
     normalization sees each slice as its batch.
 
+    `gradients_fn`: `replica_gradients`, or the task's own step bound by
+    `hook_gradients` (the default: `replica_gradients`).
+
     Returns what `replica_gradients` returns, for the whole batch.
     """
+    gradients_fn = gradients_fn or replica_gradients
     size = tf.shape(tf.nest.flatten(batch)[0])[0]
     slice_size = size // micro_batches
 
@@ -179,7 +264,7 @@ def accumulated_gradients(loss_fn: LossFn, model: Any, batch: Any, variables: li
         return tf.nest.map_structure(lambda x: x[begin:begin + slice_size], batch)
 
     def gradients_of(index):
-        return replica_gradients(loss_fn, model, micro_batch(index), variables,
+        return gradients_fn(loss_fn, model, micro_batch(index), variables,
                                  optimizer=optimizer, global_batch_size=global_batch_size,
                                  micro_batches=micro_batches)
 

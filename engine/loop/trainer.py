@@ -23,6 +23,10 @@ per step::
         grad_norm = global_norm(grads)             # a train metric; --clip_norm clips to it
         objective's optimizer.apply_gradients(grads)  # applies; does not reduce again
 
+A task may own the forward and backward lines (`Task.gradients(model,
+batch, step)`: a gradient penalty, several backward passes); the rest of
+the step, from the all-reduce on, is the same.
+
 With `--accumulation_steps=N` the forward and backward lines run over N
 slices of the replica's batch in a `tf.while_loop` and their gradients are
 summed (`engine.loop.replica_step.accumulated_gradients`); the all-reduce, the
@@ -86,7 +90,8 @@ from tfloop.engine.config import INT32_MAX
 from tfloop.engine.recipe.ema import WeightAverage
 from tfloop.engine.errors import NonFinite, steps_text
 from tfloop.engine.losses import LossFn, classification_loss
-from tfloop.engine.loop.replica_step import accumulated_gradients, metric_names, replica_gradients
+from tfloop.engine.loop.replica_step import (accumulated_gradients, hook_gradients, metric_names,
+                                             replica_gradients)
 from tfloop.engine.recipe.objectives import BoundObjective
 from tfloop.engine.loop.replica_sums import EXAMPLES, ReplicaSums
 from tfloop.engine.loop.runner import AbstractTrainer, Metrics
@@ -204,7 +209,8 @@ class Trainer(AbstractTrainer):
         self._weights = [v for v in watched if tf.as_dtype(v.dtype).is_floating]
         self._sums = [
             ReplicaSums(strategy, ["loss", GRAD_NORM]
-                        + metric_names(o.loss, model, train_dataset.element_spec))
+                        + metric_names(o.loss, model, train_dataset.element_spec,
+                                       step_fn=self._probe_step(o) if o.gradients else None))
             for o in self.objectives
         ]
         # Destroyed without a stall when the trainer goes (engine.loop.iterators).
@@ -317,16 +323,34 @@ class Trainer(AbstractTrainer):
                     means[objectives_lib.metric_name(self.objectives, objective, name)] = value
         return means
 
+    @staticmethod
+    def _gradients_fn(objective):
+        """`replica_gradients`, or the task's own step (`Task.gradients`)
+        bound to the objective: the rest of the step is the same."""
+        if objective.gradients is None:
+            return replica_gradients
+        return functools.partial(hook_gradients, objective.gradients, objective.name)
+
+    def _probe_step(self, objective):
+        """The task's own step over one batch, for `metric_names` to trace."""
+        def step(batch):
+            return self._gradients_fn(objective)(
+                objective.loss, self.model, batch, list(objective.variables),
+                optimizer=objective.optimizer, global_batch_size=self.global_batch_size,
+                micro_batches=self.accumulation_steps)
+        step.__qualname__ = getattr(objective.gradients, "__qualname__", "gradients")  # its errors
+        return step
+
     def _compute_gradients(self, objective, batch):
         """Forward and backward pass of one replica (XLA-compiled with jit_compile)."""
+        gradients_fn = self._gradients_fn(objective)
         if self.accumulation_steps > 1:
             return accumulated_gradients(
                 objective.loss, self.model, batch, list(objective.variables),
                 optimizer=objective.optimizer, global_batch_size=self.global_batch_size,
-                micro_batches=self.accumulation_steps)
-        return replica_gradients(objective.loss, self.model, batch, list(objective.variables),
-                                 optimizer=objective.optimizer,
-                                 global_batch_size=self.global_batch_size)
+                micro_batches=self.accumulation_steps, gradients_fn=gradients_fn)
+        return gradients_fn(objective.loss, self.model, batch, list(objective.variables),
+                            optimizer=objective.optimizer, global_batch_size=self.global_batch_size)
 
     def _replica_step(self, index, batch):
         objective = self.objectives[index]

@@ -112,6 +112,15 @@ class WeightAverage:
         finally:
             self._trade_all()
 
+    def adopt(self) -> dict:
+        """The model keeps the averages from now on (the end of a run: what
+        `run()` returns is what was evaluated and exported); returns the
+        trained weights it held, `{key: numpy array}`. The average is of no
+        further use to training after this."""
+        self._trade_all()
+        return {key: tf.convert_to_tensor(average).numpy()
+                for key, average in self.averages.items()}
+
     def _trade_places(self):
         for weight, average in self._pairs:
             self.strategy.extended.update(weight, _trade, args=(average,), group=False)

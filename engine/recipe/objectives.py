@@ -32,6 +32,7 @@ from tfloop.engine import task_failures
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.losses import LossFn, LossOutput
 from tfloop.engine.recipe.schedules import LearningRate
+from tfloop.engine.task import Task
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,9 @@ class BoundObjective:
     every: int = 1
     learning_rate: Optional[LearningRate] = None
     weight_decay: Optional[optimizers.WeightDecay] = None
+    #: The task's own step (`Task.gradients`), in place of the loss's
+    #: gradients; None: the engine's (`engine.loop.replica_step`).
+    gradients: Optional[Any] = None
 
 
 def single(loss: LossFn, variables: Sequence, optimizer: keras.optimizers.Optimizer
@@ -129,7 +133,19 @@ def bind(task: Any, model: Any, config: Any, *, num_replicas: int, total_steps: 
                                     learning_rate=schedule, weight_decay=decay))
     if schedule is None:
         _refuse_recipe_flags(config, task_name)
+    own_step = own_gradients(task)
+    if own_step is not None:
+        bound = [dataclasses.replace(b, gradients=own_step) for b in bound]
     return bound
+
+
+def own_gradients(task: Any):
+    """The task's own step, `task.gradients`, where its class defines one
+    (the base `Task.gradients` is the engine's step); else None."""
+    method = getattr(type(task), "gradients", None)
+    if method is None or method is getattr(Task, "gradients", None):
+        return None
+    return task.gradients
 
 
 def _build_optimizer(name: str, config: Any, schedule: LearningRate, variables: Sequence):

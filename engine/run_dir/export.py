@@ -344,13 +344,39 @@ def _write(model: Any, serve: ServingFunction, path: str) -> Optional[tuple[int,
     except (NotImplementedError, TypeError, ValueError) as error:
         if tf.io.gfile.exists(keras_path):
             tf.io.gfile.remove(keras_path)
-        reason = " ".join(str(error).split())[:200]
-        return logging.WARNING, (
-            f"the model does not round-trip through Keras saving ({reason}); "
-            "register custom layers with @keras.saving.register_keras_serializable() and give "
-            "them get_config(); the SavedModel serves it"
-        )
+        return _not_saveable(model, error)
     return None
+
+
+#: The classes whose missing model.keras was explained at WARNING in this
+#: process: a notebook or a run with several exports (best, final) says it once.
+_EXPLAINED: set = set()
+
+
+def _not_saveable(model: Any, error: Exception) -> tuple[int, str]:
+    """(log level, why no model.keras): the fix, named for the class Keras
+    could not find (a subclassed model, e.g. examples/gan.py's GAN, or a
+    custom layer in it), at WARNING once per class and process."""
+    reason = " ".join(str(error).split())
+    missing = re.search(r"Could not locate class '([^']+)'", reason)
+    rebuilt = re.search(r"<class '(?:[\w.]+\.)?(\w+)'> could not be deserialized", reason)
+    name = (missing or rebuilt).group(1) if (missing or rebuilt) else type(model).__name__
+    level = logging.INFO if name in _EXPLAINED else logging.WARNING
+    _EXPLAINED.add(name)
+    if missing:
+        return level, (
+            f"Keras cannot load class {name!r} back; decorate it with "
+            "@keras.saving.register_keras_serializable() (and give it get_config() if its "
+            "__init__ takes arguments) to get model.keras; the SavedModel serves it")
+    if rebuilt:
+        return level, (
+            f"Keras cannot rebuild {name!r} from its config; let its __init__ take what "
+            "get_config() returns (**kwargs: name, trainable, ...) or define get_config() to "
+            "get model.keras; the SavedModel serves it")
+    return level, (
+        f"the model does not round-trip through Keras saving ({reason[:200]}); register "
+        "custom layers with @keras.saving.register_keras_serializable() and give them "
+        "get_config(); the SavedModel serves it")
 
 
 def _move(source: str, target: str) -> None:

@@ -40,6 +40,13 @@ Mismatches (a variable with no value, a shape or dtype that differs, values
 the model has no place for) are one line naming the first offending variable,
 a `ConfigError`; everything is checked before the first variable is written,
 so a refused source leaves the model as it was.
+
+Partial warm start (`skip_mismatch=True`, `--init_from_skip_mismatch`): the
+variables that fit are loaded and the others keep their fresh initial values
+(fine-tuning a body into a new head: 10 classes -> 5); values the model has
+no place for are left unread. Every variable is logged, one line each,
+loaded or skipped and why, so a run never starts half-initialized unawares;
+a source of which nothing fits is still refused.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ import logging
 import os
 import posixpath
 import re
+import shutil
 import tempfile
 import zipfile
 from typing import Any, Callable, Optional
@@ -68,27 +76,66 @@ _SOURCES = ("a run's --model_dir, a checkpoint prefix (.../ckpt-400), an export 
 _FIT_HINT = "--init_from needs weights of this same architecture (same model and sizes)"
 
 
-def load_initial_weights(model: Any, path: str) -> str:
+def load_initial_weights(model: Any, path: str, *, skip_mismatch: bool = False) -> str:
     """Copies the model weights found at `path` into `model`; returns a log phrase.
 
     Args:
       model: the freshly built model: a `keras.Model`, or a `tf.Module` (any
         trackable) holding several Keras models (checkpoint sources only).
       path: what `--init_from` names (see the module docstring).
+      skip_mismatch: load what fits, skip (and log) the rest.
 
     Returns:
-      e.g. "model weights of runs/a/ckpt-400 (6 variables)".
+      e.g. "model weights of runs/a/ckpt-400 (6 variables)", or with
+      `skip_mismatch` "... (4 variables loaded, 2 skipped)".
 
     Raises:
       ConfigError: one line, when `path` holds nothing usable or does not fit
-        the model; nothing has been written then.
+        the model (with `skip_mismatch`: nothing of it fits); nothing has
+        been written then.
     """
     kind, where = _find_source(path)
+    fit = _Fit(path, skip_mismatch)
     if kind == "checkpoint":
-        count = _load_from_checkpoint(model, path, where)
+        _load_from_checkpoint(model, path, where, fit)
     else:
-        count = _load_keras_file(model, path, where, is_archive=(kind == "keras"))
-    return f"model weights of {where} ({count} variables)"
+        _load_keras_file(model, path, where, fit, is_archive=(kind == "keras"))
+    return f"model weights of {where} ({fit.summary()})"
+
+
+class _Fit:
+    """What fits and what does not, variable by variable: refuses the first
+    misfit, or (skip_mismatch) notes it to be logged with the ones loaded."""
+
+    def __init__(self, path: str, skip_mismatch: bool):
+        self.path, self.skip_mismatch = path, skip_mismatch
+        self.loaded: list[str] = []
+        self.skipped: list[tuple[str, str]] = []
+
+    def misfit(self, label: str, detail: str, reason: str) -> None:
+        """`detail`: the refusal's wording; `reason`: the skipped line's."""
+        if not self.skip_mismatch:
+            raise _misfit(self.path, detail)
+        self.skipped.append((label, reason))
+
+    def check_any(self) -> None:
+        """Refuses a partial load of nothing; logs each variable (before any is written)."""
+        if not self.skip_mismatch:
+            return
+        if not self.loaded:
+            raise ConfigError(
+                f"--init_from={self.path}: none of its variables fits this model "
+                f"({len(self.skipped)} skipped, e.g. {self.skipped[0][0]}: "
+                f"{self.skipped[0][1]}); {_FIT_HINT}")
+        for label in self.loaded:
+            logger.info("--init_from: loaded  %s", label)
+        for label, reason in self.skipped:
+            logger.info("--init_from: skipped %s (%s)", label, reason)
+
+    def summary(self) -> str:
+        if not self.skip_mismatch:
+            return f"{len(self.loaded)} variables"
+        return f"{len(self.loaded)} variables loaded, {len(self.skipped)} skipped"
 
 
 # ---------------------------------------------------------------------------
@@ -150,7 +197,7 @@ def _misfit(path: str, detail: str) -> ConfigError:
 # ---------------------------------------------------------------------------
 # Checkpoints: the engine's `model_weights` listing, by name.
 
-def _load_from_checkpoint(model: Any, path: str, prefix: str) -> int:
+def _load_from_checkpoint(model: Any, path: str, prefix: str, fit: _Fit) -> None:
     """Checks, then assigns, every variable of `model` from checkpoint `prefix`.
 
     All values are read before the first is written: the model's size in host
@@ -171,32 +218,41 @@ def _load_from_checkpoint(model: Any, path: str, prefix: str) -> int:
         raise ConfigError(f"--init_from={path}: this model has no variables to load into")
     shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
 
+    fitting = {}
     for name, variable in wanted.items():
         label = getattr(variable, "path", None) or variable.name
         key = stored.get(name)
         if key is None:
-            raise _misfit(path, f"{_source_name(prefix, path)} has no value for {label} "
-                                f"(it holds {len(stored)} variables, the model has {len(wanted)})")
+            fit.misfit(label, f"{_source_name(prefix, path)} has no value for {label} (it holds "
+                              f"{len(stored)} variables, the model has {len(wanted)})",
+                       "not in the source")
+            continue
         there, here = tuple(shapes[key]), tuple(variable.shape)
         if there != here:
-            raise _misfit(path, f"{label} is {there} there but {here} here")
+            fit.misfit(label, f"{label} is {there} there but {here} here",
+                       f"{there} there, {here} here")
+            continue
         dtype = tf.as_dtype(variable.dtype)
         if dtypes[key] != dtype:
-            raise _misfit(path, f"{label} is {dtypes[key].name} there but {dtype.name} here")
-    extra = sorted(name for name in stored if name not in wanted)
-    if extra:
-        raise _misfit(path, f"it holds {len(stored)} variables, the model has {len(wanted)} "
-                            f"(nothing here takes model_weights/{extra[0]})")
-    values = [reader.get_tensor(stored[name]) for name in wanted]
-    for variable, value in zip(wanted.values(), values):
+            fit.misfit(label, f"{label} is {dtypes[key].name} there but {dtype.name} here",
+                       f"{dtypes[key].name} there, {dtype.name} here")
+            continue
+        fitting[name] = variable
+        fit.loaded.append(label)
+    for name in sorted(name for name in stored if name not in wanted):
+        fit.misfit(f"model_weights/{name}",
+                   f"it holds {len(stored)} variables, the model has {len(wanted)} "
+                   f"(nothing here takes model_weights/{name})", "nothing in this model takes it")
+    fit.check_any()
+    values = [reader.get_tensor(stored[name]) for name in fitting]
+    for variable, value in zip(fitting.values(), values):
         variable.assign(value)
-    return len(wanted)
 
 
 # ---------------------------------------------------------------------------
 # .keras and .weights.h5: Keras' structure, compared before Keras loads it.
 
-def _load_keras_file(model: Any, path: str, where: str, *, is_archive: bool) -> int:
+def _load_keras_file(model: Any, path: str, where: str, fit: _Fit, *, is_archive: bool) -> None:
     if not isinstance(model, keras.Model):
         raise ConfigError(
             f"--init_from={path} is a {'.keras' if is_archive else '.weights.h5'} file, which "
@@ -210,38 +266,44 @@ def _load_keras_file(model: Any, path: str, where: str, *, is_archive: bool) -> 
         model.save_weights(own_file)
         weights_file = os.path.join(scratch, "model.weights.h5")
         with h5py.File(io.BytesIO(data), "r") as source_h5, h5py.File(own_file, "r") as own_h5:
-            count = _check_keras_entries(model, path, where, _h5_entries(source_h5),
-                                         _h5_entries(own_h5))
-            # What Keras loads: the source's weights beside the model's own
-            # optimizer state, which it writes back unchanged.
-            with h5py.File(weights_file, "w") as weights_h5:
-                for name in source_h5:
-                    if name != _OPTIMIZER_GROUP:
-                        source_h5.copy(source_h5[name], weights_h5, name)
-                if _OPTIMIZER_GROUP in own_h5:
-                    own_h5.copy(own_h5[_OPTIMIZER_GROUP], weights_h5, _OPTIMIZER_GROUP)
+            fitting = _check_keras_entries(model, path, where, _h5_entries(source_h5),
+                                           _h5_entries(own_h5), fit)
+        # What Keras loads: the model's own file (its structure, its optimizer
+        # state, and the skipped variables' fresh values), which it writes back
+        # unchanged, with the source's value in each entry that fits.
+        shutil.copyfile(own_file, weights_file)
+        with h5py.File(io.BytesIO(data), "r") as source_h5, \
+                h5py.File(weights_file, "r+") as weights_h5:
+            for name in fitting:
+                weights_h5[name][...] = source_h5[name][()]
         model.load_weights(weights_file)
-    return count
 
 
 def _check_keras_entries(model: keras.Model, path: str, where: str, source: dict[str, tuple],
-                         expected: dict[str, tuple]) -> int:
-    """Raises the first mismatch between the source's entries and the model's; else the count."""
+                         expected: dict[str, tuple], fit: _Fit) -> list[str]:
+    """Raises the first mismatch between the source's entries and the model's
+    (or, skipping, notes each); returns the entries that fit."""
     label = _h5_labeller(model, expected)
     order = {w.path: index for index, w in enumerate(model.weights)}
 
     # The first offender is the first in the model's weight order.
+    fitting = []
     for name in sorted(expected, key=lambda name: (order.get(label(name), len(order)), name)):
         if name not in source:
-            raise _misfit(path, f"{_source_name(where, path)} has no value for {label(name)} "
-                                f"(it holds {len(source)} variables, the model has {len(expected)})")
-        if source[name] != expected[name]:
-            raise _misfit(path, f"{label(name)} is {source[name]} there but {expected[name]} here")
-    extra = sorted(set(source) - set(expected))
-    if extra:
-        raise _misfit(path, f"it holds {len(source)} variables, the model has {len(expected)} "
-                            f"(nothing here takes {extra[0]})")
-    return len(expected)
+            fit.misfit(label(name), f"{_source_name(where, path)} has no value for {label(name)} "
+                       f"(it holds {len(source)} variables, the model has {len(expected)})",
+                       "not in the source")
+        elif source[name] != expected[name]:
+            fit.misfit(label(name), f"{label(name)} is {source[name]} there but "
+                       f"{expected[name]} here", f"{source[name]} there, {expected[name]} here")
+        else:
+            fitting.append(name)
+            fit.loaded.append(label(name))
+    for name in sorted(set(source) - set(expected)):
+        fit.misfit(name, f"it holds {len(source)} variables, the model has {len(expected)} "
+                         f"(nothing here takes {name})", "nothing in this model takes it")
+    fit.check_any()
+    return fitting
 
 
 def _read_weights_h5(path: str, where: str, is_archive: bool, h5py) -> bytes:

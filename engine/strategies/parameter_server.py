@@ -63,6 +63,10 @@ class ParameterServer(ReducesItself):
                 f"--strategy=parameter_server trains one objective, and {type(task).__name__} "
                 f"has {len(objectives)} ({', '.join(o.name for o in objectives)}); "
                 "use --strategy=multi_worker")
+        if objectives[0].gradients is not None:
+            raise ConfigError(
+                f"--strategy=parameter_server runs the task's loss, and {type(task).__name__} "
+                "defines its own step (gradients()); use --strategy=multi_worker")
 
         def train_dataset_fn(batch_size: int) -> tf.data.Dataset:
             # Seedless: each worker draws its own order (see ps_trainer).

@@ -15,7 +15,7 @@ from examples import regression
 from helpers import assert_one_line_error, run_bin
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.losses import LossOutput
+from tfloop.engine.losses import Gradients, LossOutput
 from tfloop.engine.run import export_checkpoint, run
 from tfloop.engine.loop import task_inputs
 from tfloop.engine.task import Task
@@ -220,3 +220,44 @@ def test_task_mistakes_are_one_line_and_write_nothing(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"NeedsArgs.from_config\(config\) failed .*missing 1 "
                                           r"required positional argument"):
         task_lib.load("needs_args:NeedsArgs", _config(tmp_path / "run"))
+
+
+class OwnStep(Tiny):
+    """Tiny with its own step (`Task.gradients`): the engine's arithmetic by
+    hand (`step.total_loss`), or, `slip=True`, one gradient too few."""
+
+    def __init__(self, slip=False):
+        super().__init__()
+        self.slip = slip
+
+    def train_dataset(self, context):
+        rng = np.random.default_rng(0)
+        x, y = rng.normal(size=(256, 4)).astype(np.float32), rng.normal(size=256).astype(np.float32)
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat()
+        return ds.batch(context.global_batch_size, drop_remainder=True)
+
+    def gradients(self, model, batch, step):
+        with tf.GradientTape() as tape:
+            per_example = self.loss(model, batch, training=True).per_example_loss
+            total = step.total_loss(per_example, model)
+        grads = tape.gradient(total, step.variables)
+        return Gradients(grads[:1] if self.slip else grads, per_example,
+                         {"own": tf.ones_like(per_example)})
+
+
+class EngineStep(OwnStep):
+    gradients = Task.gradients  # the engine's own step
+
+
+def test_a_task_s_own_step_runs_in_the_engine_s_step_and_its_slips_are_one_line(tmp_path):
+    own = run(_config(tmp_path / "own"), task=OwnStep())
+    engine = run(_config(tmp_path / "engine"), task=EngineStep())
+    assert own["train/own"] == 1.0 and "train/own" not in engine
+    for a, b in zip(own.model.get_weights(), engine.model.get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+    with pytest.raises(ConfigError) as error:
+        run(_config(tmp_path / "slip"), task=OwnStep(slip=True))
+    message = str(error.value)
+    assert "returned 1 gradients for objective 'loss', which has 2 variables" in message
+    assert "\n" not in message and not (tmp_path / "slip").exists()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from examples import gan, regression, two_heads
+from examples import gan, regression, two_heads, wgan_gp
 from helpers import REPO, wait_for_output
 from tfloop.engine.config import RunConfig
 from tfloop.engine.run import run
@@ -50,6 +50,8 @@ def test_four_replicas_equal_one_device(tmp_path, name):
     moved = max(float(np.max(np.abs(x - y))) for x, y in zip(_weights(one), _weights(initial)))
     assert moved > 1e-3  # the comparison is about trained weights
     _assert_same_weights(_weights(four), _weights(one), atol=1e-5)
+    # Every example's export holds model.keras (the GAN: a registered subclass).
+    assert os.path.exists(os.path.join(four["export"], "model.keras"))
 
 
 #: A large-batch recipe's step options, all at once.
@@ -68,6 +70,21 @@ def test_a_recipe_on_four_replicas_equals_one_device(tmp_path, name):
     assert moved > 1e-4  # clipping changed the trajectory
     _assert_same_weights(_weights(four), _weights(one), atol=1e-5)
     assert any(key.endswith("grad_norm") for key in four)
+
+
+def test_a_task_s_own_step_on_four_replicas_equals_one_device(tmp_path):
+    """examples/wgan_gp.py: `Task.gradients` (a gradient penalty: a second
+    backward pass inside the step) with accumulation, clipping and the
+    average; the engine's one all-reduce keeps four replicas equal to one."""
+    settings = dict(RECIPE, train_steps=10, export=False)
+    one = run(_config(tmp_path / "one", devices="cpu:0", **settings), task=wgan_gp.RingWGAN())
+    four = run(_config(tmp_path / "four", **settings), task=wgan_gp.RingWGAN())
+    assert four["train/critic/penalty"] > 0  # reported by the task's own step only
+    _assert_same_weights(_weights(four), _weights(one), atol=1e-5)
+    raw = [four.raw_weights[w.path] for w in four.model.weights]
+    _assert_same_weights(raw, [one.raw_weights[w.path] for w in one.model.weights], atol=1e-5)
+    # Trained: the weights moved away from their average (result.model holds the average).
+    assert max(float(np.max(np.abs(x - y))) for x, y in zip(raw, _weights(four))) > 1e-4
 
 
 @pytest.mark.parametrize("name", ["two_heads", "gan"])

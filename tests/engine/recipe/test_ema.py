@@ -105,6 +105,15 @@ def test_evaluation_and_export_use_the_averages(tmp_path):
         np.testing.assert_allclose(by_key[key].numpy(), value, rtol=1e-6)
     assert any(not np.allclose(averages[k], weights[k]) for k in averages)
 
+    # run()'s model is what was evaluated and exported; the trained weights come along.
+    features = np.random.default_rng(0).normal(
+        size=(4, *exported.input_shape[1:])).astype(np.float32)
+    np.testing.assert_allclose(record.model.predict(features, verbose=0),
+                               exported.predict(features, verbose=0), rtol=1e-5, atol=1e-6)
+    for key, variable in checkpointing.named_weights(record.model).items():
+        np.testing.assert_allclose(variable.numpy(), averages[key], rtol=1e-6)
+        np.testing.assert_allclose(record.raw_weights[variable.path], weights[key], rtol=1e-6)
+
     # --mode=evaluate of the checkpoint evaluates the averages too (no flag needed).
     run(_config(model_dir, mode="evaluate", ema_decay=0.0))
     with open(model_dir / "evaluations.json") as f:

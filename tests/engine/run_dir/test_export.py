@@ -186,6 +186,42 @@ def test_a_model_keras_cannot_save_still_exports_its_saved_model(tmp_path, caplo
     np.testing.assert_allclose(served["outputs"].numpy(), model(features).numpy(), atol=1e-6)
 
 
+@keras.saving.register_keras_serializable(package="tests")
+class RegisteredNet(keras.Model):
+    """A subclassed model, registered: its model.keras loads back."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.dense = keras.layers.Dense(2)
+
+    def call(self, inputs):
+        return self.dense(inputs)
+
+
+class UnregisteredNet(RegisteredNet):
+    """The same, unregistered (examples/gan.py's GAN was): Could not locate class."""
+
+
+def test_a_subclassed_model_says_once_how_to_make_it_saveable(tmp_path, caplog):
+    saveable = RegisteredNet()
+    saveable(tf.ones([1, 3]))
+    path = export_model(saveable, input_signature=tf.TensorSpec([None, 3]),
+                        directory=str(tmp_path / "registered"), step=1)
+    assert "model.keras" in os.listdir(path)
+
+    model = UnregisteredNet()
+    model(tf.ones([1, 3]))
+    with caplog.at_level(logging.INFO, logger="tfloop.engine.run_dir.export"):
+        for step in (1, 2):  # e.g. the best export, then the final one
+            export_model(model, input_signature=tf.TensorSpec([None, 3]),
+                         directory=str(tmp_path / "not_registered"), step=step)
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if "no model.keras" in r.getMessage()]
+    assert [level for level, _ in said] == [logging.WARNING, logging.INFO]
+    assert "Keras cannot load class 'UnregisteredNet' back; decorate it with " \
+           "@keras.saving.register_keras_serializable()" in said[0][1]
+    assert "\n" not in said[0][1]
+
+
 def _wrong_output(model, inputs):
     return {"nested": {"logits": model(inputs)}}
 

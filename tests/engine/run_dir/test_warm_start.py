@@ -386,3 +386,47 @@ def test_weights_h5_into_a_module_is_refused(tmp_path):
         load_initial_weights(TwoModels(), str(tmp_path / "model.weights.h5"))
     assert_one_line_refusal(error, "only a Keras model can load", "is a TwoModels",
                             "a run's --model_dir (its checkpoint)")
+
+
+# --- partial warm start: --init_from_skip_mismatch ------------------------------
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_skip_mismatch_loads_the_body_and_skips_the_new_head(tmp_path, strategy, kind, caplog):
+    """Fine-tuning 3 classes -> 5: the first layer comes from the source, the
+    head keeps its fresh values, and each variable is logged, loaded or skipped."""
+    path = write_source(kind, tmp_path)
+    model = build_under(strategy, lambda: mlp(outputs=5))
+    fresh = values(model)
+
+    with caplog.at_level("INFO", logger="tfloop.engine.run_dir.warm_start"):
+        said = load_initial_weights(model, path, skip_mismatch=True)
+
+    assert said.endswith("(2 variables loaded, 2 skipped)"), said
+    reference = mlp()
+    randomize(reference, seed=1)  # the source's values
+    expected = values(reference)[:2] + fresh[2:]
+    assert_weights(model, expected)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("--init_from:")]
+    body, head = model.layers[0], model.layers[1]
+    assert f"--init_from: loaded  {body.kernel.path}" in lines
+    assert f"--init_from: loaded  {body.bias.path}" in lines
+    assert f"--init_from: skipped {head.kernel.path} ((8, 3) there, (8, 5) here)" in lines
+    assert f"--init_from: skipped {head.bias.path} ((3,) there, (5,) here)" in lines
+    assert len(lines) == 4
+
+
+def test_skip_mismatch_still_refuses_a_source_of_which_nothing_fits(tmp_path, strategy):
+    path = write_source("checkpoint", tmp_path)
+    model = build_under(strategy, lambda: mlp(hidden=6, outputs=5))  # every shape differs
+    before = values(model)
+    with pytest.raises(ConfigError) as error:
+        load_initial_weights(model, path, skip_mismatch=True)
+    assert_one_line_refusal(error, "none of its variables fits this model", "4 skipped")
+    assert_weights(model, before)
+
+
+def test_skip_mismatch_without_init_from_is_refused():
+    from tfloop.engine.config import RunConfig
+
+    with pytest.raises(ConfigError, match="give --init_from too"):
+        RunConfig(init_from_skip_mismatch=True)
