@@ -82,6 +82,7 @@ def run(
     optimizer: Optional[keras.optimizers.Optimizer] = None,
     on_loop_end: Optional[Callable[[int, dict], None]] = None,
     verbose: bool = False,
+    add_actions: Optional[Callable[..., actions.RunActions]] = None,
 ) -> RunResult:
     """Trains and/or evaluates as `config` says; returns what metrics.json holds.
 
@@ -95,6 +96,9 @@ def run(
     their own). `on_loop_end(step, metrics)` is called after every train loop (e.g. by
     the training benchmark, to time loops from outside). `verbose` prints
     the progress lines `bin/train` prints (`engine.runtime.logs.configure_logging`).
+    `add_actions(plan=, strategy=, model=)`, called once the model is built,
+    returns `engine.loop.actions.RunActions` to run beside the engine's own
+    (`engine.keras_fit` drives Keras callbacks with it).
 
     In a `TF_CONFIG` cluster only the chief writes to `model_dir`; the other
     workers save into temporary directories (saving is collective) that are
@@ -125,7 +129,7 @@ def run(
     lock = run_lock.acquire(config.model_dir, plan.lock) if plan.lock else None
     try:
         return _run_planned(plan, task, strategy, optimizer=optimizer, on_loop_end=on_loop_end,
-                            lock=lock)
+                            lock=lock, add_actions=add_actions)
     except BaseException:
         if lock is not None:
             lock.discard()  # removes model_dir if this run created it and never trained
@@ -149,10 +153,12 @@ class _Built:
     best_export: Optional[best.ExportFn]
     on_loop_end: Optional[Callable[[int, dict], None]]
     lock: Optional[run_lock.RunLock]
+    add_actions: Optional[Callable[..., actions.RunActions]] = None
 
 
 def _run_planned(plan: Plan, task: Task, strategy: tf.distribute.Strategy, *, optimizer,
-                 on_loop_end, lock: Optional[run_lock.RunLock]) -> RunResult:
+                 on_loop_end, lock: Optional[run_lock.RunLock],
+                 add_actions=None) -> RunResult:
     """`run` once the plan holds, the strategy is built and this process
     holds its lock: builds what every mode needs, then runs the plan's mode
     (`_MODES`, one function each)."""
@@ -172,7 +178,8 @@ def _run_planned(plan: Plan, task: Task, strategy: tf.distribute.Strategy, *, op
                    if config.best_metric and config.export else None)
     built = _Built(task=task, strategy=strategy, model=model, objectives=objectives,
                    global_step=global_step, average=average, evaluator=evaluator,
-                   best_export=best_export, on_loop_end=on_loop_end, lock=lock)
+                   best_export=best_export, on_loop_end=on_loop_end, lock=lock,
+                   add_actions=add_actions)
     return _MODES[plan.mode](plan, built)
 
 
@@ -331,7 +338,7 @@ def _build_model_and_objectives(plan: Plan, strategy: tf.distribute.Strategy,
                               f"{type(model).__name__}, not a model; return a keras.Model (for "
                               "several models, one keras.Model that holds them)")
         _check_built_in_scope(task, model, strategy)
-        if getattr(model, "compiled", False):
+        if getattr(model, "compiled", False) and not getattr(task, "uses_compile", False):
             logger.info("the model arrives compile()d: its compiled optimizer, loss and metrics "
                         "are not used; %s's objectives and optimizers train it", type(task).__name__)
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
@@ -494,7 +501,9 @@ def _run_controller(plan: Plan, b: _Built, trainer, manager, *, restored: Option
         record_evaluations=actions.RecordEvaluation(path=run_dir.evaluations_json,
                                                     by="--mode=evaluate")
         if role.is_chief and not trains else None,
-        keep_best=keep_best)
+        keep_best=keep_best,
+        extra=b.add_actions(plan=plan, strategy=strategy, model=b.model)
+        if b.add_actions is not None and trains else None)
     controller = Controller(
         global_step=b.global_step, trainer=trainer, evaluator=evaluator,
         steps_per_loop=config.steps_per_loop, checkpoint_manager=manager,
