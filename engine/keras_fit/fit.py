@@ -23,8 +23,11 @@ loss, metrics and optimizer run through the engine's step
 - an endless one (`.repeat()`, as the multi-worker tutorial writes it), with
   `steps_per_epoch` (required);
 - a function `(InputContext) -> dataset` of global batches of
-  `context.global_batch_size` (= `config.global_batch_size` or `batch_size=`),
-  built once per input pipeline; with `steps_per_epoch`.
+  `context.global_batch_size` (= `batch_size=`, else `config.global_batch_size`),
+  built once per input pipeline, with `steps_per_epoch`. In a cluster this is
+  the only form: a dataset made before `fit` has started TensorFlow, and a
+  multi-worker strategy must set up its collectives before that (the
+  tutorial makes its strategy before its dataset for the same reason).
 
 In a cluster (`TF_CONFIG`, e.g. under `bin/launch`) every worker feeds the
 whole global batch and the engine shards it (`--auto_shard_policy=data`).
@@ -88,6 +91,11 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, *, epochs: int = 1
                    mode="train_and_evaluate" if validation_data is not None else "train",
                    eval_interval=steps_per_epoch if validation_data is not None else 0,
                    eval_steps=validation_steps or -1, export=False, task="")
+    if in_cluster and isinstance(train_data, tf.data.Dataset) and _has_peers():
+        raise ConfigError(
+            "fit in a cluster: give train_data as a function, e.g. lambda context: "
+            "mnist_dataset(batch), with batch_size=: a dataset made before fit has started "
+            "TensorFlow, and a multi-worker strategy must set up its collectives first")
     if in_cluster and not config.changed("strategy") and _has_peers():
         changes["strategy"] = "multi_worker"  # the tutorial's MultiWorkerMirroredStrategy
     if not config.changed("model_dir"):
