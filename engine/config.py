@@ -180,8 +180,10 @@ class RunConfig:
         "--global_batch_size).")
     train_steps: int = option(1000, "Global step to train to.")
     epochs: int = option(
-        0, "Instead of --train_steps: passes over the train split (steps per epoch: its "
-        "examples / the global batch, rounded up, or --steps_per_epoch) (0: use --train_steps).")
+        0, "Instead of --train_steps: passes over the train split, each one pass with every "
+        "example once, its last batch partial and trained as Keras's fit trains it (steps per "
+        "epoch: its examples / the global batch, rounded up; or --steps_per_epoch, whose epochs "
+        "are step counts over a stream that runs on) (0: use --train_steps).")
     steps_per_epoch: int = option(
         0, "Steps in one epoch for --epochs, for data whose size the engine does not know "
         "(0: the train split's examples / the global batch).")

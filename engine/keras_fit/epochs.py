@@ -8,10 +8,10 @@ as a smaller step whose loss is the mean over the examples it holds.
 
 Both hold here. A finite batched dataset of known cardinality C is one epoch
 of C steps; every batch is padded to the global batch B with rows of weight 0,
-and the n real rows of a batch get weight B/n, so `sum(weight * loss) / B`
-(the engine's division) is the mean over those n examples: a partial last
-batch is exactly `fit`'s smaller step, and a full one is unchanged (weight 1).
-The weight is the element's third component (Keras's `sample_weight`; a
+and the n real rows of a batch get weight B/n (`inputs.exact_epochs`), so
+`sum(weight * loss) / B` (the engine's division) is the mean over those n
+examples: a partial last batch is exactly `fit`'s smaller step, and a full
+one is unchanged (weight 1). The weight is the element's third component (Keras's `sample_weight`; a
 user's own weights are multiplied in). The stream repeats the user's
 pipeline once per epoch (its seeded shuffle reshuffles as `fit`'s would), so
 skipping `start_step` batches (`engine.loop.task_inputs`) resumes exactly,
@@ -29,6 +29,7 @@ from typing import Any, Optional
 import tensorflow as tf
 
 from tfloop.engine.errors import ConfigError
+from tfloop.inputs import exact_epochs
 
 
 def split_element(element: Any):
@@ -75,22 +76,14 @@ def steps_in_one_pass(dataset: tf.data.Dataset) -> Optional[int]:
 def weighted_batches(dataset: tf.data.Dataset, global_batch_size: int) -> tf.data.Dataset:
     """Endless (x, y, weight) batches of exactly `global_batch_size` (see the
     module docstring): a finite dataset padded and repeated pass after pass."""
-    size = global_batch_size
-
-    def weigh(*element):
-        x, y, sample_weight = split_element(element)
-        n = tf.shape(tf.nest.flatten(y)[0])[0]
-        weight = tf.fill([n], tf.cast(size, tf.float32) / tf.cast(n, tf.float32))
-        if sample_weight is not None:
-            weight *= tf.cast(tf.reshape(sample_weight, [n]), tf.float32)
-        pad = size - n
-
-        def padded(t):
-            t = tf.convert_to_tensor(t)
-            rows = tf.pad(t, [[0, pad]] + [[0, 0]] * (t.shape.rank - 1))
-            return tf.ensure_shape(rows, [size] + t.shape[1:])
-        return tf.nest.map_structure(padded, (x, y, weight))
-
     finite = int(dataset.cardinality()) >= 0
-    dataset = dataset.map(weigh)
+
+    def merge(*element):  # (x, y[, sample_weight], weight) -> (x, y, weight [* sample_weight])
+        *batch, weight = element
+        x, y, sample_weight = split_element(tuple(batch))
+        if sample_weight is not None:
+            weight *= tf.cast(tf.reshape(sample_weight, tf.shape(weight)), tf.float32)
+        return x, y, weight
+
+    dataset = exact_epochs.pad_to_global_batch(dataset, global_batch_size).map(merge)
     return dataset.repeat() if finite else dataset
