@@ -156,7 +156,9 @@ class RunConfig:
     # Model and data (SECTIONS).
     task: str = option(
         "", "Your own task, module:Class (a tfloop.engine.task.Task subclass, imported from the "
-        "working directory or PYTHONPATH); it supplies the model, data and loss.")
+        "working directory or PYTHONPATH); it supplies the model, data and loss. Or "
+        "module:function, a function that builds and compiles a Keras model: its loss, metrics "
+        "and optimizer train it on --dataset (docs/keras.md).")
     model: str = option("mlp", "Model name: mlp | cnn | resnet_small | mobilenet_v2 | resnet50.")
     dataset: str = option("synthetic", "Dataset name: synthetic | mnist | tfrecord | image_folder.")
     data_dir: str = option(

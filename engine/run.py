@@ -51,6 +51,7 @@ from tfloop.engine import serving
 from tfloop.engine import task_failures
 from tfloop.engine.run_dir import warm_start
 from tfloop.engine import task as task_lib
+from tfloop.engine.keras_fit import compiled as keras_compiled
 from tfloop.engine.loop import task_inputs
 from tfloop.engine.config import RunConfig
 from tfloop.engine.loop.controller import Controller
@@ -305,7 +306,7 @@ def export_checkpoint(config: RunConfig, *, step: Optional[int] = None,
 
 def _task_for(config: RunConfig, task: Optional[Task]) -> Task:
     if task is None and config.task:
-        task = task_lib.load(config.task, config)
+        task = task_lib.load(config.task, config, from_function=_compiled_model_task)
     elif task is not None and config.task:
         raise ConfigError(f"run() got a task and --task={config.task}; give one")
     if task is None:
@@ -314,6 +315,12 @@ def _task_for(config: RunConfig, task: Optional[Task]) -> Task:
         raise ConfigError(f"task must be a tfloop Task (subclass tfloop.engine.task.Task), "
                           f"got {type(task).__name__}")
     return task
+
+
+def _compiled_model_task(model_fn: Callable, config: RunConfig) -> Task:
+    """`--task=module:function`: the Keras model the function builds and
+    compiles, trained on the built-in `--dataset` (`engine.keras_fit.compiled`)."""
+    return keras_compiled.CompiledClassificationTask.for_function(model_fn, config)
 
 
 def _build_strategy(plan: Plan) -> tf.distribute.Strategy:
@@ -349,6 +356,10 @@ def _build_model_and_objectives(plan: Plan, strategy: tf.distribute.Strategy,
         objectives = objectives_lib.bind(task, model, config, num_replicas=plan.replicas,
                                          total_steps=config.train_steps,
                                          default_optimizer=optimizer)
+        if getattr(task, "uses_compile", False):
+            # The engine trains with its copy made in the scope (objectives._in_scope):
+            # model.optimizer is that one, for callbacks (ReduceLROnPlateau) and the caller.
+            model.optimizer = objectives[0].optimizer
     return model, objectives, global_step
 
 

@@ -278,9 +278,13 @@ def _split_size(split) -> str:
         f"{len(split)} examples")
 
 
-def load(reference: str, config: Any) -> Task:
+def load(reference: str, config: Any, *,
+         from_function: Optional[Callable[[Callable, Any], Task]] = None) -> Task:
     """`--task=module:Class`: imports `module` (the working directory is on the
-    path, as for `python -m`), then `Class.from_config(config)`.
+    path, as for `python -m`), then `Class.from_config(config)`. With
+    `from_function`, `--task=module:function` (a function, not a class) is
+    `from_function(function, config)` (the run's: a function that builds and
+    compiles a Keras model, `engine.keras_fit.compiled`).
 
     Raises:
       ConfigError: not `module:Class`, the module does not import, or the
@@ -300,11 +304,14 @@ def load(reference: str, config: Any) -> Task:
                           f"({reason}); run from the folder that holds it or add it to "
                           "PYTHONPATH") from None
     cls = getattr(module, attr, None)
+    if from_function is not None and callable(cls) and not isinstance(cls, type):
+        return from_function(cls, config)
     if not (isinstance(cls, type) and issubclass(cls, Task)):
         what = "has no attribute" if cls is None else f"has {type(cls).__name__}"
         raise ConfigError(f"--task={reference!r}: module {module_name!r} {what} {attr!r}, "
                           "not a Task; subclass tfloop.engine.task.Task and define "
-                          "build_model, train_dataset and loss")
+                          "build_model, train_dataset and loss (or name a function that "
+                          "builds and compiles a Keras model)")
     with task_failures.calling(cls, "from_config"):  # its __init__ raising, say
         try:
             return cls.from_config(config)

@@ -30,7 +30,8 @@ from tfloop.engine.errors import ConfigError
 from tfloop.engine.keras_fit import epochs
 from tfloop.engine.losses import LossOutput
 from tfloop.engine.recipe import keras_bridge
-from tfloop.engine.task import Task
+from tfloop import inputs
+from tfloop.engine.task import ClassificationTask, Task
 from tfloop.inputs import InputContext
 
 _ACCURACY = ("accuracy", "acc")
@@ -50,8 +51,7 @@ class CompiledModelTask(Task):
         self._train, self._validation = train_data, validation_data
         self.global_batch_size = global_batch_size
         self.model: Optional[keras.Model] = None
-        self._loss_fn = None
-        self._metrics: dict[str, Callable] = {}
+        self._compiled: Optional[CompiledLoss] = None
 
     def describe(self) -> str:
         name = getattr(self.model_fn, "__name__", type(self.model_fn).__name__)
@@ -62,25 +62,10 @@ class CompiledModelTask(Task):
         return self._validation is not None
 
     def build_model(self):
-        model = self.model_fn()
-        if not isinstance(model, keras.Model):
-            raise ConfigError(f"fit's model_fn returned {type(model).__name__}, not a "
-                              "keras.Model; build and compile the model in it and return it")
-        if not getattr(model, "compiled", False) or model.optimizer is None:
-            raise ConfigError("fit's model_fn returned a model that is not compiled; call "
-                              "model.compile(optimizer=..., loss=..., metrics=[...]) before "
-                              "returning it")
+        model = checked_model(self.model_fn)
         if not model.built:  # keras.Sequential() with no Input: built here, in the scope
             model.build(self._input_shape())
-        self.model = model
-        self._loss_fn = _per_example_loss(model.loss)
-        metrics = model.get_compile_config().get("metrics") or []
-        if isinstance(metrics, dict):
-            raise ConfigError("fit: metrics per output (a dict) are not supported; give a list")
-        self._metrics = {}
-        for metric in metrics:
-            name, fn = _per_example_metric(metric, model.loss)
-            self._metrics[name] = fn
+        self.model, self._compiled = model, CompiledLoss(model)
         return model
 
     def _input_shape(self):
@@ -104,21 +89,93 @@ class CompiledModelTask(Task):
 
     def loss(self, model, batch, *, training: bool) -> LossOutput:
         x, y, weight = epochs.split_element(batch)
+        return self._compiled(model, x, y, weight, training=training)
+
+    @staticmethod
+    def _dataset(data: Any, context: InputContext) -> tf.data.Dataset:
+        return data(context) if callable(data) else data
+
+
+def checked_model(model_fn: Callable[[], Any]) -> keras.Model:
+    """`model_fn()`, which must return a compiled keras.Model."""
+    model = model_fn()
+    if not isinstance(model, keras.Model):
+        raise ConfigError(f"{_name(model_fn)} returned {type(model).__name__}, not a "
+                          "keras.Model; build and compile the model in it and return it")
+    if not getattr(model, "compiled", False) or model.optimizer is None:
+        raise ConfigError(f"{_name(model_fn)} returned a model that is not compiled; call "
+                          "model.compile(optimizer=..., loss=..., metrics=[...]) before "
+                          "returning it")
+    return model
+
+
+def _name(fn: Any) -> str:
+    return f"{getattr(fn, '__name__', type(fn).__name__)}()"
+
+
+class CompiledLoss:
+    """A compiled model's loss and metrics as the engine's per-example `LossOutput`."""
+
+    def __init__(self, model: keras.Model):
+        self._loss_fn = _per_example_loss(model.loss)
+        metrics = model.get_compile_config().get("metrics") or []
+        if isinstance(metrics, dict):
+            raise ConfigError("fit: metrics per output (a dict) are not supported; give a list")
+        self._metrics = dict(_per_example_metric(metric, model.loss) for metric in metrics)
+
+    def __call__(self, model, x, y, weight, *, training: bool) -> LossOutput:
         y_pred = model(x, training=training)
         y_pred = tf.nest.map_structure(lambda t: tf.cast(t, tf.float32), y_pred)
         y = _aligned(y, y_pred)
-        per_example = self._loss_fn(y, y_pred)
+        per_example = _per_row(self._loss_fn(y, y_pred))
         values = {name: _per_row(fn(y, y_pred)) for name, fn in self._metrics.items()}
-        per_example = _per_row(per_example)
         if weight is not None:
             weight = tf.cast(weight, tf.float32)
             per_example = per_example * weight
             values = {name: value * weight for name, value in values.items()}
         return LossOutput(per_example_loss=per_example, metrics=values)
 
-    @staticmethod
-    def _dataset(data: Any, context: InputContext) -> tf.data.Dataset:
-        return data(context) if callable(data) else data
+
+class CompiledClassificationTask(ClassificationTask):
+    """`bin/train --task=module:function`, where the function builds and
+    compiles a Keras model: that model, its loss, metrics and optimizer, on
+    the built-in `--dataset` (images in [0, 1], integer labels; with
+    `--epochs`, exact epochs)."""
+
+    uses_compile = True
+
+    def __init__(self, model_fn: Callable[[], Any], **kwargs):
+        super().__init__(**kwargs)
+        self.compiled_model_fn = model_fn
+        self.name = f"the compiled model of {_name(model_fn)}"
+        self._compiled: Optional[CompiledLoss] = None
+        self._optimizer = None
+
+    @classmethod
+    def for_function(cls, model_fn: Callable[[], Any], config: Any) -> "CompiledClassificationTask":
+        plain = ClassificationTask.from_config(config)
+        return cls(model_fn, dataset=plain.dataset, model=plain.model_name,
+                   exact_epochs=plain.exact_epochs, **plain._data)
+
+    def prepare(self) -> None:
+        self.splits = inputs.load(self.dataset, **self._data)
+
+    def build_model(self):
+        model = checked_model(self.compiled_model_fn)
+        if not model.built:
+            model.build((None, *self.splits.input_shape))
+        self._compiled, self._optimizer = CompiledLoss(model), model.optimizer
+        return model
+
+    def build_optimizer(self):
+        return self._optimizer
+
+    def loss(self, model, batch, *, training: bool) -> LossOutput:
+        images, labels, *weight = batch
+        if images.dtype == tf.uint8:
+            images = inputs.to_float(images)
+        return self._compiled(model, images, labels, weight[0] if weight else None,
+                              training=training)
 
 
 def _aligned(y, y_pred):

@@ -194,3 +194,27 @@ def test_callbacks_that_would_fight_the_engine_are_refused_in_one_line(tmp_path)
 def test_an_endless_dataset_needs_steps_per_epoch(tmp_path):
     with pytest.raises(ConfigError, match="steps_per_epoch"):
         fit(build_and_compile, _dataset().repeat(), config=_config(tmp_path), verbose=False)
+
+
+def build_and_compile_flat_classifier():
+    """For `--task=test_fit:build_and_compile_flat_classifier` (no keras.Input: built
+    from --dataset's image shape)."""
+    model = keras.Sequential([keras.layers.Flatten(), keras.layers.Dense(10)])
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  optimizer=keras.optimizers.SGD(0.05), metrics=["accuracy"])
+    return model
+
+
+def test_bin_train_task_names_a_function_that_builds_and_compiles_a_model(tmp_path):
+    """`--task=module:function`: the compiled model, loss, metrics and optimizer
+    on the built-in --dataset, in exact epochs (8192 examples at 1000: 9 steps)."""
+    from tfloop.engine import run
+
+    result = run(RunConfig(task="test_fit:build_and_compile_flat_classifier", epochs=1,
+                           global_batch_size=1000, devices="cpu:0,cpu:1", steps_per_loop=5,
+                           model_dir=str(tmp_path), mode="train", export=False, seed=2))
+    assert result["step"] == 9 and result["status"] == "finished"
+    assert result.task.exact_epochs and "train/accuracy" in result
+    optimizer = result.model.optimizer
+    assert isinstance(optimizer, keras.optimizers.SGD) and int(optimizer.iterations.numpy()) == 9
+    np.testing.assert_allclose(optimizer.learning_rate.numpy(), 0.05)
