@@ -347,7 +347,9 @@ def _build_model_and_objectives(plan: Plan, strategy: tf.distribute.Strategy,
         _check_built_in_scope(task, model, strategy)
         if getattr(model, "compiled", False) and not getattr(task, "uses_compile", False):
             logger.info("the model arrives compile()d: its compiled optimizer, loss and metrics "
-                        "are not used; %s's objectives and optimizers train it", type(task).__name__)
+                        "are not used; %s's objectives and optimizers train it (fit and "
+                        "--task=module:function train with them: docs/keras.md)",
+                        type(task).__name__)
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
                                   aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
         if optimizer is None:

@@ -75,8 +75,9 @@ def steps_in_one_pass(dataset: tf.data.Dataset) -> Optional[int]:
 
 def weighted_batches(dataset: tf.data.Dataset, global_batch_size: int) -> tf.data.Dataset:
     """Endless (x, y, weight) batches of exactly `global_batch_size` (see the
-    module docstring): a finite dataset padded and repeated pass after pass."""
-    finite = int(dataset.cardinality()) >= 0
+    module docstring): a finite dataset padded and repeated pass after pass
+    (repeating an endless one changes nothing; and under parameter servers
+    this runs traced, where the size is not known)."""
 
     def merge(*element):  # (x, y[, sample_weight], weight) -> (x, y, weight [* sample_weight])
         *batch, weight = element
@@ -86,4 +87,4 @@ def weighted_batches(dataset: tf.data.Dataset, global_batch_size: int) -> tf.dat
         return x, y, weight
 
     dataset = exact_epochs.pad_to_global_batch(dataset, global_batch_size).map(merge)
-    return dataset.repeat() if finite else dataset
+    return dataset.repeat()

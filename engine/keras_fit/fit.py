@@ -124,7 +124,7 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, *, epochs: int = 1
     history.run_result = result
     if history.model is None:
         history.set_model(result.model)
-    logger.info("fit: %s", config.model_dir)
+    logger.info("fit: checkpoints, summaries and metrics.json are in %s", config.model_dir)
     return history
 
 
