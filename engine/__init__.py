@@ -6,6 +6,8 @@ What a user's script imports::
 
     run(config, task=None, optimizer=None, on_loop_end=None, verbose=False) -> RunResult
                  the whole run, as bin/train does it (train, evaluate, export)
+    fit(model_fn, train_data, epochs=, callbacks=, config=) -> keras History
+                 a compiled Keras model and its callbacks, as model.fit (docs/keras.md)
     RunConfig    one run's typed, validated configuration (the flags of bin/train)
     Task         the user's plug-in: model(s), datasets, per-example loss
     Objective    one loss + optimizer of a task with several (a GAN's two)
@@ -30,6 +32,7 @@ import types
 
 _EXPORTS = {
     "run": "tfloop.engine.run",
+    "fit": "tfloop.engine.keras_fit.fit",
     "RunResult": "tfloop.engine.run",
     "export_checkpoint": "tfloop.engine.run",
     "RunConfig": "tfloop.engine.config",

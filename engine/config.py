@@ -159,7 +159,9 @@ class RunConfig:
     # Model and data (SECTIONS).
     task: str = option(
         "", "Your own task, module:Class (a tfloop.engine.task.Task subclass, imported from the "
-        "working directory or PYTHONPATH); it supplies the model, data and loss.")
+        "working directory or PYTHONPATH); it supplies the model, data and loss. Or "
+        "module:function, a function that builds and compiles a Keras model: its loss, metrics "
+        "and optimizer train it on --dataset (docs/keras.md).")
     model: str = option("mlp", "Model name: mlp | cnn | resnet_small | mobilenet_v2 | resnet50.")
     dataset: str = option("synthetic", "Dataset name: synthetic | mnist | tfrecord | image_folder.")
     data_dir: str = option(
@@ -188,8 +190,10 @@ class RunConfig:
         "--global_batch_size).")
     train_steps: int = option(1000, "Global step to train to.")
     epochs: int = option(
-        0, "Instead of --train_steps: passes over the train split (steps per epoch: its "
-        "examples / the global batch, rounded up, or --steps_per_epoch) (0: use --train_steps).")
+        0, "Instead of --train_steps: passes over the train split, each one pass with every "
+        "example once, its last batch partial and trained as Keras's fit trains it (steps per "
+        "epoch: its examples / the global batch, rounded up; or --steps_per_epoch, whose epochs "
+        "are step counts over a stream that runs on) (0: use --train_steps).")
     steps_per_epoch: int = option(
         0, "Steps in one epoch for --epochs, for data whose size the engine does not know "
         "(0: the train split's examples / the global batch).")

@@ -51,6 +51,7 @@ from tfloop.engine import serving
 from tfloop.engine import task_failures
 from tfloop.engine.run_dir import warm_start
 from tfloop.engine import task as task_lib
+from tfloop.engine.keras_fit import compiled as keras_compiled
 from tfloop.engine.loop import task_inputs
 from tfloop.engine.config import RunConfig
 from tfloop.engine.loop.controller import Controller
@@ -96,6 +97,7 @@ def run(
     optimizer: Optional[keras.optimizers.Optimizer] = None,
     on_loop_end: Optional[Callable[[int, dict], None]] = None,
     verbose: bool = False,
+    add_actions: Optional[Callable[..., actions.RunActions]] = None,
 ) -> RunResult:
     """Trains and/or evaluates as `config` says; returns what metrics.json holds.
 
@@ -109,6 +111,9 @@ def run(
     their own). `on_loop_end(step, metrics)` is called after every train loop (e.g. by
     the training benchmark, to time loops from outside). `verbose` prints
     the progress lines `bin/train` prints (`engine.runtime.logs.configure_logging`).
+    `add_actions(plan=, strategy=, model=)`, called once the model is built,
+    returns `engine.loop.actions.RunActions` to run beside the engine's own
+    (`engine.keras_fit` drives Keras callbacks with it).
 
     In a `TF_CONFIG` cluster only the chief writes to `model_dir`; the other
     workers save into temporary directories (saving is collective) that are
@@ -140,7 +145,7 @@ def run(
     try:
         with _peer_lost_before_training(plan):
             return _run_planned(plan, task, strategy, optimizer=optimizer,
-                                on_loop_end=on_loop_end, lock=lock)
+                                on_loop_end=on_loop_end, lock=lock, add_actions=add_actions)
     except BaseException:
         if lock is not None:
             lock.discard()  # removes model_dir if this run created it and never trained
@@ -181,6 +186,7 @@ class _Built:
     best_export: Optional[best.ExportFn]
     on_loop_end: Optional[Callable[[int, dict], None]]
     lock: Optional[run_lock.RunLock]
+    add_actions: Optional[Callable[..., actions.RunActions]] = None
     #: RunResult.history: filled by `_run_controller`'s actions.
     history: list = dataclasses.field(default_factory=list)
 
@@ -198,7 +204,8 @@ class _Built:
 
 
 def _run_planned(plan: Plan, task: Task, strategy: tf.distribute.Strategy, *, optimizer,
-                 on_loop_end, lock: Optional[run_lock.RunLock]) -> RunResult:
+                 on_loop_end, lock: Optional[run_lock.RunLock],
+                 add_actions=None) -> RunResult:
     """`run` once the plan holds, the strategy is built and this process
     holds its lock: builds what every mode needs, then runs the plan's mode
     (`_MODES`, one function each)."""
@@ -218,7 +225,8 @@ def _run_planned(plan: Plan, task: Task, strategy: tf.distribute.Strategy, *, op
                    if config.best_metric and config.export else None)
     built = _Built(task=task, strategy=strategy, model=model, objectives=objectives,
                    global_step=global_step, average=average, evaluator=evaluator,
-                   best_export=best_export, on_loop_end=on_loop_end, lock=lock)
+                   best_export=best_export, on_loop_end=on_loop_end, lock=lock,
+                   add_actions=add_actions)
     return _MODES[plan.mode](plan, built)
 
 
@@ -346,7 +354,7 @@ def export_checkpoint(config: RunConfig, *, step: Optional[int] = None,
 
 def _task_for(config: RunConfig, task: Optional[Task]) -> Task:
     if task is None and config.task:
-        task = task_lib.load(config.task, config)
+        task = task_lib.load(config.task, config, from_function=_compiled_model_task)
     elif task is not None and config.task:
         raise ConfigError(f"run() got a task and --task={config.task}; give one")
     if task is None:
@@ -355,6 +363,12 @@ def _task_for(config: RunConfig, task: Optional[Task]) -> Task:
         raise ConfigError(f"task must be a tfloop Task (subclass tfloop.engine.task.Task), "
                           f"got {type(task).__name__}")
     return task
+
+
+def _compiled_model_task(model_fn: Callable, config: RunConfig) -> Task:
+    """`--task=module:function`: the Keras model the function builds and
+    compiles, trained on the built-in `--dataset` (`engine.keras_fit.compiled`)."""
+    return keras_compiled.CompiledClassificationTask.for_function(model_fn, config)
 
 
 def _build_strategy(plan: Plan) -> tf.distribute.Strategy:
@@ -379,9 +393,11 @@ def _build_model_and_objectives(plan: Plan, strategy: tf.distribute.Strategy,
                               f"{type(model).__name__}, not a model; return a keras.Model (for "
                               "several models, one keras.Model that holds them)")
         _check_built_in_scope(task, model, strategy)
-        if getattr(model, "compiled", False):
+        if getattr(model, "compiled", False) and not getattr(task, "uses_compile", False):
             logger.info("the model arrives compile()d: its compiled optimizer, loss and metrics "
-                        "are not used; %s's objectives and optimizers train it", type(task).__name__)
+                        "are not used; %s's objectives and optimizers train it (fit and "
+                        "--task=module:function train with them: docs/keras.md)",
+                        type(task).__name__)
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
                                   aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
         if optimizer is None:
@@ -390,6 +406,10 @@ def _build_model_and_objectives(plan: Plan, strategy: tf.distribute.Strategy,
         objectives = objectives_lib.bind(task, model, config, num_replicas=plan.replicas,
                                          total_steps=config.train_steps,
                                          default_optimizer=optimizer)
+        if getattr(task, "uses_compile", False):
+            # The engine trains with its copy made in the scope (objectives._in_scope):
+            # model.optimizer is that one, for callbacks (ReduceLROnPlateau) and the caller.
+            model.optimizer = objectives[0].optimizer
     return model, objectives, global_step
 
 
@@ -543,7 +563,9 @@ def _run_controller(plan: Plan, b: _Built, trainer, manager, *, restored: Option
         record_evaluations=actions.RecordEvaluation(path=run_dir.evaluations_json,
                                                     by="--mode=evaluate")
         if role.is_chief and not trains else None,
-        keep_best=keep_best)
+        keep_best=keep_best,
+        extra=b.add_actions(plan=plan, strategy=strategy, model=b.model)
+        if b.add_actions is not None and trains else None)
     # First, so an action that stops the run (the best checkpoint's patience,
     # a signal) stops it after its loop is in the history.
     run_actions.train.insert(0, actions.History("train", b.history))

@@ -196,8 +196,9 @@ class ClassificationTask(Task):
     def __init__(self, *, dataset: str = "synthetic", model: str = "mlp", data_dir: str = "",
                  image_size: int = 224, eval_fraction: float = 0.2, seed: int = 0,
                  model_fn: Optional[Callable[[tuple, int], Any]] = None,
-                 loss_fn: Optional[LossFn] = None):
+                 loss_fn: Optional[LossFn] = None, exact_epochs: bool = False):
         self.dataset, self.model_name = dataset, model
+        self.exact_epochs = exact_epochs
         self._data = dict(data_dir=data_dir, seed=seed, image_size=image_size,
                           eval_fraction=eval_fraction)
         self._model_fn, self._loss_fn = model_fn, loss_fn or classification_loss
@@ -205,10 +206,13 @@ class ClassificationTask(Task):
 
     @classmethod
     def from_config(cls, config: Any, *, model_fn=None, loss_fn=None) -> "ClassificationTask":
-        """`--dataset`, `--data_dir`, `--model`, `--image_size`, `--eval_fraction`, `--seed`."""
+        """`--dataset`, `--data_dir`, `--model`, `--image_size`, `--eval_fraction`, `--seed`;
+        `--epochs`: exact epochs (each one pass, every example once:
+        `inputs.exact_epochs`)."""
         return cls(dataset=config.dataset, model=config.model, data_dir=config.data_dir,
                    image_size=config.image_size, eval_fraction=config.eval_fraction,
-                   seed=config.seed, model_fn=model_fn, loss_fn=loss_fn)
+                   seed=config.seed, model_fn=model_fn, loss_fn=loss_fn,
+                   exact_epochs=bool(config.epochs) and not config.steps_per_epoch)
 
     def prepare(self) -> None:
         """Checks the model name and loads the splits (no TensorFlow runtime
@@ -246,7 +250,7 @@ class ClassificationTask(Task):
             self.splits.train, global_batch_size=context.global_batch_size, seed=context.seed,
             examples_to_skip=context.examples_to_skip, shard_policy=context.shard_policy,
             num_workers=context.num_input_pipelines, deterministic=context.deterministic,
-            image_dtype="uint8")
+            image_dtype="uint8", exact_epochs=self.exact_epochs)
 
     def eval_dataset(self, context: InputContext) -> tf.data.Dataset:
         return inputs.eval_batches(
@@ -255,10 +259,15 @@ class ClassificationTask(Task):
             deterministic=context.deterministic, image_dtype="uint8")
 
     def loss(self, model, batch, *, training: bool) -> LossOutput:
-        images, labels = batch
+        images, labels, *weight = batch  # exact epochs add a per-example weight
         if images.dtype == tf.uint8:  # a subclass's own dataset may already be float
             images = inputs.to_float(images)
-        return self._loss_fn(model, (images, labels), training=training)
+        output = self._loss_fn(model, (images, labels), training=training)
+        if not weight:
+            return output
+        return LossOutput(per_example_loss=output.per_example_loss * weight[0],
+                          metrics={k: tf.cast(v, tf.float32) * weight[0]
+                                   for k, v in output.metrics.items()})
 
     def serving_spec(self, element_spec: Any) -> Any:
         """Float32 images in [0, 1], what the model takes (the batches' uint8
@@ -288,9 +297,13 @@ def _split_size(split) -> str:
         f"{len(split)} examples")
 
 
-def load(reference: str, config: Any) -> Task:
+def load(reference: str, config: Any, *,
+         from_function: Optional[Callable[[Callable, Any], Task]] = None) -> Task:
     """`--task=module:Class`: imports `module` (the working directory is on the
-    path, as for `python -m`), then `Class.from_config(config)`.
+    path, as for `python -m`), then `Class.from_config(config)`. With
+    `from_function`, `--task=module:function` (a function, not a class) is
+    `from_function(function, config)` (the run's: a function that builds and
+    compiles a Keras model, `engine.keras_fit.compiled`).
 
     Raises:
       ConfigError: not `module:Class`, the module does not import, or the
@@ -310,11 +323,14 @@ def load(reference: str, config: Any) -> Task:
                           f"({reason}); run from the folder that holds it or add it to "
                           "PYTHONPATH") from None
     cls = getattr(module, attr, None)
+    if from_function is not None and callable(cls) and not isinstance(cls, type):
+        return from_function(cls, config)
     if not (isinstance(cls, type) and issubclass(cls, Task)):
         what = "has no attribute" if cls is None else f"has {type(cls).__name__}"
         raise ConfigError(f"--task={reference!r}: module {module_name!r} {what} {attr!r}, "
                           "not a Task; subclass tfloop.engine.task.Task and define "
-                          "build_model, train_dataset and loss")
+                          "build_model, train_dataset and loss (or name a function that "
+                          "builds and compiles a Keras model)")
     with task_failures.calling(cls, "from_config"):  # its __init__ raising, say
         try:
             return cls.from_config(config)

@@ -54,7 +54,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from tfloop.inputs import data_errors, image_folder, tfrecord
+from tfloop.inputs import data_errors, exact_epochs, image_folder, tfrecord
 from tfloop.inputs.context import examples_per_step
 from tfloop.inputs.errors import InputError
 from tfloop.inputs.splits import Examples, ImageFiles, RecordFiles, Split
@@ -222,6 +222,7 @@ def train_batches(
     shard_policy: str = "auto", num_workers: int = 1, deterministic: bool = True,
     examples_to_skip: Optional[int] = None,
     image_dtype: str = "float32",
+    exact_epochs: bool = False,
 ) -> tf.data.Dataset:
     """An endless, seeded, reshuffled-every-epoch stream of full global batches.
 
@@ -233,11 +234,22 @@ def train_batches(
     when the steps before `start_step` had other batch sizes.
     `image_dtype="uint8"` hands the pixels over as they are, for the step to
     cast with `to_float` on its device.
+
+    `exact_epochs` (`--epochs`): each epoch one pass, every example once, its
+    last batch padded and a third component, the per-example weight, added
+    (`inputs.exact_epochs`: a partial batch trains as Keras's `fit` trains
+    it); resume skips `start_step` whole batches. Without it the passes run
+    into each other (the leftovers of one share a batch with the next). Not
+    under `file` sharding, where each worker reads its own files.
     """
     _check_image_dtype(image_dtype)
     policy = resolve_shard_policy(split, shard_policy, num_workers)
     _watch(split)
     ds, decode = _shuffled_source(split, seed)
+    if exact_epochs and policy != "file":
+        return _exact_epochs(ds, decode, global_batch_size, image_dtype, policy, deterministic,
+                             start_step=(examples_to_skip // global_batch_size
+                                         if examples_to_skip is not None else start_step))
     ds = ds.repeat()
     if examples_to_skip is None:
         examples_to_skip = start_step * examples_per_step(global_batch_size, policy, num_workers)
@@ -250,6 +262,21 @@ def train_batches(
     ds = ds.batch(global_batch_size, drop_remainder=True)
     if image_dtype == "float32":
         ds = ds.map(_to_float, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return with_shard_policy(ds.prefetch(tf.data.AUTOTUNE), policy, deterministic)
+
+
+def _exact_epochs(ds, decode, global_batch_size: int, image_dtype: str, policy: str,
+                  deterministic: bool, *, start_step: int) -> tf.data.Dataset:
+    """`train_batches(exact_epochs=True)`: one pass per epoch, padded and weighted."""
+    if decode is not None:
+        ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = exact_epochs.pad_to_global_batch(ds.batch(global_batch_size), global_batch_size)
+    if image_dtype == "float32":
+        ds = ds.map(lambda images, labels, weight: (*_to_float(images, labels), weight),
+                    num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.repeat()  # each pass reshuffles (the source's seeded shuffle)
+    if start_step:
+        ds = ds.skip(start_step)
     return with_shard_policy(ds.prefetch(tf.data.AUTOTUNE), policy, deterministic)
 
 

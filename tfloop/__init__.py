@@ -18,6 +18,7 @@
 What is here (`help(tfloop.RunConfig)` lists every field with its flag's help):
 
     run, RunConfig, RunResult          one run (bin/train's), its settings, its result
+    fit                                a compiled Keras model, its callbacks, exact epochs
     Task, Objective, LossOutput        your model, data and loss; several losses (a GAN)
     Gradients, ReplicaStep             your own per-replica step (Task.gradients)
     ClassificationTask                 the built-in --model/--dataset task
@@ -71,11 +72,7 @@ _EXPORTS = {
     "ModelError": "tfloop.models.errors",
     "Preempted": "tfloop.engine.loop.preemption",
     "StopTraining": "tfloop.engine.loop.actions",
-    # --- tfloop.fit (issue 24 items 2-4, branch `kerasfit`) -------------------
-    # That branch exports `fit` from engine/__init__.py; when merging, add:
-    #   "fit": "tfloop.engine",
-    # and "fit" to the list in the docstring above (tests/test_public_api.py
-    # checks every name here resolves).
+    "fit": "tfloop.engine.keras_fit.fit",
 }
 
 __all__ = sorted(_EXPORTS)

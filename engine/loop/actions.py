@@ -356,8 +356,13 @@ def for_run(
     steps_per_epoch: int = 0,
     epochs: int = 0,
     keep_best: Optional[Action] = None,
+    extra: Optional[RunActions] = None,
 ) -> RunActions:
     """The actions `bin/train` gives a run, in their order (see the module docstring).
+
+    `extra` (a caller's own, `fit`'s Keras callbacks) come after the user's
+    hook and before the stop request among the train actions, and before the
+    best checkpoint among the eval actions (which may stop training).
 
     Every worker gets the same loop cutting (summary and profile boundaries);
     only the chief traces, and only where there are writers are summaries written.
@@ -371,7 +376,13 @@ def for_run(
                                 global_batch_size=global_batch_size))
     if on_loop_end is not None:
         train.append(OnLoopEnd(on_loop_end))
+    if extra is not None:
+        train.extend(extra.train)
     if stop_request is not None:
         train.append(StopOnSignal(request=stop_request, checkpoint_manager=checkpoint_manager))
-    return RunActions(train=train,
-                      eval=for_evaluation(eval_summaries, record_evaluations, keep_best))
+    evaluation = for_evaluation(eval_summaries, record_evaluations, None)
+    if extra is not None:
+        evaluation.extend(extra.eval)
+    if keep_best is not None:
+        evaluation.append(keep_best)
+    return RunActions(train=train, eval=evaluation)

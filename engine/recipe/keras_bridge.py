@@ -1,4 +1,4 @@
-"""The one place the engine reaches into Keras internals. Two reasons:
+"""The one place the engine reaches into Keras internals. Three reasons:
 
 1. The implicit gradient reduction. Keras 3's TensorFlow optimizer sums
    gradients across replicas by itself whenever `apply_gradients` runs in a
@@ -12,6 +12,8 @@
    (`engine.recipe.optimizers`): Keras finds a variable's index with the private
    `_get_variable_index` and keeps Adam's moments in the private
    `_momentums` and `_velocities` lists; SGD's are in `momentums`.
+3. A compiled model's metrics as per-example values (`engine.keras_fit`):
+   a `MeanMetricWrapper` keeps the function it averages in the private `_fn`.
 
 `tests/engine/recipe/test_keras_bridge.py` fails loudly if Keras moves or renames any
 of these, and the N-replicas-equals-one-device tests catch any double
@@ -52,3 +54,14 @@ def adam_slots(optimizer: keras.optimizers.Adam, variable) -> tuple[keras.Variab
 def momentum_slot(optimizer: keras.optimizers.SGD, variable) -> keras.Variable:
     """SGD's momentum accumulator of `variable` (when `momentum` is set)."""
     return optimizer.momentums[optimizer._get_variable_index(variable)]
+
+
+def per_example_metric_fn(metric):
+    """The per-example function a stateful Keras mean metric wraps
+    (`keras.metrics.MeanMetricWrapper._fn`: `SparseCategoricalAccuracy()` is
+    `sparse_categorical_accuracy` averaged), or None for a metric that is not
+    a mean of per-example values (AUC, Precision): the engine averages
+    per-example values itself (`engine.loop.replica_sums`)."""
+    if isinstance(metric, keras.metrics.MeanMetricWrapper):
+        return getattr(metric, "_fn", None)
+    return None

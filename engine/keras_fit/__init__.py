@@ -1,0 +1,9 @@
+"""Keras's front door: a compiled model and its callbacks, trained by the engine.
+
+    fit(model_fn, train_data, *, epochs, steps_per_epoch, validation_data,
+        callbacks, config) -> keras.callbacks.History
+
+`fit` (the call), `compiled` (a compiled model as a Task), `callbacks`
+(Keras callbacks in the engine's loop), `epochs` (a Keras dataset as fixed
+global batches, with exact epochs). See docs/keras.md.
+"""

@@ -1,0 +1,255 @@
+"""A compiled Keras model as a `Task`: its loss, metrics and optimizer through the engine's step.
+
+`model.compile(loss=..., optimizer=..., metrics=[...])` states the maths;
+the engine runs it as it runs any task (one all-reduce, exact resume, every
+strategy). What maps to what:
+
+- the compiled loss (a `keras.losses.Loss`, a name, or a function) gives the
+  per-example loss (`Loss.call`, before its reduction), times the batch's
+  weights (`engine.keras_fit.epochs`: padding and `sample_weight`);
+- each compiled metric that is a mean of per-example values (`"accuracy"`,
+  `"mae"`, `SparseCategoricalAccuracy()`, any function) is reported under its
+  Keras name, averaged over the examples by the engine; a metric that is not
+  (AUC, Precision) is refused in one line;
+- the compiled optimizer is the run's optimizer (its learning rate is its
+  own: `--learning_rate` and the schedule flags do not apply);
+- model losses (`kernel_regularizer`) are added by the engine's step, as by `fit`.
+
+A model with several outputs and a dict of losses is refused: write a `Task`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Optional
+
+import keras
+import tensorflow as tf
+
+from tfloop.engine.errors import ConfigError
+from tfloop.engine.keras_fit import epochs
+from tfloop.engine.losses import LossOutput
+from tfloop.engine.recipe import keras_bridge
+from tfloop import inputs
+from tfloop.engine.task import ClassificationTask, Task
+from tfloop.inputs import InputContext
+
+_ACCURACY = ("accuracy", "acc")
+
+
+class CompiledModelTask(Task):
+    """`fit`'s task: `model_fn()` builds and compiles the model under the
+    strategy scope; `train_data`/`validation_data` are Keras-style datasets
+    (`engine.keras_fit.epochs`), or functions `(InputContext) -> dataset`."""
+
+    #: The run uses the compiled loss, metrics and optimizer (run.py's notice is not for it).
+    uses_compile = True
+
+    def __init__(self, model_fn: Callable[[], Any], train_data: Any, *, global_batch_size: int,
+                 validation_data: Any = None):
+        self.model_fn = model_fn
+        self._train, self._validation = train_data, validation_data
+        self.global_batch_size = global_batch_size
+        self.model: Optional[keras.Model] = None
+        self._compiled: Optional[CompiledLoss] = None
+
+    def describe(self) -> str:
+        name = getattr(self.model_fn, "__name__", type(self.model_fn).__name__)
+        return f"fit: the compiled model of {name}()"
+
+    @property
+    def has_eval(self) -> bool:
+        return self._validation is not None
+
+    def build_model(self):
+        model = checked_model(self.model_fn)
+        if not model.built:  # keras.Sequential() with no Input: built here, in the scope
+            model.build(self._input_shape())
+        self.model, self._compiled = model, CompiledLoss(model)
+        return model
+
+    def _input_shape(self):
+        if not isinstance(self._train, tf.data.Dataset):
+            raise ConfigError("fit: the model is not built (no keras.Input) and the training "
+                              "data is a function; give the model a keras.Input(shape)")
+        x, _, _ = epochs.split_element(self._train.element_spec)
+        return tf.nest.map_structure(lambda spec: spec.shape, x)
+
+    def build_optimizer(self):
+        return self.model.optimizer
+
+    def train_dataset(self, context: InputContext) -> tf.data.Dataset:
+        return epochs.weighted_batches(self._dataset(self._train, context),
+                                       self.global_batch_size)
+
+    def eval_dataset(self, context: InputContext) -> Optional[tf.data.Dataset]:
+        if self._validation is None:
+            return None
+        return self._dataset(self._validation, context)
+
+    def loss(self, model, batch, *, training: bool) -> LossOutput:
+        x, y, weight = epochs.split_element(batch)
+        return self._compiled(model, x, y, weight, training=training)
+
+    @staticmethod
+    def _dataset(data: Any, context: InputContext) -> tf.data.Dataset:
+        return data(context) if callable(data) else data
+
+
+def checked_model(model_fn: Callable[[], Any]) -> keras.Model:
+    """`model_fn()`, which must return a compiled keras.Model."""
+    model = model_fn()
+    if not isinstance(model, keras.Model):
+        raise ConfigError(f"{_name(model_fn)} returned {type(model).__name__}, not a "
+                          "keras.Model; build and compile the model in it and return it")
+    if not getattr(model, "compiled", False) or model.optimizer is None:
+        raise ConfigError(f"{_name(model_fn)} returned a model that is not compiled; call "
+                          "model.compile(optimizer=..., loss=..., metrics=[...]) before "
+                          "returning it")
+    return model
+
+
+def _name(fn: Any) -> str:
+    return f"{getattr(fn, '__name__', type(fn).__name__)}()"
+
+
+class CompiledLoss:
+    """A compiled model's loss and metrics as the engine's per-example `LossOutput`."""
+
+    def __init__(self, model: keras.Model):
+        self._loss_fn = _per_example_loss(model.loss)
+        metrics = model.get_compile_config().get("metrics") or []
+        if isinstance(metrics, dict):
+            raise ConfigError("fit: metrics per output (a dict) are not supported; give a list")
+        self._metrics = dict(_per_example_metric(metric, model.loss) for metric in metrics)
+
+    def __call__(self, model, x, y, weight, *, training: bool) -> LossOutput:
+        y_pred = model(x, training=training)
+        y_pred = tf.nest.map_structure(lambda t: tf.cast(t, tf.float32), y_pred)
+        y = _aligned(y, y_pred)
+        per_example = _per_row(self._loss_fn(y, y_pred))
+        values = {name: _per_row(fn(y, y_pred)) for name, fn in self._metrics.items()}
+        if weight is not None:
+            weight = tf.cast(weight, tf.float32)
+            per_example = per_example * weight
+            values = {name: value * weight for name, value in values.items()}
+        return LossOutput(per_example_loss=per_example, metrics=values)
+
+
+class CompiledClassificationTask(ClassificationTask):
+    """`bin/train --task=module:function`, where the function builds and
+    compiles a Keras model: that model, its loss, metrics and optimizer, on
+    the built-in `--dataset` (images in [0, 1], integer labels; with
+    `--epochs`, exact epochs)."""
+
+    uses_compile = True
+
+    def __init__(self, model_fn: Callable[[], Any], **kwargs):
+        super().__init__(**kwargs)
+        self.compiled_model_fn = model_fn
+        self.name = f"the compiled model of {_name(model_fn)}"
+        self._compiled: Optional[CompiledLoss] = None
+        self._optimizer = None
+
+    @classmethod
+    def for_function(cls, model_fn: Callable[[], Any], config: Any) -> "CompiledClassificationTask":
+        plain = ClassificationTask.from_config(config)
+        return cls(model_fn, dataset=plain.dataset, model=plain.model_name,
+                   exact_epochs=plain.exact_epochs, **plain._data)
+
+    def prepare(self) -> None:
+        self.splits = inputs.load(self.dataset, **self._data)
+
+    def build_model(self):
+        model = checked_model(self.compiled_model_fn)
+        if not model.built:
+            model.build((None, *self.splits.input_shape))
+        self._compiled, self._optimizer = CompiledLoss(model), model.optimizer
+        return model
+
+    def build_optimizer(self):
+        return self._optimizer
+
+    def loss(self, model, batch, *, training: bool) -> LossOutput:
+        images, labels, *weight = batch
+        if images.dtype == tf.uint8:
+            images = inputs.to_float(images)
+        return self._compiled(model, images, labels, weight[0] if weight else None,
+                              training=training)
+
+
+def _aligned(y, y_pred):
+    """Targets of shape (batch,) for predictions of (batch, 1), as Keras's
+    compiled loss aligns them (a plain loss function would broadcast)."""
+    if isinstance(y, tf.Tensor) and isinstance(y_pred, tf.Tensor) and y.shape.rank is not None \
+            and y.shape.rank + 1 == y_pred.shape.rank and y_pred.shape[-1] == 1:
+        return tf.expand_dims(y, -1)
+    return y
+
+
+def _per_row(values: tf.Tensor) -> tf.Tensor:
+    """One value per example: a loss or metric of shape (batch, ...) averaged over the rest."""
+    values = tf.cast(values, tf.float32)
+    if values.shape.rank is not None and values.shape.rank > 1:
+        values = tf.reduce_mean(values, axis=list(range(1, values.shape.rank)))
+    return values
+
+
+def _per_example_loss(loss: Any) -> Callable:
+    if loss is None:
+        raise ConfigError("fit: the model was compiled without a loss; compile(loss=...)")
+    if isinstance(loss, (dict, list, tuple)):
+        raise ConfigError("fit: a loss per output (a dict or list of losses) is not supported; "
+                          "write a tfloop Task whose loss() combines them")
+    if isinstance(loss, keras.losses.Loss):
+        return loss.call  # before the reduction: per-example values
+    fn = keras.losses.get(loss) if isinstance(loss, str) else loss
+    if not callable(fn):
+        raise ConfigError(f"fit: the compiled loss {loss!r} is not a loss")
+    return fn.call if isinstance(fn, keras.losses.Loss) else fn
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _per_example_metric(metric: Any, loss: Any) -> tuple[str, Callable]:
+    """(its Keras name, its per-example function) for one compiled metric."""
+    if isinstance(metric, str) and metric in _ACCURACY:
+        return metric, _accuracy_for(loss)
+    if isinstance(metric, dict):  # get_compile_config() serializes metric objects
+        metric = keras.metrics.deserialize(metric)
+    if isinstance(metric, keras.metrics.Metric):
+        fn = keras_bridge.per_example_metric_fn(metric)
+        if fn is None:
+            raise ConfigError(
+                f"fit: metric {metric.name!r} ({type(metric).__name__}) is not a mean of "
+                "per-example values, which is what the engine averages across replicas and "
+                "steps; compute it after training (model.evaluate) or drop it")
+        return metric.name, fn
+    fn = keras.metrics.get(metric) if isinstance(metric, str) else metric
+    if isinstance(fn, keras.metrics.Metric):
+        return _per_example_metric(fn, loss)
+    if not callable(fn):
+        raise ConfigError(f"fit: the compiled metric {metric!r} is not a metric")
+    return (metric if isinstance(metric, str) else getattr(fn, "__name__", "metric")), fn
+
+
+def _accuracy_for(loss: Any) -> Callable:
+    """`"accuracy"` as Keras resolves it, by the loss: sparse, categorical or binary."""
+    name = _snake(type(loss).__name__) if isinstance(loss, keras.losses.Loss) else (
+        loss if isinstance(loss, str) else getattr(loss, "__name__", ""))
+    if "binary" in name:
+        return keras.metrics.binary_accuracy
+    if "sparse" in name:
+        return keras.metrics.sparse_categorical_accuracy
+    if "categorical" in name:
+        return keras.metrics.categorical_accuracy
+
+    def accuracy(y_true, y_pred):  # by shape, as Keras's "accuracy" does
+        if y_pred.shape[-1] == 1:
+            return keras.metrics.binary_accuracy(y_true, y_pred)
+        if y_true.shape.rank == y_pred.shape.rank and y_true.shape[-1] == y_pred.shape[-1]:
+            return keras.metrics.categorical_accuracy(y_true, y_pred)
+        return keras.metrics.sparse_categorical_accuracy(y_true, y_pred)
+    return accuracy
