@@ -4,6 +4,11 @@
 FROM python:3.11-slim
 
 ENV PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# An init as PID 1: the kernel ignores every signal PID 1 has no handler for,
+# so without one the start-up watchdog could not end a task whose cluster
+# never formed (exit 138), and a signal's default action would do nothing.
+RUN apt-get update && apt-get install -y --no-install-recommends tini \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # What `pip install .` needs: the project file, the README it names, every package folder.
 COPY pyproject.toml README.md ./
@@ -14,6 +19,7 @@ COPY inputs/ inputs/
 COPY launch/ launch/
 COPY bench/ bench/
 COPY bin/ bin/
+COPY tfloop/ tfloop/
 # The README's install command (no extras: the CPU TensorFlow wheel).
 RUN pip install --no-cache-dir . && rm -rf /src
 
@@ -21,4 +27,4 @@ RUN pip install --no-cache-dir . && rm -rf /src
 RUN useradd --create-home tfloop
 USER tfloop
 WORKDIR /home/tfloop
-ENTRYPOINT ["tfloop-train"]
+ENTRYPOINT ["tini", "--", "tfloop-train"]

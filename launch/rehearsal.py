@@ -41,6 +41,8 @@ from tfloop.launch.tf_config import CHIEF, EVALUATOR, PS, WORKER, Role
 PEER_EXIT_WAIT_S = 30.0
 #: The image's entry point (Dockerfile's ENTRYPOINT), run where a spec gives no command.
 ENTRY_POINT = "tfloop-train"
+#: The image's init (PID 1, Dockerfile): a rehearsal runs what follows its `--`.
+INITS = ("tini", "/usr/bin/tini")
 MODEL_DIR_FLAG = "--model_dir"
 #: Every variable some platform sets: a task gets only those its platform would
 #: give it, none inherited from the shell that started the rehearsal.
@@ -69,6 +71,8 @@ def local_command(spec: specs.Spec, *, python: str, bin_dir: str, model_dir: str
     """The container's command as a local process: this Python running `bin/`'s
     program, `--model_dir` moved to `model_dir`, then `extra_args`."""
     words = list(spec.command) or [ENTRY_POINT]
+    if words[0] in INITS and "--" in words:
+        words = words[words.index("--") + 1:] or [ENTRY_POINT]
     program, args = words[0], words[1:]
     name = os.path.basename(program)
     if program.startswith("tfloop-"):
