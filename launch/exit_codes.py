@@ -52,21 +52,25 @@ def shell_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def meaning(status: int) -> str:
+    """What an exit status means: `restart every task from the last checkpoint`."""
+    known = MEANINGS.get(status)
+    if known is not None:
+        return known
+    if status > 128:
+        try:
+            name = signal.Signals(status - 128).name
+        except ValueError:
+            name = f"signal {status - 128}"
+        return f"killed by {name}; restart every task from the last checkpoint"
+    return "retryable" if retryable(status) else "a restart cannot fix it"
+
+
 def describe(status: int) -> str:
     """The class of an exit status, as the last line of a failed run names it:
     `exit 138: restart every task from the last checkpoint`. The one wording,
     used by the binaries (`bin/cli`), the cluster watchdog and `bin/launch`."""
-    meaning = MEANINGS.get(status)
-    if meaning is None:
-        if status > 128:
-            try:
-                name = signal.Signals(status - 128).name
-            except ValueError:
-                name = f"signal {status - 128}"
-            meaning = f"killed by {name}; restart every task from the last checkpoint"
-        else:
-            meaning = "retryable" if retryable(status) else "a restart cannot fix it"
-    return f"exit {status}: {meaning}"
+    return f"exit {status}: {meaning(status)}"
 
 
 def retryable(status: int) -> bool:

@@ -540,7 +540,7 @@ class Launcher:
                 continue
             proc.drain(timeout=1.0)
             ended.append(f"{proc.task.label} {describe_exit(code)} "
-                         f"({exit_codes.describe(exit_status(code))})")
+                         f"({exit_codes.meaning(exit_status(code))})")
         self._say(f"after {failed.task.label} {describe_exit(failed.poll())}: "
                   + ("; ".join(ended) or "no other task"))
 
