@@ -4,22 +4,27 @@ Measured on the real loop, every loop, by timestamps inside the compiled
 loop (`tf.timestamp()`, a few microseconds a step) that the trainer
 (`engine.loop.trainer`) takes at three points of each step::
 
-    asked = now();  batch = next(iterator);  got = now() once every replica's batch is there
-        input wait += got - asked          # the replicas waiting on tf.data (get_next)
+    batch = next(iterator);  got = now() once every replica's batch is there and
+        the previous step has ended (its `stepped` stamp, carried by the loop)
+        input wait += got - stepped        # the replicas waiting on tf.data (get_next)
     on each replica: ready = now() once its gradients are computed; the all-reduce
         starts only after `ready`; done = now() once it holds the reduced gradients
         all-reduce += max(done) - max(ready)    # from the last replica's arrival to
                                                 # the last replica's result
+    stepped = now() once the step's all-reduce is done and its updates applied
+              (read after each optimizer's step counter, which the update increments)
     the loop's seconds: wall time of the trainer's call (as steps/s takes it)
         compute = seconds - input wait - all-reduce
                   (forward, backward, the update, and the loop's own overhead)
 
 So `input` is what tf.data failed to hide: with a pipeline that keeps ahead
-(prefetch), `next` returns a ready batch and the share is small; a starved
-pipeline makes it most of the loop. `all_reduce` is the collective's own
+(prefetch), the next batch is there when a step ends and the share is small;
+a starved pipeline makes it most of the loop. (The iterations of the
+compiled loop may overlap where nothing orders them: a stamp taken at the
+top of the body could run while the previous step still computes, which is
+why the wait is measured from the previous step's end.) `all_reduce` is the collective's own
 time once every replica has arrived: a replica waiting for a slower one
-counts in compute. The loop-carried order of a while loop's iterations keeps
-the stamps of one step from interleaving with the next's.
+counts in compute.
 
 `Report`, a train action, turns that into: one line after warm-up (the
 second loop; the first traces and compiles) and whenever the process gets

@@ -311,18 +311,20 @@ class Trainer(AbstractTrainer):
             sums.reset()
         skipped = tf.constant(0, tf.int64)
         input_wait, all_reduce = step_time.zero(), step_time.zero()  # engine.loop.step_time
+        stepped = tf.timestamp()  # when the previous step ended (loop-carried)
         for _ in tf.range(num_steps):
-            asked = tf.timestamp()
-            with tf.control_dependencies([asked]):
-                batch = next(iterator)
+            batch = next(iterator)
             input_wait += step_time.stamp_after(
-                self.strategy.experimental_local_results(batch)) - asked
+                [stepped, self.strategy.experimental_local_results(batch)]) - stepped
             schedules.assign(self.objectives, self.global_step)  # the rate of this global step
             step_skipped = tf.constant(False)
             for index, objective in enumerate(self.objectives):
                 objective_skipped, reducing = self._run_objective(index, objective, batch)
                 step_skipped = tf.logical_or(step_skipped, objective_skipped)
                 all_reduce += reducing
+            # Once the updates are applied too: read after each optimizer's step count.
+            stepped = step_time.stamp_after([step_skipped, all_reduce] + [
+                tf.identity(objective.optimizer.iterations) for objective in self.objectives])
             if self.average is not None:
                 self.average.update(self.global_step)
             self.global_step.assign_add(1)

@@ -192,8 +192,8 @@ def _write_cache(key: str, rate: float) -> None:
         logger.debug("could not cache the matmul rate in %s: %s", path, error)
 
 
-def matmul_flops_per_second(devices: Sequence[str] = ("/cpu:0",), *, size: int = 256,
-                            iters: int = 8, repeats: int = 3, dtype: str = "float32") -> float:
+def matmul_flops_per_second(devices: Sequence[str] = ("/cpu:0",), *, size: int = 512,
+                            iters: int = 4, repeats: int = 3, dtype: str = "float32") -> float:
     """The devices' matmul rate (FLOP/s), best of `repeats`: one chain of
     `iters` `size`² matmuls per device, all running at once.
 
