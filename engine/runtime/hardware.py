@@ -91,7 +91,7 @@ def local_devices(strategy: tf.distribute.Strategy) -> tuple[str, ...]:
     """The devices of this process's replicas (the default strategy's: its one device)."""
     try:
         return tuple(strategy.extended.worker_devices)
-    except (RuntimeError, NotImplementedError, ValueError):
+    except Exception:  # noqa: BLE001 -- the default strategy's says "unsupported"
         return (tf.config.list_logical_devices()[0].name,)
 
 

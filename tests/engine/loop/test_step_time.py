@@ -152,3 +152,30 @@ def test_the_breakdown_adds_up_and_its_line_reads():
     assert step_time.describe(loop, 0.123, {"host_peak_mb": 812.0}) == (
         "step time, steps 11-20: 20.00 ms/step = input wait 50% + all-reduce 10% + compute "
         "40%; mfu 12.3%; peak memory host 812 MB")
+
+
+def test_sigusr1_logs_the_breakdown_at_the_next_loop_end(caplog):
+    import signal
+    import threading
+
+    from tfloop.engine.loop.actions import LoopEnd
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers are installed from the main thread only")
+    before = signal.getsignal(signal.SIGUSR1)
+    loop = step_time.LoopTime(start=0, steps=10, seconds=0.2, input=0.01, all_reduce=0.02)
+    report = step_time.Report(source=lambda: loop, writer=None, interval=0)
+    end = LoopEnd(start=0, step=10, target=100, num_steps=10, seconds=0.2, metrics={})
+    report.train_begin(0)
+    try:
+        with caplog.at_level(logging.INFO, logger="tfloop.engine.loop.step_time"):
+            report(end)  # the first loop traces: nothing
+            report(end)  # after warm-up: the line
+            report(end)  # nothing asked
+            os.kill(os.getpid(), signal.SIGUSR1)
+            report(end)  # asked
+    finally:
+        report.close()
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step time")]
+    assert len(said) == 2, said
+    assert signal.getsignal(signal.SIGUSR1) == before  # given back
