@@ -20,7 +20,8 @@ one pass over the replica's batch, which is what is traced.
 
 `mfu` (model FLOPs utilization) = FLOPs per step x steps / seconds / the
 devices' peak rate (`engine.runtime.hardware.peak`): the wall time of the
-loop, as `steps/s` takes it, so the first loop (which traces) reads low.
+loop, as `steps/s` takes it. The trainer reports it from its second loop on
+(the first traces and compiles) and counts the FLOPs then, once (about 0.1 s).
 """
 
 from __future__ import annotations

@@ -142,7 +142,8 @@ class Trainer(AbstractTrainer):
       max_skips: with `skip_step`, raise `NonFinite` after this many skipped
         steps in a row.
       peak: the devices' peak rate (`engine.runtime.hardware.peak`): each
-        loop's metrics then hold `mfu` (`engine.loop.step_flops`); None: not.
+        loop's metrics but the first's (it traces) then hold `mfu`
+        (`engine.loop.step_flops`); None: not.
 
     Each loop's time breakdown (`engine.loop.step_time`) is `last_loop_time`.
     """
@@ -201,6 +202,7 @@ class Trainer(AbstractTrainer):
         self._element_spec = train_dataset.element_spec
         self._flops: Optional[float] = None
         self._flops_counted = False
+        self._loops = 0
         # Steps are skipped by the engine (skip_step) or by a LossScaleOptimizer.
         self._skipping = nan_policy == finite.SKIP_STEP or any(
             _scales_loss(o.optimizer) for o in self.objectives)
@@ -264,10 +266,12 @@ class Trainer(AbstractTrainer):
         self.last_loop_time = step_time.LoopTime(
             start=start, steps=end - start, seconds=seconds, input=float(waited["input"]),
             all_reduce=float(waited["all_reduce"]))
-        mfu = step_flops.mfu(self.flops_per_step(), end - start, seconds,
-                             self.peak.flops_per_second if self.peak else None)
-        if mfu is not None:
-            metrics["mfu"] = mfu
+        self._loops += 1
+        if self._loops > 1:  # the first loop traces and compiles: its mfu would mean nothing
+            mfu = step_flops.mfu(self.flops_per_step(), end - start, seconds,
+                                 self.peak.flops_per_second if self.peak else None)
+            if mfu is not None:
+                metrics["mfu"] = mfu
         if self.max_skips and int(self._skip_streak.numpy()) >= self.max_skips:
             raise NonFinite(
                 f"{self.max_skips} steps in a row had non-finite gradients (steps "
@@ -284,10 +288,11 @@ class Trainer(AbstractTrainer):
                            int(metrics[SKIPPED_STEPS]), steps_text(start, end))
         return metrics
 
-    def flops_per_step(self) -> Optional[float]:
-        """FLOPs of one step (`engine.loop.step_flops`), counted once, when a
-        peak asks for `mfu`; None without a peak or when they cannot be counted."""
-        if self.peak is None or self._flops_counted:
+    def flops_per_step(self, *, count: bool = True) -> Optional[float]:
+        """FLOPs of one step (`engine.loop.step_flops`), counted once (from the
+        second loop on, when a peak asks for `mfu`); None without a peak, when
+        they cannot be counted, or with `count=False` when not counted yet."""
+        if self.peak is None or self._flops_counted or not count:
             return self._flops
         self._flops_counted = True
         # This process's replicas: the peak is its devices' (a cluster's

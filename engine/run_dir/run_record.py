@@ -90,7 +90,8 @@ def summarize(plan: Any, controller: Any, *, num_replicas: int, restored: Option
 
 def utilization(controller: Any) -> dict:
     """How close the run came to its hardware: `mfu` over the timed loops
-    (each `train` call's first excluded, as `examples_per_second`), the step's
+    (each `train` call's first excluded, as `examples_per_second`; a run of one
+    loop has none), the step's
     FLOPs and the peak it is measured against (`engine.loop.step_flops`,
     `engine.runtime.hardware`), when the trainer counts them; and
     `peak_memory` (host RSS, GPU allocation) always."""
@@ -100,7 +101,8 @@ def utilization(controller: Any) -> dict:
         hardware.local_devices(strategy) if strategy is not None else ())}
     peak = getattr(trainer, "peak", None)
     rate = controller.steps_per_second
-    flops = trainer.flops_per_step() if peak is not None and rate else None
+    # Counted by the trainer from its second loop on (a run of one loop has no mfu).
+    flops = trainer.flops_per_step(count=False) if peak is not None and rate else None
     if flops:
         record.update(mfu=round(flops * rate / peak.flops_per_second, 4), flops_per_step=flops,
                       peak_flops_per_second=peak.flops_per_second, peak_source=peak.source)
