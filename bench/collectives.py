@@ -125,8 +125,8 @@ class CollectiveBenchConfig:
       overhead: also time TF's cross-device ops directly (plug-in overhead).
       output_dir: where the CSV, JSON and PNG go ("" = write nothing).
       seed: the inputs' random seed.
-      plot: also draw the busbw PNG (needs matplotlib, checked here, before
-        any timing; the CSV and JSON are written first either way).
+      plot: also draw the busbw PNG (needs matplotlib: without it the PNG is
+        skipped with one line; the CSV and JSON are written first either way).
     """
 
     devices: tuple[str, ...]
@@ -167,8 +167,6 @@ class CollectiveBenchConfig:
             raise CollectiveError(f"--min_sample_ms={self.min_sample_ms!r} must be a number >= 0")
         if not self.sizes and not self.model:
             raise CollectiveError("--sizes is empty and no --model given; nothing to measure")
-        if self.plot and self.sizes and self.output_dir and not report.can_plot():
-            raise CollectiveError(report.NO_PLOT)
         for size in self.sizes:
             if size < _itemsize(self.dtype):
                 raise CollectiveError(
@@ -449,7 +447,7 @@ def run(
         run_model(config, results, build_model, progress)
     progress(report.collectives_report(results))
     if config.output_dir:
-        results.files = report.write_collectives_outputs(results)
+        results.files = report.write_collectives_outputs(results, progress=progress)
         progress(f"wrote {', '.join(results.files)}")
     return results
 

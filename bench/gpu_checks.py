@@ -18,6 +18,7 @@ the bodies do not ask which.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -280,6 +281,18 @@ def multi_worker(*, devices: Sequence[str], work_dir: str, bin_dir: str, steps: 
 
 # --- The suite's GPU tests (`@pytest.mark.gpu`). ---
 
+#: What the gpu tests' command needs besides the project: pip name -> module.
+#: (`-n 0` is pytest-xdist's option, the `timeout` setting pytest-timeout's.)
+TEST_PACKAGES = {"pytest": "pytest", "pytest-xdist": "xdist", "pytest-timeout": "pytest_timeout"}
+
+
+def missing_test_packages() -> list[str]:
+    """The test packages this Python lacks: a checkout installed without the
+    test extra (`pip install .`) has none of them."""
+    return [name for name, module in TEST_PACKAGES.items()
+            if importlib.util.find_spec(module) is None]
+
+
 _PYTEST_COUNTS = re.compile(r"(\d+) (passed|failed|errors?|skipped|deselected|selected)")
 
 
@@ -290,6 +303,11 @@ def gpu_tests(*, dry_run: bool, repo: str, timeout: float, **_: Any) -> Outcome:
     tests = os.path.join(repo, "tests")
     if not os.path.isdir(tests):
         return SKIPPED, f"no tests/ beside bin/ in {repo}: not a checkout", {}
+    missing = missing_test_packages()
+    if missing:  # else pytest's own exit status would be the only reason given
+        return SKIPPED, (f"{', '.join(missing)} not installed in {sys.executable}: pip install "
+                         f"'.[test]' (or run ./dev gpu-check) to run the suite's gpu tests"), \
+            {"missing": missing}
     command = [sys.executable, "-m", "pytest", "-m", "gpu", "-n", "0", "-q",
                "-p", "no:cacheprovider", tests]
     if dry_run:

@@ -18,7 +18,7 @@ import dataclasses
 import json
 import os
 import statistics
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from tfloop.collectives import device_names
 
@@ -53,6 +53,11 @@ def write_csv(path: str, rows: Sequence[Any]) -> str:
 #: so a plain `pip install .` never ends a long sweep without its plot.
 NO_PLOT = ("matplotlib is not installed, and the PNG plot needs it: pip install '.[plot]' "
            "(or 'tfloop[plot]'), or run with --noplot (the CSV and JSON are written either way)")
+
+
+#: The line a benchmark prints when it skips its plot for want of matplotlib.
+NO_PLOT_SKIPPED = ("skipping {png}: matplotlib is not installed (pip install '.[plot]' or "
+                   "'tfloop[plot]' to draw it; --noplot says not to)")
 
 
 def can_plot() -> bool:
@@ -159,9 +164,12 @@ def _model_table(results: CollectiveBenchResults) -> str:
     return "\n".join(lines)
 
 
-def write_collectives_outputs(results: CollectiveBenchResults) -> list[str]:
+def write_collectives_outputs(results: CollectiveBenchResults,
+                              progress: Callable[[str], None] = print) -> list[str]:
     """CSV per table, one JSON with everything, then (with `config.plot`) the
-    busbw plot: the numbers are on disk before matplotlib is touched."""
+    busbw plot: the numbers are on disk before matplotlib is touched. Without
+    matplotlib (a plain `pip install .`) the plot is skipped with one line
+    (`NO_PLOT_SKIPPED`): the numbers are the benchmark, the PNG a view of them."""
     from tfloop.bench import timing
 
     out_dir = results.config.output_dir
@@ -179,7 +187,9 @@ def write_collectives_outputs(results: CollectiveBenchResults) -> list[str]:
         auto_vs_fastest=results.auto_vs_fastest(),
         model=[dataclasses.asdict(r) for r in results.model],
     )))
-    if results.sweep and results.config.plot:
+    if results.sweep and results.config.plot and not can_plot():
+        progress(NO_PLOT_SKIPPED.format(png="bench_collectives_busbw.png"))
+    elif results.sweep and results.config.plot:
         files.append(plot_busbw(results, os.path.join(out_dir, "bench_collectives_busbw.png")))
     return files
 
@@ -214,7 +224,7 @@ def training_table(results: Sequence[TrainBenchResult | dict]) -> str:
     """One Markdown table: a row per (device count, variant)."""
     results = _as_dicts(results)
     header = ("| devices | variant | examples/s (median) | min – max | vs fit | vs fit tuned "
-              "| vs hand loop | of matmul peak |")
+              "| vs hand loop | mfu (of matmul peak) |")
     lines = [header, "|---:|---|---:|---:|---:|---:|---:|---:|"]
     for result in results:
         ratios = result["ratios"]

@@ -28,6 +28,8 @@ from typing import Callable, Sequence, TypeVar
 import keras
 import tensorflow as tf
 
+from tfloop.engine.runtime import hardware
+
 #: Where a benchmark reports what it is doing, one line at a time.
 Progress = Callable[[str], None]
 
@@ -151,37 +153,11 @@ def collect_garbage(progress: Progress) -> None:
 def matmul_gflops(devices: Sequence[str] = ("/cpu:0",), size: int = 1024, iters: int = 20,
                   repeats: int = 3) -> float:
     """The machine's float32 matmul rate (GFLOP/s), best of `repeats`: one
-    chain of matmuls per device, all running at once.
-
-    One chain per device because that is how training loads the machine:
-    with one intra-op thread per CPU replica (engine/runtime/devices.py) one matmul
-    uses one core, and the replicas side by side use them all; with TF's
-    default pool one matmul already uses every core.
-    """
-    operands = []
-    for i, device in enumerate(devices):
-        with tf.device(device):
-            operands.append((tf.random.normal([size, size], seed=2 * i + 1),
-                             tf.random.normal([size, size], seed=2 * i + 2)))
-
-    @tf.function
-    def loop():
-        out = []
-        for device, (a, b) in zip(devices, operands):
-            with tf.device(device):
-                acc = tf.zeros([size, size])
-                for _ in tf.range(iters):
-                    acc += tf.matmul(a, b)
-                out.append(acc)
-        return out
-
-    loop()  # trace, warm up
-    best = float("inf")
-    for _ in range(repeats):
-        began = time.perf_counter()
-        [acc.numpy() for acc in loop()]
-        best = min(best, time.perf_counter() - began)
-    return 2.0 * size ** 3 * iters * len(devices) / best / 1e9
+    chain of matmuls per device, all running at once (the engine's own probe,
+    `engine.runtime.hardware.matmul_flops_per_second`, with bigger matmuls:
+    a benchmark can afford a longer measurement than a run's start)."""
+    return hardware.matmul_flops_per_second(devices, size=size, iters=iters,
+                                            repeats=repeats) / 1e9
 
 
 def machine_description() -> str:

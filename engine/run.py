@@ -41,7 +41,7 @@ from typing import Any, Callable, Optional
 import keras
 import tensorflow as tf
 
-from tfloop.engine.loop import actions, best, preemption
+from tfloop.engine.loop import actions, best, preemption, step_time
 from tfloop.engine.run_dir import (checkpoint_files, checkpointing, export, layout, run_identity,
                                    run_lock, run_record)
 from tfloop.engine.runtime import devices, logs
@@ -563,7 +563,8 @@ def _run_controller(plan: Plan, b: _Built, trainer, manager, *, restored: Option
         record_evaluations=actions.RecordEvaluation(path=run_dir.evaluations_json,
                                                     by="--mode=evaluate")
         if role.is_chief and not trains else None,
-        keep_best=keep_best,
+        keep_best=keep_best, step_time=step_time.for_trainer(
+            trainer, writer=train_summaries, interval=config.summary_interval),
         extra=b.add_actions(plan=plan, strategy=strategy, model=b.model)
         if b.add_actions is not None and trains else None)
     # First, so an action that stops the run (the best checkpoint's patience,

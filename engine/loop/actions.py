@@ -356,6 +356,7 @@ def for_run(
     steps_per_epoch: int = 0,
     epochs: int = 0,
     keep_best: Optional[Action] = None,
+    step_time: Optional[Action] = None,
     extra: Optional[RunActions] = None,
 ) -> RunActions:
     """The actions `bin/train` gives a run, in their order (see the module docstring).
@@ -374,6 +375,8 @@ def for_run(
                                steps_per_epoch=steps_per_epoch, epochs=epochs))
     train.append(TrainSummaries(writer=train_summaries, interval=summary_interval,
                                 global_batch_size=global_batch_size))
+    if step_time is not None:  # where the time goes (engine.loop.step_time)
+        train.append(step_time)
     if on_loop_end is not None:
         train.append(OnLoopEnd(on_loop_end))
     if extra is not None:

@@ -5,7 +5,7 @@ call whose body is a `tf.while_loop`, so Python runs once per loop, not once
 per step::
 
     for _ in tf.range(num_steps):                  # inside one tf.function
-        batch = next(iterator)
+        batch = next(iterator)                     # timed: the input wait (engine.loop.step_time)
         optimizer.learning_rate = schedule(global_step)    # engine.recipe.schedules.assign
         for objective in objectives:               # usually one; a GAN's two
             if global_step % objective.every == 0:
@@ -19,7 +19,7 @@ per step::
         loss = compute_average_loss(out.per_example_loss, global_batch_size)
                + scale_regularization_loss(model.losses)
         grads = tape.gradient(optimizer.scale_loss(loss), objective's variables)  # XLA's
-        grads = all-reduce(grads)                  # the one all-reduce, via the collective
+        grads = all-reduce(grads)                  # the one all-reduce, via the collective (timed)
         grad_norm = global_norm(grads)             # a train metric; --clip_norm clips to it
         objective's optimizer.apply_gradients(grads)  # applies; does not reduce again
 
@@ -76,6 +76,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from typing import Any, Optional, Sequence
 
 import keras
@@ -83,7 +84,7 @@ import tensorflow as tf
 
 from tfloop.collectives import checked
 from tfloop.collectives.interface import Collective
-from tfloop.engine.loop import finite, iterators
+from tfloop.engine.loop import finite, iterators, step_flops, step_time
 from tfloop.engine.recipe import precision, schedules
 from tfloop.engine.recipe import objectives as objectives_lib
 from tfloop.engine.config import INT32_MAX
@@ -95,6 +96,8 @@ from tfloop.engine.loop.replica_step import (accumulated_gradients, hook_gradien
 from tfloop.engine.recipe.objectives import BoundObjective
 from tfloop.engine.loop.replica_sums import EXAMPLES, ReplicaSums
 from tfloop.engine.loop.runner import AbstractTrainer, Metrics
+from tfloop.engine.runtime import hardware
+from tfloop.engine.runtime.hardware import Peak
 
 logger = logging.getLogger(__name__)
 
@@ -143,6 +146,11 @@ class Trainer(AbstractTrainer):
         the module docstring).
       max_skips: with `skip_step`, raise `NonFinite` after this many skipped
         steps in a row.
+      peak: the devices' peak rate (`engine.runtime.hardware.peak`): each
+        loop's metrics but the first's (it traces) then hold `mfu`
+        (`engine.loop.step_flops`); None: not.
+
+    Each loop's time breakdown (`engine.loop.step_time`) is `last_loop_time`.
     """
 
     def __init__(
@@ -163,6 +171,7 @@ class Trainer(AbstractTrainer):
         average: Optional[WeightAverage] = None,
         nan_policy: str = finite.STOP,
         max_skips: int = 10,
+        peak: Optional[Peak] = None,
     ):
         if global_batch_size <= 0:
             raise ValueError(f"`global_batch_size` ({global_batch_size}) must be positive")
@@ -193,6 +202,12 @@ class Trainer(AbstractTrainer):
         self.objectives = list(objectives)
         self.nan_policy = nan_policy
         self.max_skips = max_skips if nan_policy == finite.SKIP_STEP else 0
+        self.peak = peak
+        self.last_loop_time: Optional[step_time.LoopTime] = None
+        self._element_spec = train_dataset.element_spec
+        self._flops: Optional[float] = None
+        self._flops_counted = False
+        self._loops = 0
         # Steps are skipped by the engine (skip_step) or by a LossScaleOptimizer.
         self._skipping = nan_policy == finite.SKIP_STEP or any(
             _scales_loss(o.optimizer) for o in self.objectives)
@@ -242,15 +257,27 @@ class Trainer(AbstractTrainer):
             raise ValueError(f"`num_steps` ({num_steps!r}) must be between 0 and 2**31 - 1 "
                              "(a loop counts its steps in int32)")
         start = int(self.global_step.numpy())
+        began = time.perf_counter()
         try:
-            results, weights_finite = self._loop(self._iterator, tf.constant(num_steps, tf.int32))
+            results, weights_finite, waited = self._loop(self._iterator,
+                                                         tf.constant(num_steps, tf.int32))
         except tf.errors.InvalidArgumentError:
             mismatch = checked.mismatch(self.collective)  # --check_collective stopped the step
             if mismatch is None:
                 raise
             raise mismatch from None
         metrics = {name: float(value) for name, value in results.items()}
+        seconds = time.perf_counter() - began
         end = int(self.global_step.numpy())
+        self.last_loop_time = step_time.LoopTime(
+            start=start, steps=end - start, seconds=seconds, input=float(waited["input"]),
+            all_reduce=float(waited["all_reduce"]))
+        self._loops += 1
+        if self._loops > 1:  # the first loop traces and compiles: its mfu would mean nothing
+            mfu = step_flops.mfu(self.flops_per_step(), end - start, seconds,
+                                 self.peak.flops_per_second if self.peak else None)
+            if mfu is not None:
+                metrics["mfu"] = mfu
         if self.max_skips and int(self._skip_streak.numpy()) >= self.max_skips:
             raise NonFinite(
                 f"{self.max_skips} steps in a row had non-finite gradients (steps "
@@ -267,17 +294,48 @@ class Trainer(AbstractTrainer):
                            int(metrics[SKIPPED_STEPS]), steps_text(start, end))
         return metrics
 
+    def flops_per_step(self, *, count: bool = True) -> Optional[float]:
+        """FLOPs of one step (`engine.loop.step_flops`), counted once (from the
+        second loop on, when a peak asks for `mfu`); None without a peak, when
+        they cannot be counted, or with `count=False` when not counted yet."""
+        if self.peak is None or self._flops_counted or not count:
+            return self._flops
+        self._flops_counted = True
+        # This process's replicas: the peak is its devices' (a cluster's
+        # fraction is the same on every worker).
+        replicas = len(hardware.local_devices(self.strategy))
+        per_replica = self.global_batch_size // self.strategy.num_replicas_in_sync
+        spec = step_flops.replica_spec(self._element_spec, per_replica)
+        total = 0.0
+        for objective in self.objectives:
+            flops = step_flops.count(functools.partial(
+                replica_gradients, objective.loss, self.model, variables=list(objective.variables),
+                optimizer=objective.optimizer, global_batch_size=self.global_batch_size), spec)
+            if flops is None:
+                return None
+            total += flops * replicas / objective.every
+        self._flops = total
+        return total
+
     def _train_loop(self, iterator, num_steps):
         for sums in self._sums:
             sums.reset()
         skipped = tf.constant(0, tf.int64)
+        input_wait, all_reduce = step_time.zero(), step_time.zero()  # engine.loop.step_time
+        stepped = tf.timestamp()  # when the previous step ended (loop-carried)
         for _ in tf.range(num_steps):
             batch = next(iterator)
+            input_wait += step_time.stamp_after(
+                [stepped, self.strategy.experimental_local_results(batch)]) - stepped
             schedules.assign(self.objectives, self.global_step)  # the rate of this global step
             step_skipped = tf.constant(False)
             for index, objective in enumerate(self.objectives):
-                step_skipped = tf.logical_or(step_skipped,
-                                             self._run_objective(index, objective, batch))
+                objective_skipped, reducing = self._run_objective(index, objective, batch)
+                step_skipped = tf.logical_or(step_skipped, objective_skipped)
+                all_reduce += reducing
+            # Once the updates are applied too: read after each optimizer's step count.
+            stepped = step_time.stamp_after([step_skipped, all_reduce] + [
+                tf.identity(objective.optimizer.iterations) for objective in self.objectives])
             if self.average is not None:
                 self.average.update(self.global_step)
             self.global_step.assign_add(1)
@@ -293,19 +351,23 @@ class Trainer(AbstractTrainer):
             results[SKIPPED_STEPS] = skipped
         weights_finite = tf.reduce_all(tf.stack(
             [tf.reduce_all(tf.math.is_finite(v)) for v in self._weights] or [tf.constant(True)]))
-        return results, weights_finite
+        return results, weights_finite, {"input": input_wait, "all_reduce": all_reduce}
 
     def _run_objective(self, index, objective, batch):
         """One objective's replicated step, on the steps it runs at (`every`);
-        whether its update was skipped."""
+        whether its update was skipped, and its all-reduce's seconds
+        (`engine.loop.step_time`: the last replica's arrival to the last one's result)."""
         step = functools.partial(self._replica_step, index)
 
         def run():
-            return self._first_replica(self.strategy.run(step, args=(batch,)))
+            skipped, ready, done = self.strategy.run(step, args=(batch,))
+            latest = lambda t: tf.reduce_max(tf.stack(self.strategy.experimental_local_results(t)))  # noqa: E731
+            return self._first_replica(skipped), latest(done) - latest(ready)
 
         if objective.every == 1:
             return run()
-        return tf.cond(self.global_step % objective.every == 0, run, lambda: tf.constant(False))
+        return tf.cond(self.global_step % objective.every == 0, run,
+                       lambda: (tf.constant(False), step_time.zero()))
 
     def _first_replica(self, value):
         """The first local replica's copy of a value every replica computed alike."""
@@ -357,10 +419,14 @@ class Trainer(AbstractTrainer):
         variables = list(objective.variables)
         grads, reported_loss, metrics = self._gradients[index](batch)
         present = [i for i, g in enumerate(grads) if g is not None]
+        # Timed (engine.loop.step_time): the all-reduce starts after `ready`.
+        ready = step_time.stamp_after([grads[i] for i in present])
         # The one all-reduce of this objective's gradients, through the selected collective.
         reduced = tf.distribute.get_replica_context().merge_call(
-            self._all_reduce, args=([grads[i] for i in present], [variables[i] for i in present])
+            self._all_reduce, args=(step_time.held_until([grads[i] for i in present], ready),
+                                    [variables[i] for i in present])
         )
+        done = step_time.stamp_after(reduced)
         # Under mixed_float16 the reduced gradients are still multiplied by the
         # loss scale (the optimizer divides it out): norms are taken of the real ones.
         scale = precision.loss_scale(objective.optimizer)
@@ -387,7 +453,7 @@ class Trainer(AbstractTrainer):
                       for name, value in values.items()}
             count = tf.where(finite_step, count, tf.zeros_like(count))
         self._sums[index].add(count, values)
-        return tf.logical_not(finite_step)
+        return tf.logical_not(finite_step), ready, done
 
     @tf.autograph.experimental.do_not_convert  # graph-building Python, not a loop body
     def _apply_if_finite(self, optimizer, variables, strategy, grads, finite_step):

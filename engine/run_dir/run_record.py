@@ -19,6 +19,7 @@ import time
 from typing import Any, Optional
 
 from tfloop.engine.run_dir import layout
+from tfloop.engine.runtime import hardware
 
 
 
@@ -81,9 +82,31 @@ def summarize(plan: Any, controller: Any, *, num_replicas: int, restored: Option
         summary["export"] = export
     if summary["step"] != reached:
         summary["unsaved_step"] = reached
+    summary.update(utilization(controller))
     summary.update({f"train/{k}": v for k, v in controller.last_train_metrics.items()})
     summary.update({f"eval/{k}": v for k, v in controller.last_eval_metrics.items()})
     return summary
+
+
+def utilization(controller: Any) -> dict:
+    """How close the run came to its hardware: `mfu` over the timed loops
+    (each `train` call's first excluded, as `examples_per_second`; a run of one
+    loop has none), the step's
+    FLOPs and the peak it is measured against (`engine.loop.step_flops`,
+    `engine.runtime.hardware`), when the trainer counts them; and
+    `peak_memory` (host RSS, GPU allocation) always."""
+    trainer = getattr(controller, "trainer", None)
+    strategy = getattr(trainer, "strategy", None)
+    record: dict = {"peak_memory": hardware.peak_memory(
+        hardware.local_devices(strategy) if strategy is not None else ())}
+    peak = getattr(trainer, "peak", None)
+    rate = controller.steps_per_second
+    # Counted by the trainer from its second loop on (a run of one loop has no mfu).
+    flops = trainer.flops_per_step(count=False) if peak is not None and rate else None
+    if flops:
+        record.update(mfu=round(flops * rate / peak.flops_per_second, 4), flops_per_step=flops,
+                      peak_flops_per_second=peak.flops_per_second, peak_source=peak.source)
+    return record
 
 
 def add_evaluation(path: str, *, step: int, by: str, metrics: dict) -> None:

@@ -35,6 +35,7 @@ from tfloop.collectives import device_names
 from tfloop.launch import tf_config
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.loop.trainer import Trainer
+from tfloop.engine.runtime import hardware
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +159,8 @@ class StrategySpec(abc.ABC):
             global_batch_size=config.global_batch_size, global_step=global_step,
             jit_compile=config.jit_compile, accumulation_steps=config.accumulation_steps,
             clip_norm=config.clip_norm, average=average, nan_policy=config.nan_policy,
-            max_skips=config.nan_max_skips)
+            max_skips=config.nan_max_skips,
+            peak=hardware.peak(hardware.local_devices(strategy), config.mixed_precision))
 
 
 def announce_open_server(role: tf_config.Role) -> None:

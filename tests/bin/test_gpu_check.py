@@ -185,3 +185,16 @@ def test_the_console_script_is_declared():
         pyproject = file.read()
     assert 'tfloop-gpu-check = "tfloop.bin:gpu_check"' in pyproject
     assert '"gpu_check"]' in pyproject  # shipped as package data, as the other binaries
+
+
+def test_without_pytest_the_gpu_tests_check_names_the_missing_package(monkeypatch):
+    """A checkout installed without the test extra: the check says which
+    package is missing, not pytest's bare exit status (issue 25)."""
+    from tfloop.bench import gpu_checks
+
+    monkeypatch.setattr(gpu_checks, "TEST_PACKAGES",
+                        {"pytest": "tfloop_no_such_pytest", "pytest-xdist": "xdist"})
+    status, reason, numbers = gpu_checks.gpu_tests(dry_run=True, repo=REPO, timeout=60)
+    assert status == check_report.SKIPPED
+    assert reason.startswith(f"pytest not installed in {sys.executable}: pip install '.[test]'")
+    assert numbers == {"missing": ["pytest"]}

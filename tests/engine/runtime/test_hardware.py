@@ -1,0 +1,45 @@
+"""engine.runtime.hardware: the GPU table, the measured and cached CPU peak, peak memory."""
+
+import json
+
+import pytest
+
+from tfloop.engine.runtime import hardware
+
+
+@pytest.mark.parametrize("name, precision, tf32, expected", [
+    ("NVIDIA H100 80GB HBM3", "mixed_bfloat16", True, ("H100 SXM", "bf16", 989.4e12)),
+    ("NVIDIA H100 PCIe", "mixed_float16", True, ("H100 PCIe", "fp16", 756e12)),
+    ("NVIDIA H100 NVL", "float32", True, ("H100 NVL", "tf32", 417.5e12)),
+    ("NVIDIA H200", "float32", False, ("H200 SXM", "fp32", 67e12)),
+    ("NVIDIA A100-SXM4-80GB", "mixed_bfloat16", True, ("A100", "bf16", 312e12)),
+    ("NVIDIA L4", "float32", True, ("L4", "tf32", 60e12)),
+    ("Tesla T4", "float32", True, ("T4", "fp32", 8.1e12)),
+    ("Tesla V100-SXM2-16GB", "mixed_float16", True, ("V100 SXM2", "fp16", 125e12)),
+    ("Tesla T4", "mixed_bfloat16", True, None),  # no bf16 tensor cores: measured instead
+    ("NVIDIA L40S", "float32", True, None),  # not an L4
+])
+def test_known_gpus_have_their_datasheet_peak(name, precision, tf32, expected):
+    found = hardware.gpu_peak(name, precision, tf32=tf32)
+    if expected is None:
+        assert found is None
+    else:
+        assert found[:2] == expected[:2] and found[2] == pytest.approx(expected[2])
+
+
+def test_a_cpu_peak_is_measured_once_and_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFLOOP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(hardware, "_MEASURED", {})
+    peak = hardware.peak(["/cpu:0"])
+    assert peak.flops_per_second > 1e8 and "measured float32 matmul rate" in peak.source
+    cached = json.loads((tmp_path / "peak_flops.json").read_text())
+    assert list(cached.values()) == [peak.flops_per_second]
+    assert hardware.peak(["/cpu:0"]) is peak  # this process: no second probe
+    monkeypatch.setattr(hardware, "_MEASURED", {})
+    again = hardware.peak(["/cpu:0"])  # another process: read from the file
+    assert again.flops_per_second == peak.flops_per_second and "cached in" in again.source
+
+
+def test_peak_memory_is_the_host_rss_without_a_gpu():
+    memory = hardware.peak_memory(["/cpu:0"])
+    assert list(memory) == ["host_peak_mb"] and memory["host_peak_mb"] > 10
