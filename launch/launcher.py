@@ -54,6 +54,10 @@ from tfloop.launch import gpus, guardian, threads
 from tfloop.launch.tf_config import (CHIEF, CLUSTER_JOBS, EVALUATOR, PS, WORKER, Role, cluster_spec,
                               tf_config_for)
 
+#: Where each task writes its hang dumps (`engine.runtime.hang`): the
+#: launcher's diagnostics folder, so one place gathers every task's.
+DIAGNOSTICS_ENV = "TFLOOP_DIAGNOSTICS_DIR"
+
 #: Exit status when the evaluator outlives `evaluator_timeout_s` (as timeout(1)).
 EXIT_EVALUATOR_TIMEOUT = 124
 

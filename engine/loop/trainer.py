@@ -89,6 +89,7 @@ from tfloop.engine.losses import LossFn, classification_loss
 from tfloop.engine.loop.replica_step import accumulated_gradients, metric_names, replica_gradients
 from tfloop.engine.recipe.objectives import BoundObjective
 from tfloop.engine.loop.replica_sums import EXAMPLES, ReplicaSums
+from tfloop.engine.loop.stragglers import WorkerClock
 from tfloop.engine.loop.runner import AbstractTrainer, Metrics
 
 logger = logging.getLogger(__name__)
@@ -207,6 +208,8 @@ class Trainer(AbstractTrainer):
                         + metric_names(o.loss, model, train_dataset.element_spec))
             for o in self.objectives
         ]
+        # This worker's input and all-reduce time, and the step's phase (engine.loop.stragglers).
+        self.clock = WorkerClock()
         # Destroyed without a stall when the trainer goes (engine.loop.iterators).
         self._iterator = iterators.distributed(
             strategy.experimental_distribute_dataset(train_dataset))
@@ -266,7 +269,7 @@ class Trainer(AbstractTrainer):
             sums.reset()
         skipped = tf.constant(0, tf.int64)
         for _ in tf.range(num_steps):
-            batch = next(iterator)
+            batch = self.clock.next(iterator)
             schedules.assign(self.objectives, self.global_step)  # the rate of this global step
             step_skipped = tf.constant(False)
             for index, objective in enumerate(self.objectives):
@@ -379,4 +382,5 @@ class Trainer(AbstractTrainer):
     def _all_reduce(self, strategy, grads, destinations):
         if strategy.num_replicas_in_sync == 1:
             return grads
-        return self.collective.batch_all_reduce(grads, destinations)
+        return self.clock.all_reduce(
+            strategy, lambda: self.collective.batch_all_reduce(grads, destinations), grads)
