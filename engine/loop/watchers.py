@@ -10,15 +10,21 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, Callable, Optional
+
+import tensorflow as tf
 
 from tfloop.engine.loop import board
 from tfloop.engine.loop.actions import Action, LoopEnd
 from tfloop.engine.loop.stragglers import Stragglers
 from tfloop.engine.loop.summaries import SummaryWriter
 from tfloop.engine.run_dir import layout
+from tfloop.engine.errors import one_line
 from tfloop.engine.runtime import hang
+
+logger = logging.getLogger(__name__)
 
 
 class _LoopEnded(Action):
@@ -79,8 +85,12 @@ class Watchers:
     def finish(self, controller: Any) -> None:
         """Stops the watch; the chief writes the final metrics for HParams."""
         self.watch.stop()
-        if self._root is not None:
-            metrics = {"train": controller.last_train_metrics,
-                       "eval": controller.last_eval_metrics}
+        if self._root is None:
+            return
+        metrics = {"train": controller.last_train_metrics, "eval": controller.last_eval_metrics}
+        try:  # on the way out of a failing run too: its own error is the one to report
             board.write_final_metrics(self._root, controller.step, metrics)
             self._root.close()
+        except (tf.errors.OpError, OSError) as error:
+            logger.warning("could not write the final metrics for TensorBoard's HParams: %s",
+                           one_line(str(error), 160))
