@@ -8,8 +8,9 @@ compiled loop (`WorkerClock`, `tf.timestamp` around two sections), two things
 of its own:
 
     input     the wait in `next(iterator)`: its tf.data pipeline
-    collective the gradients' all-reduce (`Trainer._all_reduce`): sending,
-               and waiting for the slowest worker
+    collective from this worker's gradients being all computed to their
+               all-reduce being done (`Trainer._all_reduce`): waiting for
+               the slowest worker, and the end of the transfer
 
 and its *own time* per loop is the loop's wall time minus `collective`:
 input, forward, backward and the update, everything it did not spend
@@ -24,7 +25,9 @@ pipeline is the cause. The chief also writes each worker's times to
 TensorBoard (`workers/<task>/own_seconds_per_step`, `.../input_seconds_per_step`).
 
 The clock also holds the loop's phase inside the compiled step (input, step,
-all-reduce), read by the hang dump (`engine.runtime.hang`).
+all-reduce), read by the hang dump (`engine.runtime.hang`). Under
+`--deterministic` TensorFlow refuses `tf.timestamp`: the clock keeps the
+phase only, and stragglers are not measured (one log line says so).
 """
 
 from __future__ import annotations
@@ -59,6 +62,10 @@ class WorkerClock:
     """
 
     def __init__(self):
+        #: Whether the clock times anything: TensorFlow refuses `tf.timestamp`
+        #: under op determinism (`--deterministic`: "Timestamp cannot be called
+        #: when determinism is enabled"), so there it keeps only the phase.
+        self.timed = timestamps_allowed()
         self.input_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False,
                                          name="clock_input_seconds")
         self.collective_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False,
@@ -73,6 +80,11 @@ class WorkerClock:
     def next(self, iterator):
         """`next(iterator)`, timed (inside the compiled loop)."""
         self.phase.assign(1)
+        if not self.timed:
+            batch = next(iterator)
+            with tf.control_dependencies(_tensors(batch)):
+                self.phase.assign(2)
+            return batch
         began = tf.timestamp()
         with tf.control_dependencies([began]):
             batch = next(iterator)
@@ -84,12 +96,24 @@ class WorkerClock:
     def all_reduce(self, strategy, reduce: Callable[[], Sequence], grads: Sequence):
         """`reduce()`, the all-reduce of `grads`, timed once they are computed
         (in the cross-replica context of the step's merge_call)."""
+        # The collective is not made to wait for the clock: it may start on
+        # the first gradients while the backward pass computes the others (the
+        # overlap GPUs rely on). `began` is when this worker's own gradients
+        # are all computed; from there to the reduced values it waits for the
+        # others (and the last of the transfer).
         local = [t for g in grads for t in strategy.experimental_local_results(g)]
+        if not self.timed:
+            with tf.control_dependencies(local):
+                self.phase.assign(3)
+            reduced = reduce()
+            done = [t for r in reduced for t in strategy.experimental_local_results(r)]
+            with tf.control_dependencies(done):
+                self.phase.assign(2)
+            return reduced
         with tf.control_dependencies(local):
             began = tf.timestamp()
             self.phase.assign(3)
-        with tf.control_dependencies([began]):
-            reduced = reduce()
+        reduced = reduce()
         done = [t for r in reduced for t in strategy.experimental_local_results(r)]
         with tf.control_dependencies(done):
             self.collective_seconds.assign_add(tf.timestamp() - began)
@@ -99,6 +123,16 @@ class WorkerClock:
     def describe_phase(self) -> str:
         """The phase, read from outside the loop (the hang dump's thread)."""
         return PHASES.get(int(self.phase.numpy()), "unknown")
+
+
+def timestamps_allowed() -> bool:
+    """Whether `tf.timestamp` runs here: not once op determinism is enabled
+    (process-wide; the probe is the public way to ask)."""
+    try:
+        tf.timestamp()
+    except tf.errors.FailedPreconditionError:
+        return False
+    return True
 
 
 def _tensors(structure) -> list:

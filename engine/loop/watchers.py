@@ -62,11 +62,16 @@ class Watchers:
             file_name=lambda number: layout.hang_dump_name(role.name, os.getpid(), number),
             phase=phase, step_phase=clock.describe_phase if clock is not None else None)
         self.actions: list[Action] = [_LoopEnded(self.watch)]
-        if (plan.spec.name == "multi_worker" and role.num_workers > 1 and clock is not None
-                and config.straggler_threshold):
-            self.actions.append(Stragglers(strategy=strategy, clock=clock, role=role,
-                                           threshold=config.straggler_threshold,
-                                           writer=train_summaries))
+        # Every worker decides alike (the table is a collective): same flags, same determinism.
+        if (plan.spec.name == "multi_worker" and role.num_workers > 1
+                and config.straggler_threshold and clock is not None):
+            if clock.timed:
+                self.actions.append(Stragglers(strategy=strategy, clock=clock, role=role,
+                                               threshold=config.straggler_threshold,
+                                               writer=train_summaries))
+            elif role.is_chief:
+                logger.info("stragglers: not measured under --deterministic (TensorFlow "
+                            "refuses tf.timestamp when op determinism is enabled)")
         self._writers = [w for w in (train_summaries, eval_summaries) if w is not None]
         self._root = SummaryWriter(run_dir.summaries()) if train_summaries is not None else None
         if train_summaries is not None:
