@@ -37,6 +37,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+import select
 import signal
 import socket
 import sys
@@ -50,13 +51,14 @@ import tensorflow as tf
 
 from tfloop.launch.launcher import DIAGNOSTICS_ENV
 
+logger = logging.getLogger(__name__)
+
 
 def directory_for(diagnostics_dir: str) -> str:
     """Where this task's dumps go: `$TFLOOP_DIAGNOSTICS_DIR` (bin/launch's
     folder, which gathers every task's), else the run's `diagnostics_dir`."""
     return os.environ.get(DIAGNOSTICS_ENV) or diagnostics_dir
 
-logger = logging.getLogger(__name__)
 
 #: Seconds the dump waits for the step's phase, read from a TensorFlow variable.
 _READ_S = 5.0
@@ -129,11 +131,15 @@ class HangWatch:
         read, write = os.pipe()
         os.set_blocking(write, False)
         self._pipe = (read, write)
+        # A Python handler (SIGUSR1's default ends the process) that does
+        # nothing: the byte the C handler writes to the pipe is the message.
+        handler = signal.signal(signal.SIGUSR1, lambda *_: None)
         try:
-            self._previous = {"handler": signal.signal(signal.SIGUSR1, lambda *_: None),
-                              "fd": signal.set_wakeup_fd(write, warn_on_full_buffer=False)}
+            fd = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
         except (ValueError, OSError):
-            self._previous = {}
+            signal.signal(signal.SIGUSR1, handler)
+            return
+        self._previous = {"handler": handler, "fd": fd}
 
     def _uninstall_signal(self) -> None:
         if self._previous:
@@ -166,8 +172,6 @@ class HangWatch:
         if self._pipe is None:
             self._stop.wait(seconds)
             return False
-        import select
-
         ready, _, _ = select.select([self._pipe[0]], [], [], seconds)
         if not ready:
             return False

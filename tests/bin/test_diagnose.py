@@ -8,8 +8,11 @@ cleanly after both workers dumped what they were doing into the folder
 bin/launch passed down.
 """
 
+import glob
 import os
 import re
+
+import tensorflow as tf
 
 from helpers import run_bin
 
@@ -70,6 +73,12 @@ def test_the_slow_worker_is_named_and_a_hang_is_dumped_by_every_worker(tmp_path)
                      r"own, [\d.]+x the other workers' median", output), output[-4000:]
     assert "its input pipeline waits" in output
     assert "straggler: worker:0" not in output
+    # Every worker's times, per loop, in TensorBoard (the chief's summaries/train).
+    tags = {value.tag for path in glob.glob(str(tmp_path / "run/summaries/train/events.*"))
+            for event in tf.compat.v1.train.summary_iterator(path)
+            for value in event.summary.value}
+    assert {f"workers/worker:{i}/{name}_seconds_per_step" for i in (0, 1)
+            for name in ("own", "input")} <= tags, sorted(tags)
     # Each worker dumped while worker 1 was blocked, into bin/launch's folder, which named them.
     dumps = {name: (diagnostics / name).read_text() for name in os.listdir(diagnostics)}
     assert "diagnostics:" in result.stderr and "hang dump(s)" in result.stderr
