@@ -500,7 +500,7 @@ def _run_controller(plan: Plan, b: _Built, trainer, manager, *, restored: Option
     # (engine.loop.watchers), before the stop request: the last action.
     watchers = Watchers(
         plan=plan, strategy=strategy, trainer=trainer, train_summaries=train_summaries,
-        eval_summaries=eval_summaries, start_step=start_step,
+        eval_summaries=eval_summaries, start_step=start_step, run_dir=run_dir,
         phase=lambda: (controller.running, controller.running_steps)) if trains else None
     if watchers is not None:
         run_actions.train[-1:-1] = watchers.actions

@@ -20,7 +20,7 @@ The supervision loop, for one launch::
             exit 0 is the end, the workers are stopped with the ps tasks, and
             a worker's death is reported, not fatal; see `Launcher.coordinated`)
           - SIGINT/SIGTERM/SIGHUP to the launcher -> stop all; exit 128+signal
-          - --timeout passed -> SIGUSR1 to every task (each dumps its threads,
+          - --timeout passed -> SIGUSR2 to every task (each dumps its threads,
             phase and step), then stop all; exit 124
           - the launcher killed (kill -9, a crash)  -> every task gets SIGKILL
             (`launch.guardian`: PR_SET_PDEATHSIG on Linux, and a guardian
@@ -29,7 +29,7 @@ The supervision loop, for one launch::
 Diagnostics: every task gets `$TFLOOP_DIAGNOSTICS_DIR`, one folder
 (`--diagnostics_dir`, else a temporary one, removed when it stays empty) where
 `bin/train` writes its hang dumps (`engine.runtime.hang`: no loop ended in
-`--hang_timeout`, or SIGUSR1). The launcher names each dump as it appears
+`--hang_timeout`, or SIGUSR2). The launcher names each dump as it appears
 and lists them all at the end: the dumps of every task, gathered in one place.
 
 A restart runs the *same* command, so training resumes from the chief's last
@@ -70,7 +70,7 @@ DIAGNOSTICS_ENV = "TFLOOP_DIAGNOSTICS_DIR"
 #: Exit status when the evaluator outlives `evaluator_timeout_s`, or the
 #: launch its `timeout_s` (as timeout(1)).
 EXIT_EVALUATOR_TIMEOUT = EXIT_TIMEOUT = 124
-#: Seconds the tasks get to write their dumps after SIGUSR1, before they are stopped.
+#: Seconds the tasks get to write their dumps after SIGUSR2, before they are stopped.
 DUMP_WAIT_S = 10.0
 
 #: A task's exit status that says a restart would fail the same way: bin/train's
@@ -174,7 +174,7 @@ class LaunchConfig:
       num_gpus: the GPUs to deal out, 0..num_gpus-1; 0: `$CUDA_VISIBLE_DEVICES`
         if set, else as many as `nvidia-smi -L` lists.
       timeout_s: seconds the whole launch may run; then every task is asked
-        to dump what it is doing (SIGUSR1), stopped, and the exit status is
+        to dump what it is doing (SIGUSR2), stopped, and the exit status is
         124. 0: no limit.
       diagnostics_dir: the folder of the tasks' hang dumps; empty: a
         temporary one, removed at the end when no dump was written.
@@ -409,7 +409,7 @@ class Launcher:
             return 128 + interrupt.signum
         except _TimedOut:
             self._say(f"--timeout: still running after {self.config.timeout_s:g} s; asked "
-                      "every task to dump what it is doing (SIGUSR1); stopping every task; "
+                      "every task to dump what it is doing (SIGUSR2); stopping every task; "
                       f"exit status {EXIT_TIMEOUT}")
             self._ask_for_dumps()
             self._stop_all(first_signal=signal.SIGTERM)
@@ -450,12 +450,12 @@ class Launcher:
         return len(new)
 
     def _ask_for_dumps(self) -> None:
-        """SIGUSR1 to each running task's own process (not its group: its
+        """SIGUSR2 to each running task's own process (not its group: its
         children may die of it), then a bounded wait for their dumps."""
         asked = [proc for proc in self._procs if proc.poll() is None]
         for proc in asked:
             try:
-                os.kill(proc.popen.pid, signal.SIGUSR1)
+                os.kill(proc.popen.pid, signal.SIGUSR2)
             except (ProcessLookupError, PermissionError):
                 pass
         deadline, written = time.monotonic() + DUMP_WAIT_S, 0

@@ -48,13 +48,14 @@ class Watchers:
       phase: `() -> (Controller.running, Controller.running_steps)`.
       train_summaries, eval_summaries: the chief's writers, else None.
       start_step: the step training starts from.
+      run_dir: the run's `RunDir` (where its summaries and diagnostics go).
     """
 
     def __init__(self, *, plan: Any, strategy: Any, trainer: Any,
                  phase: Callable[[], tuple], train_summaries: Optional[SummaryWriter],
-                 eval_summaries: Optional[SummaryWriter], start_step: int):
+                 eval_summaries: Optional[SummaryWriter], start_step: int,
+                 run_dir: layout.RunDir):
         config, role = plan.config, plan.role
-        run_dir = layout.RunDir(config.model_dir)
         clock = getattr(trainer, "clock", None)
         self.watch = hang.HangWatch(
             timeout=config.hang_timeout, task=role.name,

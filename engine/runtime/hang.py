@@ -17,10 +17,12 @@ The phase is the Controller's (train, evaluate, save, or between loops:
 actions), and inside a compiled train loop the step's own phase from the
 worker's clock (`engine.loop.stragglers.WorkerClock`: input, step,
 all-reduce). It dumps again after each further `timeout` while no loop ends,
-and at once on SIGUSR1 (`bin/launch` sends it on its own `--timeout` before
-stopping the tasks): the signal's C handler writes to a pipe this thread
-reads (`signal.set_wakeup_fd`), so a dump comes even while the main thread
-is blocked inside TensorFlow, where a Python signal handler would not run.
+and at once on SIGUSR2 (`bin/launch` sends it on its own `--timeout` before
+stopping the tasks; not SIGUSR1, the start-up watchdog's, which ends a task
+that waited too long for its cluster): the signal's C handler writes to a
+pipe this thread reads (`signal.set_wakeup_fd`), so a dump comes even while
+the main thread is blocked inside TensorFlow, where a Python signal handler
+would not run.
 
 Where: `$TFLOOP_DIAGNOSTICS_DIR` when `bin/launch` set it (so it gathers every
 task's dumps in one folder), else `<model_dir>/diagnostics/`, else (not
@@ -66,7 +68,7 @@ _READ_S = 5.0
 
 class HangWatch:
     """Dumps what this task is doing when no loop ends in `timeout` seconds
-    (0: only on SIGUSR1); see the module docstring.
+    (0: only on SIGUSR2); see the module docstring.
 
     Args:
       timeout: seconds without a loop end before a dump; 0: no deadline.
@@ -131,20 +133,20 @@ class HangWatch:
         read, write = os.pipe()
         os.set_blocking(write, False)
         self._pipe = (read, write)
-        # A Python handler (SIGUSR1's default ends the process) that does
+        # A Python handler (SIGUSR2's default ends the process) that does
         # nothing: the byte the C handler writes to the pipe is the message.
-        handler = signal.signal(signal.SIGUSR1, lambda *_: None)
+        handler = signal.signal(signal.SIGUSR2, lambda *_: None)
         try:
             fd = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
         except (ValueError, OSError):
-            signal.signal(signal.SIGUSR1, handler)
+            signal.signal(signal.SIGUSR2, handler)
             return
         self._previous = {"handler": handler, "fd": fd}
 
     def _uninstall_signal(self) -> None:
         if self._previous:
             signal.set_wakeup_fd(self._previous["fd"])
-            signal.signal(signal.SIGUSR1, self._previous["handler"])
+            signal.signal(signal.SIGUSR2, self._previous["handler"])
             self._previous = {}
         if self._pipe is not None:
             for fd in self._pipe:
@@ -159,7 +161,7 @@ class HangWatch:
         while not self._stop.is_set():
             if self._wait_for_signal(1.0):
                 if not self._stop.is_set():
-                    self.dump("asked (SIGUSR1, e.g. bin/launch's --timeout)")
+                    self.dump("asked (SIGUSR2, e.g. bin/launch's --timeout)")
                 continue
             since = max(self._last_end, last_dump)
             if self.timeout and not self._stop.is_set() and (
@@ -168,7 +170,7 @@ class HangWatch:
                 last_dump = time.monotonic()  # again after another timeout
 
     def _wait_for_signal(self, seconds: float) -> bool:
-        """Whether SIGUSR1 arrived within `seconds` (the wakeup pipe has a byte)."""
+        """Whether SIGUSR2 arrived within `seconds` (the wakeup pipe has a byte)."""
         if self._pipe is None:
             self._stop.wait(seconds)
             return False
@@ -179,7 +181,7 @@ class HangWatch:
             data = os.read(self._pipe[0], 64)
         except OSError:
             return False
-        return any(byte == signal.SIGUSR1 for byte in data)
+        return any(byte == signal.SIGUSR2 for byte in data)
 
     # -- the dump ---------------------------------------------------------------------
 

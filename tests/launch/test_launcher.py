@@ -442,7 +442,7 @@ def test_thread_helpers():
 
 
 def test_launch_timeout_asks_every_task_for_a_dump_and_gathers_them(tmp_path):
-    """--timeout: SIGUSR1 to each task (bin/train's hang watch dumps on it:
+    """--timeout: SIGUSR2 to each task (bin/train's hang watch dumps on it:
     tests/engine/runtime/test_hang.py), the dumps gathered in the one folder
     $TFLOOP_DIAGNOSTICS_DIR named, the tasks stopped, exit status 124. A launch
     that ends with no dump leaves no temporary folder behind."""
@@ -453,7 +453,7 @@ def test_launch_timeout_asks_every_task_for_a_dump_and_gathers_them(tmp_path):
             folder = os.environ["TFLOOP_DIAGNOSTICS_DIR"]
             with open(os.path.join(folder, f"hang-{NAME}.txt"), "w") as f:
                 f.write(f"hang dump: {NAME}")
-        signal.signal(signal.SIGUSR1, dump)
+        signal.signal(signal.SIGUSR2, dump)
         record(NAME + ".pid", os.getpid())
         if len(sys.argv) > 2:
             sys.exit(0)

@@ -1,4 +1,4 @@
-"""engine.runtime.hang: the dump on a deadline and on SIGUSR1, and where it goes."""
+"""engine.runtime.hang: the dump on a deadline and on SIGUSR2, and where it goes."""
 
 import os
 import signal
@@ -46,15 +46,15 @@ def test_no_loop_within_the_timeout_dumps_stacks_phase_and_step_and_goes_on(tmp_
 def test_sigusr1_dumps_at_once_without_a_deadline(tmp_path):
     watch = _watch(tmp_path, phase=lambda: ("save", (0, 0))).start()
     try:
-        os.kill(os.getpid(), signal.SIGUSR1)
+        os.kill(os.getpid(), signal.SIGUSR2)
         dumps = _wait_for_dumps(watch, 1)
     finally:
         watch.stop()
     text = open(dumps[0]).read()
-    assert "why: asked (SIGUSR1" in text and "phase: save (writing a checkpoint)" in text
+    assert "why: asked (SIGUSR2" in text and "phase: save (writing a checkpoint)" in text
     assert "last completed step: none in this process" in text
     # Uninstalled: the handler before it is back.
-    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
+    assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
 
 
 def test_an_unwritable_folder_sends_the_dump_to_the_temporary_directory(tmp_path, monkeypatch):
