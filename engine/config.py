@@ -293,6 +293,12 @@ class RunConfig:
         "auto", "Where the cluster comes from: auto (TF_CONFIG, else Vertex AI's CLUSTER_SPEC, "
         "else a JobSet / Indexed Job pod's JOB_COMPLETION_INDEX with TFLOOP_NUM_WORKERS) | "
         "tf_config | vertex | jobset (that one only; see docs/clusters.md).")
+    hang_timeout: float = option(
+        1800.0, "Seconds without a train loop ending before each task dumps its threads' "
+        "stacks, phase and last step to <model_dir>/diagnostics/ and goes on (0: never).")
+    straggler_threshold: float = option(
+        3.0, "multi_worker: name a worker whose own time per step (outside the all-reduce) is "
+        "over this many times the other workers' median for 3 loops in a row (0: off).")
     # Speed and reproducibility (SECTIONS).
     deterministic: bool = option(
         False, "Deterministic TensorFlow ops and tf.data stages in order: reruns and resumed "
@@ -370,7 +376,10 @@ class RunConfig:
                 f"--intra_op_threads={self.intra_op_threads} must be -1 (a share of the cores "
                 "per CPU replica), 0 (TensorFlow's default) or a count up to "
                 f"{MAX_THREADS}")
-        for name in ("collective_timeout", "eval_timeout", "startup_timeout"):
+        if not (self.straggler_threshold == 0 or 1 < self.straggler_threshold <= 1000):
+            raise ConfigError(f"--straggler_threshold={self.straggler_threshold} must be 0 (off) "
+                              "or a factor above 1 (at most 1000), e.g. 3")
+        for name in ("collective_timeout", "eval_timeout", "startup_timeout", "hang_timeout"):
             value = getattr(self, name)
             if not (math.isfinite(value) and 0 <= value <= MAX_TIMEOUT):
                 raise ConfigError(f"--{name}={value} must be 0 or more seconds, at most "
@@ -488,7 +497,8 @@ SECTIONS = {
                    "ema_decay", "seed", "init_from", "init_from_skip_mismatch"),
     "Keeping and stopping": ("nan_policy", "nan_max_skips", "best_metric", "best_mode",
                              "early_stopping_patience", "export", "max_checkpoints"),
-    "Cluster": ("eval_timeout", "startup_timeout", "auto_shard_policy", "cluster_from"),
+    "Cluster": ("eval_timeout", "startup_timeout", "auto_shard_policy", "cluster_from",
+                "hang_timeout", "straggler_threshold"),
     "Speed and reproducibility": ("deterministic", "jit_compile", "mixed_precision",
                                   "fused_optimizer", "profile_steps", "intra_op_threads"),
 }

@@ -60,6 +60,7 @@ from tfloop.engine.errors import (ClusterFailure, ConfigError, ExportFailure,
 from tfloop.engine.loop.evaluator import AveragedEvaluator, Evaluator
 from tfloop.engine.plan import Plan, make_plan
 from tfloop.engine.loop.summaries import SummaryWriter
+from tfloop.engine.loop.watchers import Watchers
 from tfloop.engine.task import ClassificationTask, Task
 from tfloop.inputs import data_errors
 
@@ -571,12 +572,22 @@ def _run_controller(plan: Plan, b: _Built, trainer, manager, *, restored: Option
     # a signal) stops it after its loop is in the history.
     run_actions.train.insert(0, actions.History("train", b.history))
     run_actions.eval.insert(0, actions.History("eval", b.history))
+    # Hang dumps, stragglers, TensorBoard's restart mark, HParams and graph
+    # (engine.loop.watchers), before the stop request: the last action.
+    watchers = Watchers(
+        plan=plan, strategy=strategy, trainer=trainer, train_summaries=train_summaries,
+        eval_summaries=eval_summaries, start_step=start_step, run_dir=run_dir,
+        phase=lambda: (controller.running, controller.running_steps)) if trains else None
+    if watchers is not None:
+        run_actions.train[-1:-1] = watchers.actions
     controller = Controller(
         global_step=b.global_step, trainer=trainer, evaluator=evaluator,
         steps_per_loop=config.steps_per_loop, checkpoint_manager=manager,
         checkpoint_interval=config.checkpoint_interval,
         train_actions=run_actions.train, eval_actions=run_actions.eval)
     began, status, exported, exporting = time.time(), "failed", None, False
+    if watchers is not None:
+        watchers.start()
     try:
         drive(controller)
         if export_final is not None:
@@ -628,6 +639,8 @@ def _run_controller(plan: Plan, b: _Built, trainer, manager, *, restored: Option
         raise
     finally:
         stop_request.uninstall()
+        if watchers is not None:
+            watchers.finish(controller)
         for writer in (train_summaries, eval_summaries):
             if writer is not None:
                 writer.close()

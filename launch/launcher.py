@@ -22,9 +22,17 @@ The supervision loop, for one launch::
             exit 0 is the end, the workers are stopped with the ps tasks, and
             a worker's death is reported, not fatal; see `Launcher.coordinated`)
           - SIGINT/SIGTERM/SIGHUP to the launcher -> stop all; exit 128+signal
+          - --timeout passed -> SIGUSR2 to every task (each dumps its threads,
+            phase and step), then stop all; exit 124
           - the launcher killed (kill -9, a crash)  -> every task gets SIGKILL
             (`launch.guardian`: PR_SET_PDEATHSIG on Linux, and a guardian
             process that kills the tasks' process groups on any POSIX system)
+
+Diagnostics: every task gets `$TFLOOP_DIAGNOSTICS_DIR`, one folder
+(`--diagnostics_dir`, else a temporary one, removed when it stays empty) where
+`bin/train` writes its hang dumps (`engine.runtime.hang`: no loop ended in
+`--hang_timeout`, or SIGUSR2). The launcher names each dump as it appears
+and lists them all at the end: the dumps of every task, gathered in one place.
 
 A restart runs the *same* command, so training resumes from the chief's last
 checkpoint in `--model_dir`. The evaluator is a sidecar: it is outside the
@@ -48,6 +56,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import IO, Callable, Mapping, Optional, Sequence
@@ -56,8 +65,15 @@ from tfloop.launch import exit_codes, gpus, guardian, threads
 from tfloop.launch.tf_config import (CHIEF, CLUSTER_JOBS, EVALUATOR, PS, WORKER, Role, cluster_spec,
                               tf_config_for)
 
-#: Exit status when the evaluator outlives `evaluator_timeout_s` (as timeout(1)).
-EXIT_EVALUATOR_TIMEOUT = 124
+#: Where each task writes its hang dumps (`engine.runtime.hang`): the
+#: launcher's diagnostics folder, so one place gathers every task's.
+DIAGNOSTICS_ENV = "TFLOOP_DIAGNOSTICS_DIR"
+
+#: Exit status when the evaluator outlives `evaluator_timeout_s`, or the
+#: launch its `timeout_s` (as timeout(1)).
+EXIT_EVALUATOR_TIMEOUT = EXIT_TIMEOUT = 124
+#: Seconds the tasks get to write their dumps after SIGUSR2, before they are stopped.
+DUMP_WAIT_S = 10.0
 
 #: bin/train's status for `engine.errors.UnrecoverableFailure` (an NCCL set-up
 #: or dtype error). Like every status below 128 (`exit_codes.retryable`), the
@@ -163,6 +179,11 @@ class LaunchConfig:
         status then reported. 0: stop them at once. A platform that recreates
         only the failed pod (Kubeflow's TFJob) leaves the survivors' own exit
         status to decide whether the job lives; `bin/launch --spec` shows it.
+      timeout_s: seconds the whole launch may run; then every task is asked
+        to dump what it is doing (SIGUSR2), stopped, and the exit status is
+        124. 0: no limit.
+      diagnostics_dir: the folder of the tasks' hang dumps; empty: a
+        temporary one, removed at the end when no dump was written.
     """
 
     command: tuple[str, ...]
@@ -177,6 +198,8 @@ class LaunchConfig:
     gpu_jobs: tuple[str, ...] = gpus.DEFAULT_GPU_JOBS
     num_gpus: int = 0
     peer_exit_wait_s: float = 0.0
+    timeout_s: float = 0.0
+    diagnostics_dir: str = ""
 
     def __post_init__(self):
         object.__setattr__(self, "command", tuple(self.command))
@@ -192,6 +215,7 @@ class LaunchConfig:
         _check_seconds("grace_period", self.grace_period_s)
         _check_seconds("evaluator_timeout", self.evaluator_timeout_s)
         _check_seconds("peer_exit_wait", self.peer_exit_wait_s)
+        _check_seconds("timeout", self.timeout_s)
         if len(self.tasks) > MAX_TASKS:
             raise LaunchError(f"{len(self.tasks)} tasks is more than the {MAX_TASKS} one launcher "
                               f"starts on one machine; rehearse the cluster with fewer workers")
@@ -229,6 +253,10 @@ class _Interrupted(Exception):
     def __init__(self, signum: int):
         super().__init__(signum)
         self.signum = signum
+
+
+class _TimedOut(Exception):
+    """The launch ran past `timeout_s`."""
 
 
 class _Proc:
@@ -338,6 +366,9 @@ class Launcher:
         self._guardian: _Guardian | None = None
         self._gpus = self._assign_gpus()
         self._threads = self._deal_threads()
+        self._diagnostics = ""  # made by run()
+        self._dumps_seen: set[str] = set()
+        self._deadline: float | None = None
 
     def _assign_gpus(self) -> dict[str, str]:
         """Task label → its `CUDA_VISIBLE_DEVICES` (empty without `gpus_per_task`)."""
@@ -383,6 +414,9 @@ class Launcher:
                       f"({threads.usable_cores()} core(s) / {len(self.config.tasks)} task(s); "
                       f"set {threads.THREADS_ENV}, or {threads.THREADS_FLAG} in the command, "
                       f"to choose)")
+        self._open_diagnostics()
+        if self.config.timeout_s:
+            self._deadline = time.monotonic() + self.config.timeout_s
         previous = self._install_signal_handlers()
         self._guardian = _Guardian()
         try:
@@ -391,11 +425,73 @@ class Launcher:
             self._say(f"got {signal.Signals(interrupt.signum).name}; stopping every task")
             self._stop_all(first_signal=interrupt.signum)
             return 128 + interrupt.signum
+        except _TimedOut:
+            self._say(f"--timeout: still running after {self.config.timeout_s:g} s; asked "
+                      "every task to dump what it is doing (SIGUSR2); stopping every task; "
+                      f"exit status {EXIT_TIMEOUT}")
+            self._ask_for_dumps()
+            self._stop_all(first_signal=signal.SIGTERM)
+            return EXIT_TIMEOUT
         finally:
             # Whatever went wrong (a bug included), leave no task behind.
             self._stop_all(first_signal=signal.SIGTERM)
             self._guardian.close()
             self._restore_signal_handlers(previous)
+            self._gather_diagnostics()
+
+    # -- diagnostics ------------------------------------------------------------------
+
+    def _open_diagnostics(self) -> None:
+        if self.config.diagnostics_dir:
+            self._diagnostics = os.path.abspath(self.config.diagnostics_dir)
+            try:
+                os.makedirs(self._diagnostics, exist_ok=True)
+            except OSError as error:
+                raise LaunchError(f"--diagnostics_dir={self.config.diagnostics_dir}: cannot "
+                                  f"create it: {error.strerror}") from None
+        else:
+            self._diagnostics = tempfile.mkdtemp(prefix="launch-diagnostics-")
+
+    def _dumps(self) -> list[str]:
+        try:
+            return sorted(name for name in os.listdir(self._diagnostics)
+                          if not name.startswith("."))
+        except OSError:
+            return []
+
+    def _report_new_dumps(self) -> int:
+        """Names each dump that appeared since the last look; how many did."""
+        new = [name for name in self._dumps() if name not in self._dumps_seen]
+        for name in new:
+            self._dumps_seen.add(name)
+            self._say(f"a task wrote a hang dump: {os.path.join(self._diagnostics, name)}")
+        return len(new)
+
+    def _ask_for_dumps(self) -> None:
+        """SIGUSR2 to each running task's own process (not its group: its
+        children may die of it), then a bounded wait for their dumps."""
+        asked = [proc for proc in self._procs if proc.poll() is None]
+        for proc in asked:
+            try:
+                os.kill(proc.popen.pid, signal.SIGUSR2)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline, written = time.monotonic() + DUMP_WAIT_S, 0
+        while written < len(asked) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            written += self._report_new_dumps()
+
+    def _gather_diagnostics(self) -> None:
+        """Lists every dump of the launch, or removes the empty temporary folder."""
+        if not self._diagnostics:
+            return
+        self._report_new_dumps()
+        dumps = self._dumps()
+        if dumps:
+            self._say(f"diagnostics: {len(dumps)} hang dump(s) of the tasks in "
+                      f"{self._diagnostics}: {', '.join(dumps)}")
+        elif not self.config.diagnostics_dir:
+            shutil.rmtree(self._diagnostics, ignore_errors=True)
 
     def _run_attempts(self) -> int:
         attempts = 1 + self.config.max_restarts
@@ -461,8 +557,14 @@ class Launcher:
         """Waits until a cluster task fails (returns it) or training succeeded (None)."""
         evaluator_reported = False
         lost_workers: set[str] = set()
+        last_look = time.monotonic()
         while True:
             self._check_signal()
+            if self._deadline is not None and time.monotonic() > self._deadline:
+                raise _TimedOut
+            if time.monotonic() - last_look > 1.0:
+                self._report_new_dumps()
+                last_look = time.monotonic()
             done = True
             for proc in self._procs:
                 code = proc.poll()
@@ -549,6 +651,7 @@ class Launcher:
     def _start(self, task: Role, own_env: Mapping[str, Optional[str]]) -> _Proc:
         env = {name: value for name, value in {**self._env, **own_env, "PYTHONUNBUFFERED": "1"}
                .items() if value is not None}
+        env[DIAGNOSTICS_ENV] = self._diagnostics
         if task.label in self._gpus:
             env["CUDA_VISIBLE_DEVICES"] = self._gpus[task.label]
         if self._threads:

@@ -122,7 +122,7 @@ class Controller:
         #: Why the last `train` call stopped early (`StopTraining`), or None.
         self.stopped_early: Optional[str] = None
         #: "train" or "evaluate" while the trainer's or the evaluator's loop
-        #: runs (and after it raised), else None, and the global steps it
+        #: runs (and after it raised), "save" while a checkpoint is written, else None, and the global steps it
         #: started after and was to end at: where an error came from
         #: (`engine.task_failures` names the task's dataset and steps by them;
         #: the global step itself may run ahead of a loop that failed).
@@ -280,7 +280,10 @@ class Controller:
 
     def save_checkpoint(self) -> Optional[str]:
         """Saves `ckpt-<step>` unless one exists for this step already."""
-        return checkpointing.save(self.checkpoint_manager, self.step)
+        self.running = "save"  # for a hang dump (engine.runtime.hang); no error names it
+        path = checkpointing.save(self.checkpoint_manager, self.step)
+        self.running = None
+        return path
 
     def _steps_to_next_stop(self, step: int, target: int, eval_interval: int) -> int:
         stops = [step + self.steps_per_loop, target]

@@ -64,10 +64,28 @@ REMEDIES = ("prefetch (dataset.prefetch(tf.data.AUTOTUNE) last), parallel map "
 # --- inside the compiled loop ------------------------------------------------------------
 
 
-def stamp_after(tensors) -> tf.Tensor:
-    """Seconds since the epoch (float64), taken once all of `tensors` are computed."""
+def timestamps_allowed() -> bool:
+    """Whether `tf.timestamp` runs here: not once op determinism is enabled
+    (`--deterministic`: "Timestamp cannot be called when determinism is
+    enabled"; process-wide, and the probe is the public way to ask). There
+    the loop is not timed: its breakdown, mfu and the straggler table say so."""
+    try:
+        tf.timestamp()
+    except tf.errors.FailedPreconditionError:
+        return False
+    return True
+
+
+def now(timed: bool = True) -> tf.Tensor:
+    """Seconds since the epoch (float64); 0 when the loop is not `timed`."""
+    return tf.timestamp() if timed else zero()
+
+
+def stamp_after(tensors, timed: bool = True) -> tf.Tensor:
+    """Seconds since the epoch (float64), taken once all of `tensors` are
+    computed; 0 when the loop is not `timed`."""
     with tf.control_dependencies([t for t in tf.nest.flatten(tensors) if t is not None]):
-        return tf.timestamp()
+        return now(timed)
 
 
 def held_until(tensors: Sequence[tf.Tensor], stamp: tf.Tensor) -> list[tf.Tensor]:

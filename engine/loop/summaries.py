@@ -16,10 +16,14 @@ class SummaryWriter:
         self.logdir = logdir
         self._writer: Optional[tf.summary.SummaryWriter] = None
 
-    def write(self, step: int, scalars: Mapping[str, float]) -> None:
+    def tf_writer(self) -> tf.summary.SummaryWriter:
+        """TensorFlow's writer, created now if not yet (`engine.loop.board` writes more kinds)."""
         if self._writer is None:
             self._writer = tf.summary.create_file_writer(self.logdir)
-        with self._writer.as_default(step=step):
+        return self._writer
+
+    def write(self, step: int, scalars: Mapping[str, float]) -> None:
+        with self.tf_writer().as_default(step=step):
             for name, value in scalars.items():
                 tf.summary.scalar(name, value)
         self._writer.flush()

@@ -95,6 +95,7 @@ from tfloop.engine.loop.replica_step import (accumulated_gradients, hook_gradien
                                              replica_gradients)
 from tfloop.engine.recipe.objectives import BoundObjective
 from tfloop.engine.loop.replica_sums import EXAMPLES, ReplicaSums
+from tfloop.engine.loop.stragglers import WorkerClock
 from tfloop.engine.loop.runner import AbstractTrainer, Metrics
 from tfloop.engine.runtime import hardware
 from tfloop.engine.runtime.hardware import Peak
@@ -228,6 +229,11 @@ class Trainer(AbstractTrainer):
                                        step_fn=self._probe_step(o) if o.gradients else None))
             for o in self.objectives
         ]
+        # This worker's input and all-reduce time, and the step's phase (engine.loop.stragglers).
+        self.clock = WorkerClock()
+        # Whether the loop is timed (engine.loop.step_time): not under op
+        # determinism, where TensorFlow refuses tf.timestamp.
+        self.timed = step_time.timestamps_allowed()
         # Destroyed without a stall when the trainer goes (engine.loop.iterators).
         self._iterator = iterators.distributed(
             strategy.experimental_distribute_dataset(train_dataset))
@@ -271,7 +277,7 @@ class Trainer(AbstractTrainer):
         end = int(self.global_step.numpy())
         self.last_loop_time = step_time.LoopTime(
             start=start, steps=end - start, seconds=seconds, input=float(waited["input"]),
-            all_reduce=float(waited["all_reduce"]))
+            all_reduce=float(waited["all_reduce"])) if self.timed else None
         self._loops += 1
         if self._loops > 1:  # the first loop traces and compiles: its mfu would mean nothing
             mfu = step_flops.mfu(self.flops_per_step(), end - start, seconds,
@@ -322,11 +328,11 @@ class Trainer(AbstractTrainer):
             sums.reset()
         skipped = tf.constant(0, tf.int64)
         input_wait, all_reduce = step_time.zero(), step_time.zero()  # engine.loop.step_time
-        stepped = tf.timestamp()  # when the previous step ended (loop-carried)
+        stepped = step_time.now(self.timed)  # when the previous step ended (loop-carried)
         for _ in tf.range(num_steps):
-            batch = next(iterator)
+            batch = self.clock.next(iterator)  # the phase, for a hang dump
             input_wait += step_time.stamp_after(
-                [stepped, self.strategy.experimental_local_results(batch)]) - stepped
+                [stepped, self.strategy.experimental_local_results(batch)], self.timed) - stepped
             schedules.assign(self.objectives, self.global_step)  # the rate of this global step
             step_skipped = tf.constant(False)
             for index, objective in enumerate(self.objectives):
@@ -335,7 +341,8 @@ class Trainer(AbstractTrainer):
                 all_reduce += reducing
             # Once the updates are applied too: read after each optimizer's step count.
             stepped = step_time.stamp_after([step_skipped, all_reduce] + [
-                tf.identity(objective.optimizer.iterations) for objective in self.objectives])
+                tf.identity(objective.optimizer.iterations) for objective in self.objectives],
+                self.timed)
             if self.average is not None:
                 self.average.update(self.global_step)
             self.global_step.assign_add(1)
@@ -420,13 +427,13 @@ class Trainer(AbstractTrainer):
         grads, reported_loss, metrics = self._gradients[index](batch)
         present = [i for i, g in enumerate(grads) if g is not None]
         # Timed (engine.loop.step_time): the all-reduce starts after `ready`.
-        ready = step_time.stamp_after([grads[i] for i in present])
+        ready = step_time.stamp_after([grads[i] for i in present], self.timed)
         # The one all-reduce of this objective's gradients, through the selected collective.
         reduced = tf.distribute.get_replica_context().merge_call(
             self._all_reduce, args=(step_time.held_until([grads[i] for i in present], ready),
                                     [variables[i] for i in present])
         )
-        done = step_time.stamp_after(reduced)
+        done = step_time.stamp_after(reduced, self.timed)
         # Under mixed_float16 the reduced gradients are still multiplied by the
         # loss scale (the optimizer divides it out): norms are taken of the real ones.
         scale = precision.loss_scale(objective.optimizer)
@@ -469,4 +476,5 @@ class Trainer(AbstractTrainer):
     def _all_reduce(self, strategy, grads, destinations):
         if strategy.num_replicas_in_sync == 1:
             return grads
-        return self.collective.batch_all_reduce(grads, destinations)
+        return self.clock.all_reduce(
+            strategy, lambda: self.collective.batch_all_reduce(grads, destinations), grads)

@@ -15,6 +15,8 @@ and the atomic reads and writes of the run's records.
       export/.<step>.tmp-*/  one being written
       best/                  the best evaluation (loop.best): best.json, state.json,
                              ckpt-<step>, export/<step>/
+      diagnostics/           hang-<task>-<pid>-<n>.txt: what a task was doing when no
+                             loop ended in --hang_timeout, or when asked (runtime.hang)
 
 `RunDir(model_dir)` gives each path. Paths are joined with `posixpath`: every
 TensorFlow filesystem (a local path, gs://, ram://) takes `/`, and one joiner
@@ -54,6 +56,7 @@ EXPORT = "export"
 BEST = "best"
 BEST_JSON = "best.json"
 BEST_STATE = "state.json"
+DIAGNOSTICS = "diagnostics"
 #: The suffix of a file `write_text` is writing.
 TEMPORARY = ".tmp"
 #: A checkpoint's files; a save in progress (TensorFlow names it); an export
@@ -142,10 +145,23 @@ class RunDir:
     def best_state(self) -> str:
         return self.path(BEST_STATE)
 
+    @property
+    def diagnostics(self) -> str:
+        return self.path(DIAGNOSTICS)
+
+    def hang_dump(self, task: str, pid: int, number: int) -> str:
+        """`diagnostics/hang-worker_1-<pid>-<n>.txt`: a task's n-th dump."""
+        return self.path(DIAGNOSTICS, hang_dump_name(task, pid, number))
+
     def directories(self, *, export: bool, best: bool) -> list[str]:
         """The folders a run keeps here (for the check that no file is in their way)."""
         names = [self.summaries(), self.summaries("train"), self.summaries("eval")]
         return names + ([self.exports] if export else []) + ([self.path(BEST)] if best else [])
+
+
+def hang_dump_name(task: str, pid: int, number: int) -> str:
+    """The file name of a hang dump, also where `diagnostics/` is not under a model_dir."""
+    return f"hang-{task.replace(':', '_')}-{pid}-{number}.txt"
 
 
 # --- Atomic records. ---

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -492,3 +493,41 @@ def test_thread_helpers():
     assert threads.chosen_in(["bin/train", "--intra_op_threads=1"])
     assert threads.chosen_in(["bin/train", "--intra_op_threads", "1"])
     assert not threads.chosen_in(["bin/train", "--intra_op_threads_x=1"])
+
+
+def test_launch_timeout_asks_every_task_for_a_dump_and_gathers_them(tmp_path):
+    """--timeout: SIGUSR2 to each task (bin/train's hang watch dumps on it:
+    tests/engine/runtime/test_hang.py), the dumps gathered in the one folder
+    $TFLOOP_DIAGNOSTICS_DIR named, the tasks stopped, exit status 124. A launch
+    that ends with no dump leaves no temporary folder behind."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    command = _script(tmp_path, """
+        def dump(signum, frame):
+            folder = os.environ["TFLOOP_DIAGNOSTICS_DIR"]
+            with open(os.path.join(folder, f"hang-{NAME}.txt"), "w") as f:
+                f.write(f"hang dump: {NAME}")
+        signal.signal(signal.SIGUSR2, dump)
+        record(NAME + ".pid", os.getpid())
+        if len(sys.argv) > 2:
+            sys.exit(0)
+        time.sleep(60)
+    """)
+    result = run_bin("launch", "--num_workers=2", "--timeout=2", "--grace_period=2", "--",
+                     *command, env={"TMPDIR": str(temp)}, timeout=60)
+    assert result.returncode == 124, result.stderr
+    assert "launch: --timeout: still running after 2 s; asked every task" in result.stderr
+    gathered = re.search(r"launch: diagnostics: 2 hang dump\(s\) of the tasks in (\S+): "
+                         r"hang-worker0\.txt, hang-worker1\.txt", result.stderr)
+    assert gathered, result.stderr
+    folder = gathered.group(1)
+    assert os.path.dirname(folder) == str(temp)
+    assert open(os.path.join(folder, "hang-worker1.txt")).read() == "hang dump: worker1"
+    _assert_all_gone(_pids(tmp_path))
+
+    for name in os.listdir(temp):
+        shutil.rmtree(temp / name)
+    finished = run_bin("launch", "--num_workers=1", "--", *command, "done",
+                       env={"TMPDIR": str(temp)}, timeout=60)
+    assert finished.returncode == 0, finished.stderr
+    assert os.listdir(temp) == [] and "diagnostics" not in finished.stderr

@@ -14,7 +14,7 @@ from tfloop.engine.run_dir import layout
 
 ENGINE = Path(__file__).resolve().parents[3] / "engine"
 NAMES = {"run.json", "metrics.json", "evaluations.json", "best.json", "state.json", "summaries",
-         "damaged", "train.lock", "evaluate.lock"}
+         "damaged", "train.lock", "evaluate.lock", "diagnostics"}
 
 
 @pytest.mark.parametrize("root", ["/runs/a", "gs://bucket/runs/a", "ram://runs/a"])
@@ -30,6 +30,8 @@ def test_run_dir_names_every_path_with_slashes_for_any_filesystem(root):
     assert run_dir.damaged == f"{root}/damaged"
     assert run_dir.lock("train") == f"{root}/train.lock"
     assert run_dir.summaries() == f"{root}/summaries"
+    assert run_dir.diagnostics == f"{root}/diagnostics"
+    assert run_dir.hang_dump("worker:1", 42, 3) == f"{root}/diagnostics/hang-worker_1-42-3.txt"
     assert run_dir.summaries("eval") == f"{root}/summaries/eval"
     assert run_dir.export(7) == f"{root}/export/7"
     staging = run_dir.export_staging(7)

@@ -1,0 +1,103 @@
+"""What a training run adds to see inside itself, in one place for `engine.run`:
+
+- the hang watch on every task (`engine.runtime.hang`, `--hang_timeout`),
+  told by an action when each loop ends;
+- the straggler table in a multi-worker cluster (`engine.loop.stragglers`,
+  `--straggler_threshold`), an action on every worker;
+- on the chief, TensorBoard's restart mark, HParams, the loop's graph and the
+  final metrics (`engine.loop.board`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Callable, Optional
+
+import tensorflow as tf
+
+from tfloop.engine.loop import board
+from tfloop.engine.loop.actions import Action, LoopEnd
+from tfloop.engine.loop.stragglers import Stragglers
+from tfloop.engine.loop.summaries import SummaryWriter
+from tfloop.engine.run_dir import layout
+from tfloop.engine.errors import one_line
+from tfloop.engine.runtime import hang
+
+logger = logging.getLogger(__name__)
+
+
+class _LoopEnded(Action):
+    """Tells the hang watch that a loop ended."""
+
+    def __init__(self, watch: hang.HangWatch):
+        self.watch = watch
+
+    def __call__(self, loop: LoopEnd) -> None:
+        self.watch.loop_ended(loop.step)
+
+
+class Watchers:
+    """Built before the Controller (its actions go in the Controller's list);
+    `phase` reads the Controller once it exists.
+
+    Args:
+      plan: the run's plan (config, role, strategy spec).
+      strategy: the run's strategy.
+      trainer: the trainer (its `clock`, where it has one).
+      phase: `() -> (Controller.running, Controller.running_steps)`.
+      train_summaries, eval_summaries: the chief's writers, else None.
+      start_step: the step training starts from.
+      run_dir: the run's `RunDir` (where its summaries and diagnostics go).
+    """
+
+    def __init__(self, *, plan: Any, strategy: Any, trainer: Any,
+                 phase: Callable[[], tuple], train_summaries: Optional[SummaryWriter],
+                 eval_summaries: Optional[SummaryWriter], start_step: int,
+                 run_dir: layout.RunDir):
+        config, role = plan.config, plan.role
+        clock = getattr(trainer, "clock", None)
+        self.watch = hang.HangWatch(
+            timeout=config.hang_timeout, task=role.name,
+            directory=hang.directory_for(run_dir.diagnostics),
+            file_name=lambda number: layout.hang_dump_name(role.name, os.getpid(), number),
+            phase=phase, step_phase=clock.describe_phase if clock is not None else None)
+        self.actions: list[Action] = [_LoopEnded(self.watch)]
+        # Every worker decides alike (the table is a collective): same flags, same determinism.
+        if (plan.spec.name == "multi_worker" and role.num_workers > 1
+                and config.straggler_threshold and clock is not None):
+            if getattr(trainer, "timed", False):
+                self.actions.append(Stragglers(strategy=strategy,
+                                               times=lambda: trainer.last_loop_time, role=role,
+                                               threshold=config.straggler_threshold,
+                                               writer=train_summaries))
+            elif role.is_chief:
+                logger.info("stragglers: not measured under --deterministic (TensorFlow "
+                            "refuses tf.timestamp when op determinism is enabled)")
+        self._writers = [w for w in (train_summaries, eval_summaries) if w is not None]
+        self._root = SummaryWriter(run_dir.summaries()) if train_summaries is not None else None
+        if train_summaries is not None:
+            self.actions.append(board.TrainGraph(train_summaries))
+        self._config = config
+        self._start_step = start_step
+
+    def start(self) -> None:
+        """The chief's TensorBoard marks, then the hang watch's thread."""
+        if self._root is not None:
+            for writer in (*self._writers, self._root):
+                board.mark_start(writer, self._start_step)
+            board.write_hparams(self._root, self._config.as_dict(), step=self._start_step)
+        self.watch.start()
+
+    def finish(self, controller: Any) -> None:
+        """Stops the watch; the chief writes the final metrics for HParams."""
+        self.watch.stop()
+        if self._root is None:
+            return
+        metrics = {"train": controller.last_train_metrics, "eval": controller.last_eval_metrics}
+        try:  # on the way out of a failing run too: its own error is the one to report
+            board.write_final_metrics(self._root, controller.step, metrics)
+            self._root.close()
+        except (tf.errors.OpError, OSError) as error:
+            logger.warning("could not write the final metrics for TensorBoard's HParams: %s",
+                           one_line(str(error), 160))
