@@ -12,8 +12,12 @@ the binaries it starts) before TensorFlow imports. Tests that need a GPU carry
 """
 
 import os
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The measured peak FLOP rate (engine.runtime.hardware) is kept in a folder
+# of the suite's own, not the user's ~/.cache, for this process and the binaries it runs.
+os.environ.setdefault("TFLOOP_CACHE_DIR", tempfile.mkdtemp(prefix="tfloop-test-cache-"))
 
 from helpers import COMPARED_THREADS, hide_gpus  # noqa: E402  (imports no TensorFlow)
 

@@ -93,6 +93,8 @@ def _scalars(logdir):
     for path in sorted(glob.glob(os.path.join(str(logdir), "events.out.tfevents.*"))):
         for event in tf.compat.v1.train.summary_iterator(path):
             for value in event.summary.value:
+                if value.metadata.plugin_data.plugin_name != "scalars":
+                    continue  # the run's graph and HParams are there too
                 values.setdefault(value.tag, []).append(
                     (event.step, float(tf.make_ndarray(value.tensor))))
     return values
@@ -123,7 +125,7 @@ def test_a_fast_pipeline_is_not_input_bound_and_mfu_is_reported(tmp_path, caplog
                            devices="cpu:0")
     assert not [line for line in lines if "input-bound" in line], lines
     progress = [line for line in lines if line.startswith("train step 12/12")]
-    assert len(progress) == 1 and "  mfu 0." in progress[0], progress
+    assert len(progress) == 1 and float(progress[0].split("  mfu ")[1].split()[0]) > 0, progress
     written = json.loads(open(RunDir(str(tmp_path / "run")).metrics_json).read())
     assert written["mfu"] > 0 and written["train/mfu"] > 0
     assert written["peak_flops_per_second"] > 0 and "matmul rate" in written["peak_source"]
