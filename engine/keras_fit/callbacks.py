@@ -34,6 +34,7 @@ import keras
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.loop.actions import Action, LoopEnd, StopTraining, next_multiple
 from tfloop.engine.loop.preemption import StopRequest
+from tfloop.engine.loop.step_flops import MFU
 
 #: Keras callbacks that write files or send logs: the chief's job in a cluster.
 _WRITERS = (keras.callbacks.CSVLogger, keras.callbacks.TensorBoard,
@@ -47,8 +48,9 @@ _REFUSED = {
     "by itself, mid-epoch included: run the same call again",
 }
 
-#: Engine metrics that are not Keras logs.
-_NOT_LOGGED = ("examples",)
+#: Engine metrics that are not Keras logs: counts and speed (mfu differs by
+#: worker, and a callback's decision must be the same on every one).
+_NOT_LOGGED = ("examples", MFU)
 
 
 def check(callbacks: Sequence[Any]) -> list:

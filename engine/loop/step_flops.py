@@ -76,6 +76,11 @@ def count(fn: Callable[[Any], Any], spec: Any) -> Optional[float]:
     return float(flops) or None
 
 
+#: The metric: a loop's fraction of the devices' peak rate. A measure of this
+#: process's speed, not of the model (it differs by worker).
+MFU = "mfu"
+
+
 def mfu(flops_per_step: Optional[float], steps: int, seconds: float,
         peak_flops_per_second: Optional[float]) -> Optional[float]:
     """The fraction of the peak rate `steps` steps in `seconds` reached."""

@@ -46,6 +46,7 @@ from typing import Callable, Optional, Sequence
 import tensorflow as tf
 
 from tfloop.engine.loop.actions import Action, LoopEnd, crossed
+from tfloop.engine.loop.step_flops import MFU
 from tfloop.engine.loop.summaries import SummaryWriter
 from tfloop.engine.runtime import hardware
 
@@ -188,7 +189,7 @@ class Report(Action):
         if time is None:
             return
         self.loops += 1
-        mfu = loop.metrics.get("mfu")
+        mfu = loop.metrics.get(MFU)
         if self.loops == 2 or self.asked:  # the first loop traces and compiles
             self.asked = False
             self._log(time, mfu)

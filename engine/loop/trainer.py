@@ -283,7 +283,7 @@ class Trainer(AbstractTrainer):
             mfu = step_flops.mfu(self.flops_per_step(), end - start, seconds,
                                  self.peak.flops_per_second if self.peak else None)
             if mfu is not None:
-                metrics["mfu"] = mfu
+                metrics[step_flops.MFU] = mfu
         if self.max_skips and int(self._skip_streak.numpy()) >= self.max_skips:
             raise NonFinite(
                 f"{self.max_skips} steps in a row had non-finite gradients (steps "
