@@ -35,3 +35,12 @@ def test_the_quickstart_runs_as_written_and_a_second_run_says_it_trains_nothing(
                                 "(train_steps=300): nothing to train; to train more raise "
                                 "train_steps"), warned[0]
     assert "to start fresh give another model_dir" in warned[0]
+
+
+def test_readme_shows_the_quickstart_as_it_is():
+    """README's first Python block is examples/quickstart.py's code, so the
+    example a reader copies is the one this file runs."""
+    readme = open(os.path.join(REPO, "README.md")).read()
+    block = readme.split("```python\n", 1)[1].split("```\n", 1)[0]
+    code = open(os.path.join(REPO, "examples", "quickstart.py")).read()
+    assert block == code[code.index("import keras"):]
