@@ -64,6 +64,21 @@ def test_bad_input_is_one_line_and_leaves_no_model_dir(tmp_path, args, message):
     assert not model_dir.exists()
 
 
+def test_a_flag_wrong_on_its_own_is_refused_before_tensorflow_is_imported(tmp_path):
+    """Each given flag alone is checked right after parsing (bin/train's
+    `check_flags`): a `tensorflow` that fails on import proves it is never
+    reached, so a typo costs no TensorFlow start-up. (That the early check
+    leaves the checks of flags together to the remembered values:
+    tests/engine/run_dir/test_resume_changes.py.)"""
+    stub = tmp_path / "stub" / "tensorflow"
+    stub.mkdir(parents=True)
+    (stub / "__init__.py").write_text("raise ImportError('tensorflow was imported')\n")
+    result = run_bin("train", f"--model_dir={tmp_path / 'run'}", "--ema_decay=1",
+                     env={"PYTHONPATH": str(stub.parent)})
+    assert_one_line_error(result, contains="--ema_decay=1.0 must be at least 0 and below 1")
+    assert result.returncode == 2 and not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("cluster, message", [
     ({"worker": ["localhost:70000"]}, "port is not between 1 and 65535"),
     ({"worker": ["localhost:23456", "localhost:23456"]}, "to both worker:0 and worker:1"),
