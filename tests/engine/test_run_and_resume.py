@@ -97,7 +97,8 @@ def test_a_run_on_another_tf_filesystem_trains_resumes_and_reads_back():
     flags = dict(strategy="mirrored", devices="cpu:0,cpu:1", global_batch_size=64,
                  steps_per_loop=10, checkpoint_interval=10, summary_interval=10,
                  model_dir=model_dir)
-    first = run(RunConfig(train_steps=20, **flags))
+    # The first run only trains (the second's evaluation, summaries and export are read back).
+    first = run(RunConfig(train_steps=20, mode="train", export=False, **flags))
     second = run(RunConfig(train_steps=30, **flags))
     assert (first["step"], second["step"]) == (20, 30)
     assert second["resumed_from"] == f"{model_dir}/ckpt-20"
