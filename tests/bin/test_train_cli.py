@@ -98,7 +98,8 @@ def test_cnn_reaches_95_percent_on_real_handwritten_digits(tmp_path):
     result = run_bin(
         "train", "--strategy=mirrored", "--devices=cpu:0,cpu:1", "--model=cnn",
         "--dataset=mnist", f"--data_dir={tmp_path}", f"--model_dir={model_dir}",
-        "--global_batch_size=64", "--train_steps=300", "--steps_per_loop=100",
+        # 150 steps: eval accuracy 0.99 here (0.98 at step 100), a wide margin over the bar.
+        "--global_batch_size=64", "--train_steps=150", "--steps_per_loop=50", "--noexport",
         "--optimizer=adam", "--learning_rate=0.002",
         env={"TF_NUM_INTRAOP_THREADS": None},  # compares nothing: the default split of the cores
     )
@@ -107,7 +108,7 @@ def test_cnn_reaches_95_percent_on_real_handwritten_digits(tmp_path):
         metrics = json.load(f)
     assert metrics["eval/examples"] == 360  # every test digit, the partial batch included
     assert metrics["eval/accuracy"] >= 0.95, metrics
-    assert "eval  step 300" in result.stdout
+    assert "eval  step 150" in result.stdout
     # Two CPU replicas share the cores: each op gets cores // 2 threads (engine/runtime/devices.py).
     threads = max(1, devices.usable_cores() // 2)
     assert f"{threads} intra-op thread(s) per op" in result.stdout
