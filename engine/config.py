@@ -155,7 +155,11 @@ def check_field(name: str, value) -> None:
                 f"--intra_op_threads={value} must be -1 (a share of the cores "
                 "per CPU replica), 0 (TensorFlow's default) or a count up to "
                 f"{MAX_THREADS}")
-    elif name in ("collective_timeout", "eval_timeout", "startup_timeout"):
+    elif name == "straggler_threshold":  # a field of main's observability merge
+        if not (value == 0 or 1 < value <= 1000):
+            raise ConfigError(f"--straggler_threshold={value} must be 0 (off) "
+                              "or a factor above 1 (at most 1000), e.g. 3")
+    elif name in ("collective_timeout", "eval_timeout", "startup_timeout", "hang_timeout"):
         if not (math.isfinite(value) and 0 <= value <= MAX_TIMEOUT):
             raise ConfigError(f"--{name}={value} must be 0 or more seconds, at most "
                               f"{MAX_TIMEOUT:.0f} (a week)")
