@@ -155,7 +155,7 @@ def check_field(name: str, value) -> None:
                 f"--intra_op_threads={value} must be -1 (a share of the cores "
                 "per CPU replica), 0 (TensorFlow's default) or a count up to "
                 f"{MAX_THREADS}")
-    elif name == "straggler_threshold":  # a field of main's observability merge
+    elif name == "straggler_threshold":
         if not (value == 0 or 1 < value <= 1000):
             raise ConfigError(f"--straggler_threshold={value} must be 0 (off) "
                               "or a factor above 1 (at most 1000), e.g. 3")
