@@ -184,6 +184,7 @@ def run(
     user_errors: Optional[tuple[type[Exception], ...]] = None,
     skip_teardown: bool = False,
     command_required: Callable[[], bool] = lambda: True,
+    check_flags: Optional[Callable[[], None]] = None,
 ) -> None:
     """`absl.app.run(main)`, with user mistakes and Ctrl-C turned into exit codes.
 
@@ -194,6 +195,10 @@ def run(
         `--` (`bin/launch`): only arguments before `--` are this binary's flags.
       command_required: asked once the flags are parsed: whether a missing
         command after `--` is a mistake (`bin/launch --spec` runs the spec's).
+      check_flags: called once the flags are parsed, before TensorFlow is
+        imported: a `ConfigError` it raises is one line and exit 2 within a
+        second instead of after the import's seconds (`bin/train`:
+        `flag_defs.check_given_run_flags`).
       user_errors: exceptions reported as one line; default `user_error_types()`
         (importing it imports TensorFlow, which `bin/launch` avoids).
       skip_teardown: once `main` has returned or failed (everything it writes
@@ -225,6 +230,13 @@ def run(
             fail(program, f"unexpected argument {rest[1]!r}{where}; flags take the form --name=value")
         if command_after_dashdash and not command and command_required():
             fail(program, f"missing command after '--'; usage: {program} [flags] -- COMMAND [ARGS...]")
+        if check_flags is not None:
+            from tfloop.engine.errors import ConfigError  # imports no TensorFlow
+
+            try:
+                check_flags()
+            except ConfigError as error:
+                fail(program, str(error))
         return [argv[0], *command]
 
     def guarded(argv: list[str]) -> Optional[int]:

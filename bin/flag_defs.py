@@ -73,6 +73,20 @@ def platform_dir_defaults(environ: Mapping[str, str] = os.environ) -> list[str]:
     return said
 
 
+def check_given_run_flags(names: Iterable[str]) -> None:
+    """`config.check_field` over the flags of `names` given on the command
+    line: a value wrong whatever the others say (`--collective_timeout=nan`)
+    is refused right after parsing, before TensorFlow's import. Only the given
+    ones: a flag left out may yet take the value remembered in run.json
+    (`remembered_run_values`), and the checks of fields together wait for it
+    (`RunConfig`)."""
+    from tfloop.engine.config import check_field
+
+    for name in names:
+        if flags.FLAGS[name].present:
+            check_field(name, flags.FLAGS[name].value)
+
+
 def remembered_run_values(names: Iterable[str]) -> dict:
     """`run_flag_values`, with the task/model/data flags not given on the
     command line taken from what trained `--model_dir` (its run.json), so

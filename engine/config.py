@@ -109,6 +109,93 @@ def check_model_dir_text(path: str) -> None:
             "UTF-8 names only; rename the directory, or choose another") from None
 
 
+#: Integer fields and their ranges (`check_field`): a step count past int32
+#: would wrap inside the compiled loop, a seed past 32 bits fails deep in NumPy.
+_POSITIVE = ("global_batch_size", "steps_per_loop", "max_checkpoints", "image_size",
+             "accumulation_steps", "nan_max_skips")
+_NON_NEGATIVE = ("train_steps", "checkpoint_interval", "summary_interval", "eval_interval",
+                 "seed", "epochs", "steps_per_epoch", "per_replica_batch_size", "warmup_steps",
+                 "early_stopping_patience", "check_collective", "virtual_gpus")
+_CEILINGS = {"seed": SEED_MAX, "image_size": MAX_IMAGE_SIZE, "virtual_gpus": MAX_VIRTUAL_GPUS}
+#: Fields that take one of a few words: (the words, what the error calls one).
+_CHOICES = {"auto_shard_policy": (SHARD_POLICIES, "policy"),
+            "cluster_from": (platforms.SOURCES, "cluster source"),
+            "mode": (MODES, "mode"), "mixed_precision": (PRECISIONS, "policy"),
+            "lr_schedule": (LR_SCHEDULES, "schedule"), "scale_learning_rate": (LR_SCALING, "rule"),
+            "nan_policy": (NAN_POLICIES, "policy"), "best_mode": (BEST_MODES, "mode")}
+
+
+def check_field(name: str, value) -> None:
+    """Raises the one-line ConfigError for a value of `RunConfig` field `name`
+    that is wrong whatever the other fields say (a bound, a choice, a finite
+    number, the text of --model_dir); fields with no such check pass.
+
+    `RunConfig` runs it over every field before its checks of fields
+    together; `bin/train` runs it over the flags given on the command line
+    right after parsing them, before TensorFlow's import (seconds) and before
+    a resumed run's remembered values are read: a typo is answered at once.
+    Imports no TensorFlow.
+    """
+    if name in _POSITIVE or name in _NON_NEGATIVE:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ConfigError(f"--{name}={value!r} must be an integer")
+        low = 1 if name in _POSITIVE else 0
+        high = _CEILINGS.get(name, INT32_MAX)
+        if not low <= value <= high:
+            what = "a positive integer" if low else "0 or more"
+            raise ConfigError(f"--{name}={value} must be {what}, at most {high}")
+    elif name == "eval_steps":
+        if not (value == -1 or 1 <= value <= INT32_MAX):
+            raise ConfigError(
+                f"--eval_steps={value} must be a positive number of batches "
+                f"(at most {INT32_MAX}), or -1 for the whole eval split")
+    elif name == "intra_op_threads":
+        if not -1 <= value <= MAX_THREADS:
+            raise ConfigError(
+                f"--intra_op_threads={value} must be -1 (a share of the cores "
+                "per CPU replica), 0 (TensorFlow's default) or a count up to "
+                f"{MAX_THREADS}")
+    elif name == "straggler_threshold":
+        if not (value == 0 or 1 < value <= 1000):
+            raise ConfigError(f"--straggler_threshold={value} must be 0 (off) "
+                              "or a factor above 1 (at most 1000), e.g. 3")
+    elif name in ("collective_timeout", "eval_timeout", "startup_timeout", "hang_timeout"):
+        if not (math.isfinite(value) and 0 <= value <= MAX_TIMEOUT):
+            raise ConfigError(f"--{name}={value} must be 0 or more seconds, at most "
+                              f"{MAX_TIMEOUT:.0f} (a week)")
+    elif name == "eval_fraction":
+        if not 0 <= value < 1:
+            raise ConfigError(f"--eval_fraction={value} must be at least 0 and below 1")
+    elif name in _CHOICES:
+        choices, noun = _CHOICES[name]
+        if value not in choices and not (name == "mode" and not value):  # "": the default mode
+            raise ConfigError(f"--{name}={value!r} is not a {noun}; choose one of: "
+                              f"{', '.join(choices)}")
+    elif name == "model_dir":
+        if not value:
+            raise ConfigError("--model_dir is empty; name the directory for checkpoints and "
+                              "summaries")
+        check_model_dir_text(value)
+    elif name == "profile_steps":
+        parse_profile_steps(value)
+    elif name in ("learning_rate", "lr_decay_rate", "lr_power"):
+        if not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"--{name}={value} must be a positive number")
+    elif name in ("end_learning_rate", "weight_decay", "clip_norm"):
+        if not (math.isfinite(value) and value >= 0):
+            raise ConfigError(f"--{name}={value} must be 0 or a positive number")
+    elif name == "lr_decay_steps":
+        parse_steps("lr_decay_steps", value)
+    elif name == "ema_decay":
+        if not 0 <= value < 1:
+            raise ConfigError(f"--ema_decay={value} must be at least 0 and below 1 "
+                              "(e.g. 0.999; 0: off)")
+    elif name == "best_metric":
+        if value and not value.startswith("eval/"):
+            raise ConfigError(f"--best_metric={value!r} is not an evaluation metric; "
+                              "name one as eval/<metric>, e.g. eval/accuracy or eval/loss")
+
+
 def option(default, help: str):
     """A `RunConfig` field and its flag's help, written once: `bin/train`
     defines `--<field name>` from the default, type and this help."""
@@ -318,7 +405,11 @@ class RunConfig:
         "several CPU replicas (else TF's default), 0 = TF's default (all cores), N = N.")
 
     def __post_init__(self):
-        self._check_bounds()
+        # Each field on its own first, in field order: the same checks, in the
+        # same order, as `check_field` makes over the flags given to bin/train
+        # before TensorFlow loads, so both report the same first mistake.
+        for field in dataclasses.fields(self):
+            check_field(field.name, getattr(self, field.name))
         # Imported here, not at the top: bin/train defines its flags from this
         # module before TensorFlow (which `collectives` imports) loads.
         from tfloop import collectives
@@ -328,64 +419,12 @@ class RunConfig:
         for name, high in (("num_packs", INT32_MAX), ("pack_bytes", MAX_PACK_BYTES)):
             if getattr(self, name) > high:
                 raise ConfigError(f"--{name}={getattr(self, name)} must be at most {high}")
-        self._check_choice("auto_shard_policy", SHARD_POLICIES, "policy")
-        self._check_choice("cluster_from", platforms.SOURCES, "cluster source")
-        self._check_recipe()
-        if self.mode:
-            self._check_choice("mode", MODES, "mode")
-        if not self.model_dir:
-            raise ConfigError("--model_dir is empty; name the directory for checkpoints and summaries")
-        check_model_dir_text(self.model_dir)
-        self._check_choice("mixed_precision", PRECISIONS, "policy")
-        parse_profile_steps(self.profile_steps)
-        self._check_gpu_options()
-
-    def _check_bounds(self) -> None:
-        """Every numeric field within its range, before anything reads it: a
-        step count past int32 would wrap inside the compiled loop, a seed past
-        32 bits fails deep in NumPy, 100000 threads hang start-up."""
-        positive = ("global_batch_size", "steps_per_loop", "max_checkpoints", "image_size",
-                    "accumulation_steps", "nan_max_skips")
-        non_negative = (
-            "train_steps", "checkpoint_interval", "summary_interval", "eval_interval", "seed",
-            "epochs", "steps_per_epoch", "per_replica_batch_size", "warmup_steps",
-            "early_stopping_patience", "check_collective", "virtual_gpus",
-        )
-        ceilings = {"seed": SEED_MAX, "image_size": MAX_IMAGE_SIZE,
-                    "virtual_gpus": MAX_VIRTUAL_GPUS}
-        for name in (*positive, *non_negative):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                raise ConfigError(f"--{name}={value!r} must be an integer")
-            low = 1 if name in positive else 0
-            high = ceilings.get(name, INT32_MAX)
-            if not low <= value <= high:
-                what = "a positive integer" if low else "0 or more"
-                raise ConfigError(f"--{name}={value} must be {what}, at most {high}")
         if self.epochs and self.steps_per_epoch and \
                 self.epochs * self.steps_per_epoch > INT32_MAX:
             raise ConfigError(f"--epochs={self.epochs} x --steps_per_epoch={self.steps_per_epoch} "
                               f"is beyond the last step a run can reach ({INT32_MAX})")
-        if not (self.eval_steps == -1 or 1 <= self.eval_steps <= INT32_MAX):
-            raise ConfigError(
-                f"--eval_steps={self.eval_steps} must be a positive number of batches "
-                f"(at most {INT32_MAX}), or -1 for the whole eval split"
-            )
-        if not -1 <= self.intra_op_threads <= MAX_THREADS:
-            raise ConfigError(
-                f"--intra_op_threads={self.intra_op_threads} must be -1 (a share of the cores "
-                "per CPU replica), 0 (TensorFlow's default) or a count up to "
-                f"{MAX_THREADS}")
-        if not (self.straggler_threshold == 0 or 1 < self.straggler_threshold <= 1000):
-            raise ConfigError(f"--straggler_threshold={self.straggler_threshold} must be 0 (off) "
-                              "or a factor above 1 (at most 1000), e.g. 3")
-        for name in ("collective_timeout", "eval_timeout", "startup_timeout", "hang_timeout"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and 0 <= value <= MAX_TIMEOUT):
-                raise ConfigError(f"--{name}={value} must be 0 or more seconds, at most "
-                                  f"{MAX_TIMEOUT:.0f} (a week)")
-        if not 0 <= self.eval_fraction < 1:
-            raise ConfigError(f"--eval_fraction={self.eval_fraction} must be at least 0 and below 1")
+        self._check_recipe()
+        self._check_gpu_options()
 
     def changed(self, *names: str) -> list[str]:
         """`--name=value` for each of `names` not at its default: the flags a
@@ -393,11 +432,6 @@ class RunConfig:
         defaults = {field.name: field.default for field in dataclasses.fields(self)}
         return [f"--{name}={getattr(self, name)}" for name in names
                 if getattr(self, name) != defaults[name]]
-
-    def _check_choice(self, name: str, choices: tuple, noun: str) -> None:
-        if getattr(self, name) not in choices:
-            raise ConfigError(f"--{name}={getattr(self, name)!r} is not a {noun}; choose one of: "
-                              f"{', '.join(choices)}")
 
     def _check_gpu_options(self) -> None:
         if not self.gpu_memory_growth:
@@ -410,7 +444,8 @@ class RunConfig:
                               "names none; drop it or name GPUs, e.g. --devices=gpu:0,gpu:1")
 
     def _check_recipe(self) -> None:
-        """The learning rate, schedule, regularization and stopping flags."""
+        """The recipe flags that only mean something together (each one alone:
+        `check_field`)."""
         resolved = self.steps_per_epoch and self.train_steps == self.epochs * self.steps_per_epoch
         if self.epochs and self.changed("train_steps") and not resolved:
             raise ConfigError(f"--epochs={self.epochs} and --train_steps={self.train_steps} both "
@@ -422,14 +457,6 @@ class RunConfig:
             raise ConfigError(
                 f"--per_replica_batch_size={self.per_replica_batch_size} and "
                 f"--global_batch_size={self.global_batch_size} both set the batch; give one")
-        for name in ("learning_rate", "lr_decay_rate", "lr_power"):
-            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
-                raise ConfigError(f"--{name}={getattr(self, name)} must be a positive number")
-        for name in ("end_learning_rate", "weight_decay", "clip_norm"):
-            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
-                raise ConfigError(f"--{name}={getattr(self, name)} must be 0 or a positive number")
-        self._check_choice("lr_schedule", LR_SCHEDULES, "schedule")
-        self._check_choice("scale_learning_rate", LR_SCALING, "rule")
         steps = parse_steps("lr_decay_steps", self.lr_decay_steps)
         if self.lr_schedule == "step" and not steps:
             raise ConfigError("--lr_schedule=step needs --lr_decay_steps, the global steps where "
@@ -442,20 +469,12 @@ class RunConfig:
             raise ConfigError(
                 f"--end_learning_rate={self.end_learning_rate} must be below "
                 f"--learning_rate={self.learning_rate} for --lr_schedule={self.lr_schedule}")
-        if not 0 <= self.ema_decay < 1:
-            raise ConfigError(f"--ema_decay={self.ema_decay} must be at least 0 and below 1 "
-                              "(e.g. 0.999; 0: off)")
         if self.init_from_skip_mismatch and not self.init_from:
             raise ConfigError("--init_from_skip_mismatch says what --init_from skips; give "
                               "--init_from too, or drop it")
-        self._check_choice("nan_policy", NAN_POLICIES, "policy")
         if self.nan_policy != "skip_step" and self.changed("nan_max_skips"):
             raise ConfigError(f"--nan_max_skips={self.nan_max_skips} applies to "
                               "--nan_policy=skip_step; drop it or add --nan_policy=skip_step")
-        self._check_choice("best_mode", BEST_MODES, "mode")
-        if self.best_metric and not self.best_metric.startswith("eval/"):
-            raise ConfigError(f"--best_metric={self.best_metric!r} is not an evaluation metric; "
-                              "name one as eval/<metric>, e.g. eval/accuracy or eval/loss")
         if self.early_stopping_patience and not self.best_metric:
             raise ConfigError(
                 f"--early_stopping_patience={self.early_stopping_patience} needs --best_metric, "

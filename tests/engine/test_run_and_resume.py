@@ -17,6 +17,7 @@ def _config(model_dir, **overrides):
         model="mlp", dataset="synthetic", model_dir=str(model_dir), global_batch_size=32,
         train_steps=30, steps_per_loop=7, checkpoint_interval=10, summary_interval=5,
         optimizer="adam", learning_rate=1e-3, seed=5,
+        export=False,  # read back by the ram:// test only, which exports
     )
     settings.update(overrides)
     return RunConfig(**settings)
@@ -39,20 +40,20 @@ def _scalar_tags(directory):
 
 
 def test_stopped_run_resumes_where_it_stopped_and_matches_an_uninterrupted_one(tmp_path):
-    first = run(_config(tmp_path / "resumed", train_steps=30))
+    first = run(_config(tmp_path / "resumed", train_steps=30, mode="train"))
     assert first["step"] == 30 and first["resumed_from"] is None
     # Loops are cut at checkpoint boundaries even though steps_per_loop is 7.
     names = sorted(os.path.basename(p) for p in glob.glob(str(tmp_path / "resumed" / "ckpt-*.index")))
     assert names == ["ckpt-10.index", "ckpt-20.index", "ckpt-30.index"]
 
-    second = run(_config(tmp_path / "resumed", train_steps=50))
+    second = run(_config(tmp_path / "resumed", train_steps=50, mode="train"))
     assert second["start_step"] == 30
     assert second["resumed_from"].endswith("ckpt-30")
     assert second["step"] == 50
     resumed, step = _weights(tmp_path / "resumed")
     assert step == 50  # the checkpoint's global step says so
 
-    straight_through = run(_config(tmp_path / "straight", train_steps=50))
+    straight_through = run(_config(tmp_path / "straight", train_steps=50, mode="train"))
     assert straight_through["step"] == 50
     uninterrupted, _ = _weights(tmp_path / "straight")
     # Same data position (skipped batches) and restored Adam slots: same weights.
@@ -97,7 +98,8 @@ def test_a_run_on_another_tf_filesystem_trains_resumes_and_reads_back():
     flags = dict(strategy="mirrored", devices="cpu:0,cpu:1", global_batch_size=64,
                  steps_per_loop=10, checkpoint_interval=10, summary_interval=10,
                  model_dir=model_dir)
-    first = run(RunConfig(train_steps=20, **flags))
+    # The first run only trains (the second's evaluation, summaries and export are read back).
+    first = run(RunConfig(train_steps=20, mode="train", export=False, **flags))
     second = run(RunConfig(train_steps=30, **flags))
     assert (first["step"], second["step"]) == (20, 30)
     assert second["resumed_from"] == f"{model_dir}/ckpt-20"

@@ -26,7 +26,7 @@ def _config(model_dir, *, devices="cpu:0,cpu:1,cpu:2,cpu:3", **overrides):
     settings = dict(strategy="mirrored" if "," in devices else "one_device", devices=devices,
                     model_dir=str(model_dir), global_batch_size=64, train_steps=20,
                     steps_per_loop=10, checkpoint_interval=10, learning_rate=0.01, seed=3,
-                    mode="train")
+                    mode="train", export=False)  # exported where a test reads the export
     settings.update(overrides)
     return RunConfig(**settings)
 
@@ -44,7 +44,7 @@ def _assert_same_weights(a, b, atol):
 @pytest.mark.parametrize("name", sorted(TASKS))
 def test_four_replicas_equal_one_device(tmp_path, name):
     one = run(_config(tmp_path / "one", devices="cpu:0"), task=TASKS[name]())
-    four = run(_config(tmp_path / "four"), task=TASKS[name]())
+    four = run(_config(tmp_path / "four", export=True), task=TASKS[name]())
     assert four["num_replicas"] == 4 and one["num_replicas"] == 1
     initial = run(_config(tmp_path / "init", train_steps=0), task=TASKS[name]())
     moved = max(float(np.max(np.abs(x - y))) for x, y in zip(_weights(one), _weights(initial)))
@@ -76,7 +76,7 @@ def test_a_task_s_own_step_on_four_replicas_equals_one_device(tmp_path):
     """examples/wgan_gp.py: `Task.gradients` (a gradient penalty: a second
     backward pass inside the step) with accumulation, clipping and the
     average; the engine's one all-reduce keeps four replicas equal to one."""
-    settings = dict(RECIPE, train_steps=10, export=False)
+    settings = dict(RECIPE, train_steps=10)
     one = run(_config(tmp_path / "one", devices="cpu:0", **settings), task=wgan_gp.RingWGAN())
     four = run(_config(tmp_path / "four", **settings), task=wgan_gp.RingWGAN())
     assert four["train/critic/penalty"] > 0  # reported by the task's own step only

@@ -113,7 +113,8 @@ def test_training_on_tfrecords_resumes_with_the_weights_of_an_uninterrupted_run(
                          collective="reduce_to_one_device", model="mlp", dataset="tfrecord",
                          data_dir=data_dir, model_dir=str(tmp_path / name), global_batch_size=32,
                          train_steps=steps, steps_per_loop=4, checkpoint_interval=4,
-                         summary_interval=0, mode="train", optimizer="adam", seed=2)
+                         summary_interval=0, mode="train", optimizer="adam", seed=2,
+                         export=False)
 
     # 300 examples, 32 a step: the stop (step 8) and the end (step 16) sit in
     # different epochs, so resume crosses an epoch boundary of the file shuffle.

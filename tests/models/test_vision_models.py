@@ -56,7 +56,7 @@ def test_model_trains_on_an_image_folder_under_mirrored(tmp_path, name):
         strategy="mirrored", devices="cpu:0,cpu:1", collective="reduce_to_one_device",
         dataset="image_folder", data_dir=root, image_size=32, eval_fraction=0.25,
         global_batch_size=8, train_steps=3, steps_per_loop=3, checkpoint_interval=0,
-        summary_interval=0, mode="train_and_evaluate" if evaluate else "train",
+        summary_interval=0, mode="train_and_evaluate" if evaluate else "train", export=False,
         optimizer="sgd", learning_rate=0.01,
         model_dir=str(tmp_path / "run"))
     result = run(config, task=ClassificationTask.from_config(config, model_fn=model_fn))

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import tensorflow as tf
 
 from helpers import REPO, assert_one_line_error, run_bin, start_bin, wait_for_output
 from tfloop.engine import plan as plan_lib
@@ -112,12 +113,22 @@ def test_a_second_bin_train_on_the_same_model_dir_is_one_line_and_the_first_goes
     first = start_bin("train", *flags, "--train_steps=100000000")
     try:
         wait_for_output(first, "saved checkpoint")
-        second = run_bin("train", *flags, "--train_steps=40")
+        # Paused while the second starts: a run training flat out (a checkpoint
+        # every 20 steps) took the cores the second's TensorFlow start-up needs
+        # (23 s for this test on a quiet machine, 114 s loaded). A stopped
+        # process keeps its flock, so the refusal is the same.
+        first.send_signal(signal.SIGSTOP)
+        try:
+            paused_at = int(tf.train.latest_checkpoint(str(model_dir)).rsplit("-", 1)[1])
+            second = run_bin("train", *flags, "--train_steps=40")
+        finally:
+            first.send_signal(signal.SIGCONT)
         assert second.returncode == 2
         assert assert_one_line_error(second) == (
             f"train: error: --model_dir={model_dir} is in use by process {first.pid} on host "
             f"{socket.gethostname()}; wait for it to end or use another --model_dir")
-        assert first.poll() is None  # undisturbed
+        # Undisturbed: it goes on training and saving after the refusal.
+        wait_for_output(first, f"saved checkpoint {model_dir}/ckpt-{paused_at + 20}\n")
         first.send_signal(signal.SIGTERM)
         out, err = first.communicate(timeout=120)
     finally:
@@ -126,4 +137,4 @@ def test_a_second_bin_train_on_the_same_model_dir_is_one_line_and_the_first_goes
     assert first.returncode == 143, err[-2000:]
     assert "Traceback" not in err
     record = json.loads((model_dir / "metrics.json").read_text())
-    assert record["status"] == "interrupted" and record["step"] >= 20
+    assert record["status"] == "interrupted" and record["step"] > paused_at
