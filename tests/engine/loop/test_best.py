@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 import numpy as np
+from tensorboard.backend.event_processing import plugin_event_accumulator as accumulator
 import pytest
 import tensorflow as tf
 
@@ -333,7 +334,7 @@ os.kill(pid, signal.SIGKILL)
 KILL_FLAGS = [
     "--strategy=one_device", "--devices=cpu:0", "--model=mlp", "--dataset=synthetic",
     "--global_batch_size=64", "--train_steps=600", "--steps_per_loop=10",
-    "--checkpoint_interval=10", "--eval_interval=10", "--eval_steps=4", "--summary_interval=0",
+    "--checkpoint_interval=10", "--eval_interval=10", "--eval_steps=4", "--summary_interval=10",
     "--learning_rate=0.003", "--best_metric=eval/loss", "--early_stopping_patience=3",
     "--max_checkpoints=100", "--deterministic", "--noexport", "--seed=1",
     "--mode=train_and_evaluate",
@@ -368,6 +369,14 @@ def test_after_a_kill_9_and_a_resume_best_json_and_patience_are_exact(tmp_path):
     assert metrics["start_step"] == resumes_from and metrics["start_step"] < metrics["step"]
     evaluations = _evaluations(model_dir, "loss")
     assert list(evaluations) == list(range(10, metrics["step"] + 1, 10))
+    # TensorBoard's own reader (its server's accumulator, which honours the
+    # restart mark the resumed run wrote) sees each step once after the kill.
+    for kind in ("train", "eval"):
+        reader = accumulator.EventAccumulator(str(model_dir / "summaries" / kind),
+                                              size_guidance={accumulator.TENSORS: 0})
+        reader.Reload()
+        steps = [event.step for event in reader.Tensors("loss")]
+        assert steps == list(range(10, metrics["step"] + 1, 10)), (kind, steps)
     step, value, stop = _expected(evaluations, "min", 3)
     assert stop == metrics["step"] and metrics["stopped_early"]
     assert f"stopping early at step {stop}: eval/loss has not improved" in result.stdout
