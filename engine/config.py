@@ -535,7 +535,7 @@ def _document(cls: type) -> None:
             field = fields[name]
             lines.append(f"  {name}: {field.type} = {field.default!r}")
             lines += textwrap.wrap(field.metadata["help"], 76, initial_indent=" " * 6,
-                                   subsequent_indent=" " * 6)
+                                   subsequent_indent=" " * 6, break_on_hyphens=False)
     cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n" + "\n".join(lines) + "\n"
 
 

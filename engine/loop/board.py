@@ -22,6 +22,7 @@ flags and final metrics in the HParams dashboard, the train loop's graph.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Mapping, Optional
 
@@ -29,8 +30,11 @@ import tensorflow as tf
 from tensorboard.compat.proto import event_pb2
 from tensorboard.plugins.hparams import api as hparams_api
 
+from tfloop.engine.errors import one_line
 from tfloop.engine.loop.actions import Action, LoopEnd
 from tfloop.engine.loop.summaries import SummaryWriter
+
+logger = logging.getLogger(__name__)
 
 
 def mark_start(writer: SummaryWriter, start_step: int) -> None:
@@ -85,10 +89,15 @@ class TrainGraph(Action):
 
     def __call__(self, loop: LoopEnd) -> None:
         if self.tracing:
-            with self.writer.tf_writer().as_default(step=loop.step):
-                tf.summary.trace_export("train_loop", step=loop.step)
-            self.writer.tf_writer().flush()
             self.tracing, self.done = False, True
+            try:
+                with self.writer.tf_writer().as_default(step=loop.step):
+                    tf.summary.trace_export("train_loop", step=loop.step)
+                self.writer.tf_writer().flush()
+            except tf.errors.OpError as error:  # the graph is a view; the run goes on
+                tf.summary.trace_off()
+                logger.warning("TensorBoard: the train loop's graph was not written (%s)",
+                               one_line(str(error)))
 
     def close(self) -> None:
         if self.tracing:

@@ -76,7 +76,10 @@ class Watchers:
                             "refuses tf.timestamp when op determinism is enabled)")
         self._writers = [w for w in (train_summaries, eval_summaries) if w is not None]
         self._root = SummaryWriter(run_dir.summaries()) if train_summaries is not None else None
-        if train_summaries is not None:
+        # Not under parameter servers: the loop's functions run on the workers,
+        # and exporting the trace syncs with every remote context, which a
+        # lost worker (the coordinator carries on without it) turns into an error.
+        if train_summaries is not None and plan.spec.name != "parameter_server":
             self.actions.append(board.TrainGraph(train_summaries))
         self._config = config
         self._start_step = start_step

@@ -151,14 +151,14 @@ def test_a_checkpoint_the_state_file_does_not_name_yet_is_resumed_from(model_dir
 def test_when_no_checkpoint_reads_it_is_one_line_and_nothing_is_written(model_dir):
     for step in (10, 20, 30):
         _truncate(model_dir / f"ckpt-{step}.data-00000-of-00001")
-    before = _bytes(model_dir)
+    before, entries = _bytes(model_dir), sorted(os.listdir(model_dir))
     with pytest.raises(ConfigError) as error:
         run(_config(model_dir, train_steps=40))
     message = str(error.value)
     assert "\n" not in message
     assert message.startswith(f"--model_dir={model_dir} holds checkpoints and none of them "
                               "reads (ckpt-30: ")
-    assert sorted(os.listdir(model_dir)) == sorted(before) and _bytes(model_dir) == before
+    assert sorted(os.listdir(model_dir)) == entries and _bytes(model_dir) == before
 
 
 def test_evaluate_and_export_read_the_newest_readable_and_move_nothing(model_dir, caplog):
