@@ -166,11 +166,16 @@ def _peer_lost_before_training(plan: Plan):
     try:
         yield
     except plan.spec.lost_peer_errors as error:
-        reason = one_line(str(error), 160)
-        raise ClusterFailure(
-            f"{plan.role.name} lost the cluster before training began ({reason}); the last "
-            f"checkpoint is {plan.latest_checkpoint or 'none'}: restart every task to resume "
-            "from it (bin/launch --max_restarts does)") from None
+        raise _lost_cluster(plan.role, "before training began", error,
+                            plan.latest_checkpoint) from None
+
+
+def _lost_cluster(role, when: str, error: Exception, checkpoint: Optional[str]) -> ClusterFailure:
+    """The one line of a lost peer, before training or mid-run (exit 138)."""
+    return ClusterFailure(
+        f"{role.name} lost the cluster {when} ({one_line(str(error), 160)}); the last "
+        f"checkpoint is {checkpoint or 'none'}: restart every task to resume from it "
+        "(bin/launch --max_restarts does)")
 
 
 @dataclasses.dataclass
@@ -613,11 +618,8 @@ def _run_controller(plan: Plan, b: _Built, trainer, manager, *, restored: Option
             "not a lost peer: a restart would fail the same way (the last checkpoint is "
             f"{tf.train.latest_checkpoint(config.model_dir) or 'none'})") from None
     except plan.spec.lost_peer_errors as error:
-        reason = one_line(str(error), 160)
-        raise ClusterFailure(
-            f"{role.name} lost the cluster after step {controller.step} ({reason}); the last "
-            f"checkpoint is {tf.train.latest_checkpoint(config.model_dir) or 'none'}: restart every "
-            "task to resume from it (bin/launch --max_restarts does)") from None
+        raise _lost_cluster(role, f"after step {controller.step}", error,
+                            tf.train.latest_checkpoint(config.model_dir)) from None
     except tf.errors.OpError as error:  # the task's data or code, mid-run: one line
         failure = task_failures.explain(error, task=plan.task, running=controller.running,
                                         steps=controller.running_steps, model_dir=config.model_dir)

@@ -134,6 +134,20 @@ def write_image_folder(root, classes=("cats", "dogs", "fish"), per_class=4, shap
     return str(root)
 
 
+#: A watcher process (`python -c KILL_AFTER_FIRST_CHECKPOINT MODEL_DIR PID`):
+#: SIGKILLs PID once MODEL_DIR's first checkpoint is written (exit 1 after 180 s without).
+KILL_AFTER_FIRST_CHECKPOINT = """
+import os, signal, sys, time
+model_dir, pid = sys.argv[1], int(sys.argv[2])
+deadline = time.monotonic() + 180
+while not os.path.exists(os.path.join(model_dir, "checkpoint")):
+    if time.monotonic() > deadline:
+        sys.exit(1)
+    time.sleep(0.02)
+os.kill(pid, signal.SIGKILL)
+"""
+
+
 def assert_one_line_error(result, *, contains: str = "") -> str:
     """A user mistake: non-zero exit, one `error:` line on stderr, no traceback."""
     assert result.returncode != 0, result.stdout + result.stderr

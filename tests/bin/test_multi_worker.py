@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from helpers import REPO, run_bin
+from helpers import KILL_AFTER_FIRST_CHECKPOINT, REPO, run_bin
 from tfloop.launch import threads
 
 TRAIN_STEPS, CHECKPOINT_INTERVAL = 400, 100
@@ -127,18 +127,6 @@ def _wait_until(condition, what: str, process: subprocess.Popen, output: _Output
         time.sleep(0.05)
 
 
-_KILL_AFTER_FIRST_CHECKPOINT = """
-import os, signal, sys, time
-model_dir, pid = sys.argv[1], int(sys.argv[2])
-deadline = time.monotonic() + 180
-while not os.path.exists(os.path.join(model_dir, "checkpoint")):
-    if time.monotonic() > deadline:
-        sys.exit(1)
-    time.sleep(0.02)
-os.kill(pid, signal.SIGKILL)
-"""
-
-
 def _first_checkpoint_written(model_dir):
     return lambda: tf.train.latest_checkpoint(str(model_dir)) is not None
 
@@ -184,7 +172,7 @@ def test_a_killed_worker_leaves_the_survivor_retryable_and_the_cluster_resumes_e
     try:
         # The kill comes from a process of its own: this one may sit seconds in
         # a thread switch, and the cluster finishes soon after its first checkpoint.
-        killer = subprocess.Popen([sys.executable, "-c", _KILL_AFTER_FIRST_CHECKPOINT,
+        killer = subprocess.Popen([sys.executable, "-c", KILL_AFTER_FIRST_CHECKPOINT,
                                    str(model_dir), str(victim.pid)])
         assert killer.wait(timeout=200) == 0
         survivor.wait(timeout=120)

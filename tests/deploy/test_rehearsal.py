@@ -19,25 +19,13 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from helpers import bin_env
+from helpers import KILL_AFTER_FIRST_CHECKPOINT, bin_env
 from tfloop.launch import exit_codes
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_STEPS = 200
 FLAGS = [f"--train_steps={TRAIN_STEPS}", "--steps_per_loop=10", "--checkpoint_interval=20",
          "--global_batch_size=32", "--noexport", "--startup_timeout=120"]
-
-_KILL_AFTER_FIRST_CHECKPOINT = """
-import os, signal, sys, time
-model_dir, pid = sys.argv[1], int(sys.argv[2])
-deadline = time.monotonic() + 180
-while not os.path.exists(os.path.join(model_dir, "checkpoint")):
-    if time.monotonic() > deadline:
-        sys.exit(1)
-    time.sleep(0.02)
-os.kill(pid, signal.SIGKILL)
-"""
-
 
 def test_a_worker_killed_in_a_tfjob_rehearsal_leaves_survivors_a_platform_retries(tmp_path):
     model_dir = tmp_path / "run"
@@ -56,7 +44,7 @@ def test_a_worker_killed_in_a_tfjob_rehearsal_leaves_survivors_a_platform_retrie
         time.sleep(0.05)
     pid = re.search(r"pids: .*worker:0=(\d+)", "".join(lines)).group(1)
     # The kill comes from a process of its own, the moment the first checkpoint is there.
-    killer = subprocess.Popen([sys.executable, "-c", _KILL_AFTER_FIRST_CHECKPOINT,
+    killer = subprocess.Popen([sys.executable, "-c", KILL_AFTER_FIRST_CHECKPOINT,
                                str(model_dir), pid])
     try:
         assert killer.wait(timeout=200) == 0
