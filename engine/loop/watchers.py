@@ -64,7 +64,7 @@ class Watchers:
             phase=phase, step_phase=clock.describe_phase if clock is not None else None)
         self.actions: list[Action] = [_LoopEnded(self.watch)]
         # Every worker decides alike (the table is a collective): same flags, same determinism.
-        if (plan.spec.name == "multi_worker" and role.num_workers > 1
+        if (plan.spec.compares_workers and role.num_workers > 1
                 and config.straggler_threshold and clock is not None):
             if getattr(trainer, "timed", False):
                 self.actions.append(Stragglers(strategy=strategy,
@@ -76,10 +76,7 @@ class Watchers:
                             "refuses tf.timestamp when op determinism is enabled)")
         self._writers = [w for w in (train_summaries, eval_summaries) if w is not None]
         self._root = SummaryWriter(run_dir.summaries()) if train_summaries is not None else None
-        # Not under parameter servers: the loop's functions run on the workers,
-        # and exporting the trace syncs with every remote context, which a
-        # lost worker (the coordinator carries on without it) turns into an error.
-        if train_summaries is not None and plan.spec.name != "parameter_server":
+        if train_summaries is not None and plan.spec.loop_runs_here:
             self.actions.append(board.TrainGraph(train_summaries))
         self._config = config
         self._start_step = start_step

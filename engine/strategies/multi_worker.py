@@ -81,6 +81,7 @@ class MultiWorker(StrategySpec):
     summary = "synchronous training over a TF_CONFIG cluster of workers (each: one CPU or its GPUs)"
     cluster_jobs = frozenset({"chief", "worker"})
     agrees_to_stop = True
+    compares_workers = True
     lost_peer_errors = PEER_LOST
     unrecoverable_errors = UNRECOVERABLE
 

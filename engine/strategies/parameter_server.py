@@ -21,6 +21,7 @@ class ParameterServer(ReducesItself):
     summary = "asynchronous training: a chief, workers and ps tasks from TF_CONFIG"
     cluster_jobs = frozenset({"chief", "worker", "ps"})
     reduction = "whose workers update the variables on the ps tasks, with no all-reduce"
+    loop_runs_here = False  # the coordinator schedules its functions on the workers
 
     def check(self, config, role) -> None:
         super().check(config, role)

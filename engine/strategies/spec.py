@@ -74,8 +74,15 @@ class StrategySpec(abc.ABC):
     #: the retryable class, rather than as a bug).
     lost_peer_errors: ClassVar[tuple[type[Exception], ...]] = ()
     #: Errors that mean the run can never work as asked (an NCCL set-up
-    #: failure): reported as themselves in one line, exit 3, not restarted.
+    #: failure): reported as themselves in one line, exit 1, not restarted.
     unrecoverable_errors: ClassVar[tuple[type[Exception], ...]] = ()
+    #: Synchronous workers, each with its own loop: their own times can be
+    #: compared once per loop to name a straggler (engine.loop.stragglers).
+    compares_workers: ClassVar[bool] = False
+    #: The train loop's functions run in this process, so its graph can be
+    #: traced for TensorBoard (engine.loop.board); not where they run on
+    #: other machines, whose loss would turn the trace's export into an error.
+    loop_runs_here: ClassVar[bool] = True
 
     def check(self, config: Any, role: tf_config.Role) -> None:
         """Refuses a TF_CONFIG role this strategy does not run as."""
