@@ -71,14 +71,9 @@ DIAGNOSTICS_ENV = "TFLOOP_DIAGNOSTICS_DIR"
 
 #: Exit status when the evaluator outlives `evaluator_timeout_s`, or the
 #: launch its `timeout_s` (as timeout(1)).
-EXIT_EVALUATOR_TIMEOUT = EXIT_TIMEOUT = 124
+EXIT_TIMEOUT = 124
 #: Seconds the tasks get to write their dumps after SIGUSR2, before they are stopped.
 DUMP_WAIT_S = 10.0
-
-#: bin/train's status for `engine.errors.UnrecoverableFailure` (an NCCL set-up
-#: or dtype error). Like every status below 128 (`exit_codes.retryable`), the
-#: cluster is not restarted on it.
-NO_RESTART = exit_codes.UNRECOVERABLE
 
 _POLL_S = 0.05
 #: Bound on waiting for killed processes to be reaped and their pipes to drain.
@@ -334,7 +329,7 @@ class Launcher:
     evaluator, if any, too); the failing task's status (128+N for signal N)
     at once when it is permanent (`exit_codes.retryable`), else when restarts
     are exhausted; 128+N when the launcher got signal N (130 for
-    Ctrl-C); `EXIT_EVALUATOR_TIMEOUT` when the evaluator outlived its timeout.
+    Ctrl-C); `EXIT_TIMEOUT` when the evaluator outlived its timeout.
     Every task is gone when `run()` returns, whatever happened, and if the
     launcher dies before it returns (`kill -9`), its tasks die with it
     (`launch.guardian`). Call `run()` from a thread that lives until it returns
@@ -614,7 +609,7 @@ class Launcher:
                 self._say(f"evaluator still running {self.config.evaluator_timeout_s:g} s "
                           "after training finished; stopping it")
                 self._stop([proc], first_signal=signal.SIGTERM)
-                return EXIT_EVALUATOR_TIMEOUT
+                return EXIT_TIMEOUT
             proc.drain(timeout=_REAP_S)
             if proc.poll() != 0:
                 self._say(f"training succeeded but the evaluator {describe_exit(proc.poll())}")

@@ -344,7 +344,7 @@ def test_evaluator_that_outlives_its_timeout_is_stopped(tmp_path):
             time.sleep(60)
     """)
     result = _launch("--num_workers=1", "--evaluator", "--evaluator_timeout=0.5", "--", *command)
-    assert result.returncode == launcher.EXIT_EVALUATOR_TIMEOUT, result.stderr
+    assert result.returncode == launcher.EXIT_TIMEOUT, result.stderr
     assert "evaluator still running" in result.stderr
     _assert_all_gone(_pids(tmp_path))
 
