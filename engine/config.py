@@ -115,6 +115,7 @@ _POSITIVE = ("global_batch_size", "steps_per_loop", "max_checkpoints", "image_si
              "accumulation_steps", "nan_max_skips")
 _NON_NEGATIVE = ("train_steps", "checkpoint_interval", "summary_interval", "eval_interval",
                  "seed", "epochs", "steps_per_epoch", "per_replica_batch_size", "warmup_steps",
+                 "max_per_replica_batch_size",
                  "early_stopping_patience", "check_collective", "virtual_gpus")
 _CEILINGS = {"seed": SEED_MAX, "image_size": MAX_IMAGE_SIZE, "virtual_gpus": MAX_VIRTUAL_GPUS}
 #: Fields that take one of a few words: (the words, what the error calls one).
@@ -275,6 +276,11 @@ class RunConfig:
         0, "Instead of --global_batch_size: examples per replica per step; the global batch "
         "is this times the replica count (times --accumulation_steps) (0: use "
         "--global_batch_size).")
+    max_per_replica_batch_size: int = option(
+        0, "The most examples one replica may take at once (memory): the engine picks the "
+        "fewest micro-batches (--accumulation_steps) that keep each replica's share of the "
+        "global batch at or below it, on whatever replica count the run starts or resumes "
+        "on; a resume keeps the global batch it recorded (0: off; docs/reliability.md).")
     train_steps: int = option(1000, "Global step to train to.")
     epochs: int = option(
         0, "Instead of --train_steps: passes over the train split, each one pass with every "
@@ -457,6 +463,17 @@ class RunConfig:
             raise ConfigError(
                 f"--per_replica_batch_size={self.per_replica_batch_size} and "
                 f"--global_batch_size={self.global_batch_size} both set the batch; give one")
+        if self.max_per_replica_batch_size and self.per_replica_batch_size:
+            raise ConfigError(
+                f"--max_per_replica_batch_size={self.max_per_replica_batch_size} and "
+                f"--per_replica_batch_size={self.per_replica_batch_size} both set the "
+                "per-replica batch; give one (--per_replica_batch_size: exactly that many, "
+                "--max_per_replica_batch_size: at most)")
+        if self.max_per_replica_batch_size and self.changed("accumulation_steps"):
+            raise ConfigError(
+                f"--max_per_replica_batch_size={self.max_per_replica_batch_size} lets the engine "
+                f"choose the micro-batches, and --accumulation_steps={self.accumulation_steps} "
+                "fixes them; give one")
         steps = parse_steps("lr_decay_steps", self.lr_decay_steps)
         if self.lr_schedule == "step" and not steps:
             raise ConfigError("--lr_schedule=step needs --lr_decay_steps, the global steps where "
@@ -507,9 +524,10 @@ SECTIONS = {
                      "collective", "num_packs", "pack_bytes", "gradient_dtype", "reduce_device",
                      "collective_timeout", "check_collective"),
     "Model and data": ("task", "model", "dataset", "data_dir", "image_size", "eval_fraction"),
-    "The loop": ("model_dir", "summaries_dir", "global_batch_size", "per_replica_batch_size", "train_steps",
-                 "epochs", "steps_per_epoch", "steps_per_loop", "checkpoint_interval",
-                 "summary_interval", "mode", "eval_interval", "eval_steps"),
+    "The loop": ("model_dir", "summaries_dir", "global_batch_size", "per_replica_batch_size",
+                 "max_per_replica_batch_size", "train_steps", "epochs", "steps_per_epoch",
+                 "steps_per_loop", "checkpoint_interval", "summary_interval", "mode",
+                 "eval_interval", "eval_steps"),
     "The recipe": ("optimizer", "learning_rate", "lr_schedule", "warmup_steps", "lr_decay_steps",
                    "lr_decay_rate", "lr_power", "end_learning_rate", "scale_learning_rate",
                    "weight_decay", "weight_decay_exclude", "clip_norm", "accumulation_steps",

@@ -409,7 +409,8 @@ def _build_model_and_objectives(plan: Plan, strategy: tf.distribute.Strategy,
         if optimizer is None:
             with task_failures.calling(task, "build_optimizer"):
                 optimizer = task.build_optimizer()
-        objectives = objectives_lib.bind(task, model, config, num_replicas=plan.replicas,
+        objectives = objectives_lib.bind(task, model, config,
+                                         num_replicas=plan.schedule_replicas,
                                          total_steps=config.train_steps,
                                          default_optimizer=optimizer)
         if getattr(task, "uses_compile", False):
@@ -542,7 +543,8 @@ def _run_controller(plan: Plan, b: _Built, trainer, manager, *, restored: Option
                                                       numerics)
                 if differ:
                     logger.warning(differ)
-            run_identity.write(config, start_step=start_step, numerics=numerics)
+            run_identity.write(config, start_step=start_step, numerics=numerics,
+                               batching=plan.batching)
     saved = {"step": start_step, "checkpoint": restored}
     if records:
         progress = functools.partial(run_record.running, plan, start_step=start_step,
