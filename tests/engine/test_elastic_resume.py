@@ -25,7 +25,8 @@ from tfloop.engine.errors import ConfigError
 from tfloop.engine.plan import decide_batch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-STOP = 4
+BATCH, STEPS, STOP = 16, 8, 4
+FLAGS = [*counting_task.flags(steps=STEPS), "--steps_per_loop=2", "--checkpoint_interval=2"]
 
 
 def _env():
@@ -41,24 +42,20 @@ def _weights(model_dir):
     return {n: reader.get_tensor(n) for n in names}, step
 
 
-def _counts(weights):
-    (name,) = [n for n in weights if "counts" in n or weights[n].shape == (64, 1)]
-    return weights[name]
+def _steps_seen(weights):
+    return counting_task.steps_seen(counting_task.counts_of(weights), steps=STEPS)
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("uninterrupted") / "run"
-    config = RunConfig(
-        devices="cpu:0", model_dir=str(model_dir), global_batch_size=counting_task.BATCH,
-        optimizer="sgd", learning_rate=1.0, lr_schedule="step", lr_decay_rate=0.5,
-        lr_decay_steps=",".join(str(s) for s in range(1, counting_task.STEPS)),
-        train_steps=counting_task.STEPS, steps_per_loop=2, checkpoint_interval=2,
-        mode="train", export=False)
-    run(config, task=counting_task.Counting())
+    config = counting_task.reference_config(str(model_dir), batch=BATCH, steps=STEPS,
+                                            devices="cpu:0", steps_per_loop=2,
+                                            checkpoint_interval=2)
+    run(config, task=counting_task.Counting(BATCH))
     weights, step = _weights(model_dir)
-    assert step == counting_task.STEPS
-    assert counting_task.steps_seen(_counts(weights)) == counting_task.expected_steps()
+    assert step == STEPS
+    assert _steps_seen(weights) == counting_task.expected_steps(batch=BATCH, steps=STEPS)
     return weights
 
 
@@ -66,7 +63,7 @@ def uninterrupted(tmp_path_factory):
 def stopped_on_four(tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("stopped") / "run"
     result = run_bin("train", "--devices=cpu:0,cpu:1,cpu:2,cpu:3", f"--model_dir={model_dir}",
-                     *counting_task.FLAGS, f"--train_steps={STOP}", "--global_batch_size=16",
+                     *FLAGS, f"--train_steps={STOP}", "--global_batch_size=16",
                      "--max_per_replica_batch_size=4", env=_env())
     assert result.returncode == 0, result.stderr[-3000:]
     return model_dir
@@ -86,21 +83,21 @@ def test_a_run_stopped_on_four_replicas_resumes_on_another_count_exactly(
     shutil.copytree(stopped_on_four, model_dir)
     devices = ",".join(f"cpu:{i}" for i in range(replicas))
     result = run_bin("train", f"--devices={devices}", f"--model_dir={model_dir}",
-                     *counting_task.FLAGS, *batch_flags, env=_env())
+                     *FLAGS, *batch_flags, env=_env())
     assert result.returncode == 0, result.stderr[-3000:]
-    share = counting_task.BATCH // replicas
+    share = BATCH // replicas
     assert (f"resuming on {replicas} replica(s) after 4: global batch 16, {share} per "
             f"replica in {micro} micro-batch(es) of {share // micro}") in result.stdout
     record = json.loads((model_dir / "run.json").read_text())
     assert record["replica_changes"] == [{"step": STOP, "from": 4, "to": replicas,
                                           "accumulation_steps": [1, micro],
-                                          "global_batch_size": counting_task.BATCH}]
+                                          "global_batch_size": BATCH}]
     assert [(r["from_step"], r["replicas"], r["accumulation_steps"], r["global_batch_size"])
             for r in record["ranges"]] == [(0, 4, 1, 16), (STOP, replicas, micro, 16)]
     weights, step = _weights(model_dir)
-    assert step == counting_task.STEPS
+    assert step == STEPS
     # The same examples in the same steps, at the same learning rates: exactly.
-    assert counting_task.steps_seen(_counts(weights)) == counting_task.expected_steps()
+    assert _steps_seen(weights) == counting_task.expected_steps(batch=BATCH, steps=STEPS)
     for name, value in uninterrupted.items():
         difference = np.linalg.norm(weights[name] - value) / max(np.linalg.norm(value), 1e-12)
         assert difference <= 1e-5, (name, difference)
