@@ -30,7 +30,8 @@ import tensorflow as tf
 
 from tfloop import collectives
 from tfloop.collectives import device_names
-from tfloop.engine.run_dir import checkpoint_files, layout, run_identity, run_lock, storage
+from tfloop.engine.run_dir import (checkpoint_files, layout, local_checkpoints, run_identity,
+                                   run_lock, storage)
 from tfloop.engine.runtime import devices
 from tfloop.engine.recipe import optimizers
 from tfloop.engine import strategies
@@ -63,7 +64,8 @@ class Plan:
       mode: one of `config.RUN_MODES` (`continuous_evaluate`: the evaluator task).
       input_workers: processes the input is sharded over.
       shard_policy: how (`data`, `file`, `off`), `auto` resolved for the task's data.
-      latest_checkpoint: the newest checkpoint in `model_dir` that reads, if any.
+      latest_checkpoint: the newest checkpoint in `model_dir` that reads, if any
+        (or in `--local_checkpoint_dir`, when newer: `run_dir.local_checkpoints`).
       checkpoints: what `checkpoint_files.survey` found (damaged checkpoints
         skipped, the state file to rewrite); None for the evaluator task.
       lock: the `engine.run_dir.run_lock` lock this process holds while it runs
@@ -155,6 +157,7 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
                     input_workers)
     mode = _resolve_mode(config, task, role)
     check_run_directories(config)
+    local_checkpoints.check(config, in_cluster=role.in_cluster)
     if config.model_dir.startswith(IN_MEMORY):
         logger.warning("--model_dir=%s is in memory: its checkpoints, metrics.json and export "
                        "vanish when this process ends; use a local path or gs:// to keep them",
@@ -173,6 +176,8 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
         if skipped:
             logger.info(skipped)
     latest = checkpoints.newest if checkpoints else None
+    if checkpoints and mode != "evaluate":
+        latest = local_checkpoints.newer(config, latest, run_exists=stored is not None) or latest
     if mode == "evaluate" and not latest:
         raise ConfigError(
             f"--mode=evaluate found no checkpoint in --model_dir={config.model_dir}; "

@@ -42,8 +42,8 @@ import keras
 import tensorflow as tf
 
 from tfloop.engine.loop import actions, best, preemption, step_time
-from tfloop.engine.run_dir import (checkpoint_files, checkpointing, export, layout, run_identity,
-                                   run_lock, run_record)
+from tfloop.engine.run_dir import (checkpoint_files, checkpointing, export, layout,
+                                   local_checkpoints, run_identity, run_lock, run_record)
 from tfloop.engine.runtime import devices, logs
 from tfloop.engine.recipe import ema, precision
 from tfloop.engine.recipe import objectives as objectives_lib
@@ -587,6 +587,12 @@ def _run_controller(plan: Plan, b: _Built, trainer, manager, *, restored: Option
         phase=lambda: (controller.running, controller.running_steps)) if trains else None
     if watchers is not None:
         run_actions.train[-1:-1] = watchers.actions
+    local = (local_checkpoints.create(config, manager.checkpoint, b.global_step)
+             if trains and manager is not None else None)
+    if local is not None:  # before the stop request, the last action
+        run_actions.train[-1:-1] = [actions.SaveLocal(
+            manager=local, interval=config.local_checkpoint_interval,
+            durable_interval=config.checkpoint_interval)]
     controller = Controller(
         global_step=b.global_step, trainer=trainer, evaluator=evaluator,
         steps_per_loop=config.steps_per_loop, checkpoint_manager=manager,
