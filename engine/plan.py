@@ -263,7 +263,8 @@ class Batching:
     @property
     def change(self) -> Optional[dict]:
         """`{"from": R, "to": R', ...}` when the run resumes on another replica
-        count than its last range recorded (run.json keeps it); else None."""
+        count than its last range recorded (for the log lines; run.json's
+        `replica_changes` is `run_identity.write`'s); else None."""
         before = (self.resumed or {}).get("replicas")
         if not before or before == self.replicas:
             return None

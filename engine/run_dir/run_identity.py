@@ -221,6 +221,14 @@ def write(config: Any, *, start_step: int = 0,
     if batching is not None:
         recipe[REPLICAS] = batching.replicas
         recipe[SCHEDULE_REPLICAS] = batching.schedule_replicas
+    # Against the range the resumed steps continue (a later one trained nothing that counts).
+    before = kept[-1] if kept else {}
+    change = None
+    if batching is not None and before.get(REPLICAS) not in (None, batching.replicas):
+        change = {"step": start_step, "from": before[REPLICAS], "to": batching.replicas,
+                  "accumulation_steps": [before.get("accumulation_steps", 1),
+                                         batching.accumulation_steps],
+                  "global_batch_size": batching.global_batch_size}
     if not kept or {name: kept[-1].get(name) for name in recipe} != recipe:
         kept.append({"from_step": start_step, **recipe})
     record = {name: getattr(config, name) for name in IDENTITY}
@@ -229,9 +237,8 @@ def write(config: Any, *, start_step: int = 0,
     record[RANGES] = kept
     changes = [c for c in (stored or {}).get(REPLICA_CHANGES, [])
                if isinstance(c, dict) and c.get("step", 0) < start_step]
-    change = batching.change if batching is not None else None
     if change:
-        changes.append({"step": start_step, **change})
+        changes.append(change)
     if changes:
         record[REPLICA_CHANGES] = changes
     layout.write_json(path(config.model_dir), record)

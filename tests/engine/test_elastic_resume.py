@@ -127,6 +127,20 @@ def test_the_batch_is_decided_once_per_replica_times_replicas_times_micro_batche
     assert (config.global_batch_size, config.accumulation_steps) == (batch, micro)
 
 
+def test_a_deterministic_run_resumed_on_another_count_says_what_holds(caplog):
+    config = RunConfig(per_replica_batch_size=4, deterministic=True)
+    with caplog.at_level("WARNING"):
+        decide_batch(config, 2, resumed=_range(4))
+    (line,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert line.startswith("--deterministic: resuming on 4 -> 2 replicas trains the same "
+                           "examples in the same steps")
+    assert "cannot be bit-identical" in line and "within 1e-5 relative" in line
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        decide_batch(config, 4, resumed=_range(4))
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
 def test_the_linear_learning_rate_scaling_keeps_the_recorded_replicas():
     config = RunConfig(per_replica_batch_size=4, scale_learning_rate="linear")
     assert decide_batch(config, 2, resumed=_range(4)).schedule_replicas == 4
@@ -163,3 +177,19 @@ def test_a_batch_that_cannot_be_cut_is_refused_in_one_line_naming_what_works(
 def test_contradicting_batch_flags_are_refused(flags, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         RunConfig(**flags)
+
+
+def test_run_json_records_each_change_against_the_range_the_steps_continue(tmp_path):
+    """A resume that died before its first checkpoint trained nothing that
+    counts: the next resume's change is from the range before it."""
+    from tfloop.engine.run_dir import run_identity
+
+    config = RunConfig(model_dir=str(tmp_path), global_batch_size=16)
+    for step, replicas in ((0, 4), (4, 2), (4, 1), (6, 8)):
+        batching = decide_batch(config, replicas, resumed=run_identity.last_range(
+            run_identity.load(str(tmp_path))))
+        run_identity.write(batching.apply(config), start_step=step, batching=batching)
+    record = json.loads((tmp_path / "run.json").read_text())
+    assert [(c["step"], c["from"], c["to"]) for c in record["replica_changes"]] == [
+        (4, 4, 1), (6, 1, 8)]
+    assert [(r["from_step"], r["replicas"]) for r in record["ranges"]] == [(0, 4), (4, 1), (6, 8)]
