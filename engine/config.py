@@ -297,8 +297,9 @@ class RunConfig:
     local_checkpoint_dir: str = option(
         "", "A fast local folder (a RAM disk such as /dev/shm, a local SSD) for extra "
         "checkpoints every --local_checkpoint_interval steps beside the durable ones in "
-        "--model_dir: a restart on this machine resumes from the newest that reads, else "
-        "from --model_dir (empty: off; one-process runs; docs/reliability.md).")
+        "--model_dir: a restart on this machine resumes from the newest that reads (in a "
+        "multi_worker cluster: the newest step every worker holds), else from --model_dir "
+        "(empty: off; docs/reliability.md).")
     local_checkpoint_interval: int = option(
         0, "Steps between local checkpoints in --local_checkpoint_dir (0: off), e.g. 10 "
         "with --checkpoint_interval=100.")

@@ -157,7 +157,8 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
                     input_workers)
     mode = _resolve_mode(config, task, role)
     check_run_directories(config)
-    local_checkpoints.check(config, in_cluster=role.in_cluster)
+    local_checkpoints.check(config, asynchronous_cluster=role.in_cluster
+                            and not spec.compares_workers and not role.is_evaluator)
     if config.model_dir.startswith(IN_MEMORY):
         logger.warning("--model_dir=%s is in memory: its checkpoints, metrics.json and export "
                        "vanish when this process ends; use a local path or gs:// to keep them",
@@ -176,7 +177,7 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
         if skipped:
             logger.info(skipped)
     latest = checkpoints.newest if checkpoints else None
-    if checkpoints and mode != "evaluate":
+    if checkpoints and mode != "evaluate" and not role.in_cluster:  # a cluster's: engine.run
         latest = local_checkpoints.newer(config, latest, run_exists=stored is not None) or latest
     if mode == "evaluate" and not latest:
         raise ConfigError(

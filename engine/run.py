@@ -243,6 +243,9 @@ def _train(plan: Plan, b: _Built) -> RunResult:
     # Workers other than the chief take part in saving, into a directory of their own.
     write_dir = (config.model_dir if plan.role.is_chief
                  else checkpointing.worker_save_dir(config.model_dir, plan.role.name))
+    if plan.role.in_cluster and config.local_checkpoint_dir:  # agreed by every worker
+        plan = dataclasses.replace(plan, latest_checkpoint=local_checkpoints.newer_on_every_worker(
+            config, plan.role.name, b.strategy, plan.latest_checkpoint) or plan.latest_checkpoint)
     manager, restored, start_step = _restore_checkpoints(plan, b, write_dir)
     if not restored and config.init_from:
         logger.info("starting from the %s",
@@ -587,7 +590,8 @@ def _run_controller(plan: Plan, b: _Built, trainer, manager, *, restored: Option
         phase=lambda: (controller.running, controller.running_steps)) if trains else None
     if watchers is not None:
         run_actions.train[-1:-1] = watchers.actions
-    local = (local_checkpoints.create(config, manager.checkpoint, b.global_step)
+    local = (local_checkpoints.create(config, manager.checkpoint, b.global_step,
+                                      role.name if role.in_cluster else "")
              if trains and manager is not None else None)
     if local is not None:  # before the stop request, the last action
         run_actions.train[-1:-1] = [actions.SaveLocal(

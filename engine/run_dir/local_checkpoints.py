@@ -12,16 +12,19 @@ durable ones stay::
     on another machine  -> no local checkpoint: from the durable ckpt-100
 
 The run's local folder is `<local_checkpoint_dir>/tfloop-<digest of
-model_dir>`, so one RAM disk serves several runs and a run never resumes from
-another's; it keeps the newest `TO_KEEP`. A restart resumes from the newest
-local checkpoint that reads (`checkpoint_files.damage`) when it is newer
-than the durable one, and only when `model_dir` still holds the run (its
-run.json): a `model_dir` removed to start again does not resume from what its
-old run left on the RAM disk.
+model_dir>` (and `-<task>` for each task of a cluster), so one RAM disk serves
+several runs and tasks, and a run never resumes from another's; it keeps the
+newest `TO_KEEP`. A restart resumes from the newest local checkpoint that
+reads (`checkpoint_files.damage`) when it is newer than the durable one, and
+only when `model_dir` still holds the run (its run.json): a `model_dir`
+removed to start again does not resume from what its old run left on the
+RAM disk.
 
-One-process runs only (`check`): in a cluster every worker would have to
-resume from a step all of them hold, which needs an agreement across the
-workers that this engine does not make yet.
+In a synchronous cluster (multi_worker) every worker must restore the same
+step: each worker lists its own local steps that read, the lists are
+gathered across the workers (`agree`, one all-gather), and all resume from
+the newest step every worker holds, else from the durable checkpoint. A
+parameter-server cluster is refused (`check`).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from typing import Any, Optional
 import tensorflow as tf
 
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.run_dir import checkpoint_files, checkpointing
+from tfloop.engine.run_dir import checkpoint_files, checkpointing, layout
 
 logger = logging.getLogger(__name__)
 
@@ -42,22 +45,22 @@ logger = logging.getLogger(__name__)
 TO_KEEP = 2
 
 
-def folder(local_checkpoint_dir: str, model_dir: str) -> str:
-    """This run's folder under `local_checkpoint_dir`, named by `model_dir`."""
+def folder(local_checkpoint_dir: str, model_dir: str, task: str = "") -> str:
+    """This run's (and cluster `task`'s) folder under `local_checkpoint_dir`."""
     where = model_dir if "://" in model_dir else os.path.abspath(model_dir)
-    return os.path.join(local_checkpoint_dir,
-                        "tfloop-" + hashlib.sha1(where.encode()).hexdigest()[:10])
+    name = "tfloop-" + hashlib.sha1(where.encode()).hexdigest()[:10]
+    return os.path.join(local_checkpoint_dir, name + (f"-{task.replace(':', '')}" if task else ""))
 
 
-def check(config: Any, *, in_cluster: bool) -> None:
+def check(config: Any, *, asynchronous_cluster: bool) -> None:
     """Refuses `--local_checkpoint_dir` where it cannot work, before anything is written."""
     if not config.local_checkpoint_dir:
         return
-    if in_cluster:
+    if asynchronous_cluster:
         raise ConfigError(
-            f"--local_checkpoint_dir={config.local_checkpoint_dir} is for one-process runs: in "
-            "a cluster every worker would have to resume from a step all of them hold; drop "
-            "it, and resume from --model_dir's checkpoints (--checkpoint_interval)")
+            f"--local_checkpoint_dir={config.local_checkpoint_dir} is for one-process and "
+            "multi_worker runs: a parameter-server cluster's variables live on its ps tasks; "
+            "drop it, and resume from --model_dir's checkpoints (--checkpoint_interval)")
     if "://" in config.local_checkpoint_dir:
         raise ConfigError(
             f"--local_checkpoint_dir={config.local_checkpoint_dir} is a URL; name a local "
@@ -92,13 +95,57 @@ def newer(config: Any, durable: Optional[str], *, run_exists: bool) -> Optional[
     return found.newest
 
 
-def create(config: Any, checkpoint: tf.train.Checkpoint,
-           global_step: tf.Variable) -> Optional[checkpointing.Manager]:
-    """The manager saving `checkpoint` into this run's local folder, or None
-    without `--local_checkpoint_dir`."""
+def readable_steps(directory: str) -> list[int]:
+    """The steps of the newest `TO_KEEP` checkpoints in `directory` that read, newest first."""
+    steps = []
+    for step, prefix in sorted(checkpoint_files.on_disk(directory).items(), reverse=True):
+        reason = checkpoint_files.damage(prefix)
+        if reason:
+            logger.info("local %s is damaged (%s); skipping it", os.path.basename(prefix), reason)
+        else:
+            steps.append(step)
+        if len(steps) == TO_KEEP:
+            break
+    return steps
+
+
+def agree(strategy: tf.distribute.Strategy, steps: list[int]) -> Optional[int]:
+    """The newest of `steps` (this worker's) that every worker of `strategy`
+    holds, from one all-gather of every worker's list; None if there is none."""
+    row = tf.constant([(steps + [-1] * TO_KEEP)[:TO_KEEP]], tf.int64)
+    gathered = strategy.gather(strategy.run(lambda: tf.identity(row)), axis=0).numpy()
+    common = set.intersection(*(set(int(s) for s in held) for held in gathered)) - {-1}
+    return max(common) if common else None
+
+
+def newer_on_every_worker(config: Any, task: str, strategy: tf.distribute.Strategy,
+                          durable: Optional[str]) -> Optional[str]:
+    """In a synchronous cluster: this worker's local checkpoint of the newest
+    step every worker holds, when newer than `durable` (and model_dir holds
+    the run); else None. Every worker must call it (`agree` is collective)."""
+    directory = folder(config.local_checkpoint_dir, config.model_dir, task)
+    run_exists = tf.io.gfile.exists(layout.RunDir(config.model_dir).run_json)
+    steps = readable_steps(directory) if run_exists else []
+    step = agree(strategy, steps)
+    durable_step = checkpoint_files.step_of(durable) if durable else 0
+    if step is None or step <= durable_step:
+        logger.info("no local checkpoint every worker holds newer than the durable %s "
+                    "(this worker's: %s)", os.path.basename(durable) if durable else "none",
+                    ", ".join(map(str, steps)) or "none")
+        return None
+    path = layout.RunDir(directory).checkpoint(step)
+    logger.info("resuming from the local checkpoint %s, which every worker holds, newer than "
+                "the durable %s", path, os.path.basename(durable) if durable else "none")
+    return path
+
+
+def create(config: Any, checkpoint: tf.train.Checkpoint, global_step: tf.Variable,
+           task: str = "") -> Optional[checkpointing.Manager]:
+    """The manager saving `checkpoint` into this run's (cluster `task`'s)
+    local folder, or None without `--local_checkpoint_dir`."""
     if not config.local_checkpoint_dir:
         return None
-    directory = folder(config.local_checkpoint_dir, config.model_dir)
+    directory = folder(config.local_checkpoint_dir, config.model_dir, task)
     tf.io.gfile.makedirs(directory)
     return checkpointing.Manager(checkpoint, directory=directory, max_to_keep=TO_KEEP,
                                  step_counter=global_step)

@@ -75,3 +75,44 @@ def test_min_workers_that_cannot_work_are_refused_in_one_line(flags, message):
     with pytest.raises(LaunchError) as error:
         LaunchConfig(command=(sys.executable, "-c", "pass"), **flags)
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_killed_worker_resumes_the_cluster_from_a_local_checkpoint_every_worker_holds(
+        tmp_path):
+    """Local checkpoints every 2 steps, no durable one before the end: worker 1
+    killed once after its local ckpt-6; the restarted cluster agrees on the
+    newest step both workers hold and resumes from it, to the uninterrupted
+    examples and weights."""
+    from tfloop.engine.run_dir import local_checkpoints
+
+    model_dir, local = tmp_path / "cluster", tmp_path / "shm"
+    steps, batch = 12, 8
+    victim = local_checkpoints.folder(str(local), str(model_dir), "worker:1")
+    env = {"COUNTING_BATCH": str(batch),
+           "PYTHONPATH": os.pathsep.join([ENGINE_TESTS, os.environ.get("PYTHONPATH", "")])}
+    result = run_bin(
+        "launch", "--num_workers=2", "--max_restarts=1", "--grace_period=3", "--timeout=400",
+        "--", sys.executable, os.path.join(REPO, "tests", "bin", "kill_once.py"),
+        str(tmp_path / "killed"), "1", os.path.join(victim, "ckpt-6.index"), "--",
+        os.path.join(REPO, "bin", "train"), f"--model_dir={model_dir}",
+        "--strategy=multi_worker", "--collective=ring", "--devices=cpu:0",
+        *counting_task.flags(steps=steps), "--steps_per_loop=1", "--checkpoint_interval=100",
+        f"--global_batch_size={batch}", f"--local_checkpoint_dir={local}",
+        "--local_checkpoint_interval=2", env=env, timeout=450)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "worker:1 exited with status 137" in result.stderr, result.stderr[-3000:]
+    agreed = re.findall(r"\[(worker:\d)\] .*resuming from the local checkpoint \S+/ckpt-(\d+), "
+                        r"which every worker holds", result.stdout)
+    assert sorted(agreed) == [("worker:0", agreed[0][1]), ("worker:1", agreed[0][1])], \
+        result.stdout[-4000:]
+    assert int(agreed[0][1]) >= 4
+    weights = _weights(model_dir)
+    assert counting_task.steps_seen(counting_task.counts_of(weights), steps=steps) == \
+        counting_task.expected_steps(batch=batch, steps=steps)
+    reference_dir = tmp_path / "uninterrupted"
+    run(counting_task.reference_config(str(reference_dir), batch=batch, steps=steps,
+                                       devices="cpu:0", steps_per_loop=4),
+        task=counting_task.Counting(batch))
+    for name, value in _weights(reference_dir).items():
+        difference = np.linalg.norm(weights[name] - value) / max(np.linalg.norm(value), 1e-12)
+        assert difference <= 1e-5, (name, difference)

@@ -124,16 +124,16 @@ def test_local_checkpoint_flags_without_their_partner_are_refused(flags, message
         RunConfig(**flags)
 
 
-def test_local_checkpoints_in_a_cluster_or_on_a_url_are_refused_before_anything_is_written(
+def test_local_checkpoints_with_ps_tasks_or_on_a_url_are_refused_before_anything_is_written(
         tmp_path):
     config = RunConfig(model_dir=str(tmp_path / "run"), local_checkpoint_dir=str(tmp_path),
                        local_checkpoint_interval=10)
-    with pytest.raises(ConfigError, match="is for one-process runs"):
-        local_checkpoints.check(config, in_cluster=True)
+    with pytest.raises(ConfigError, match="a parameter-server cluster's variables live on"):
+        local_checkpoints.check(config, asynchronous_cluster=True)
     url = RunConfig(model_dir=str(tmp_path / "run"), local_checkpoint_dir="gs://b/x",
                     local_checkpoint_interval=10)
     with pytest.raises(ConfigError, match="is a URL; name a local folder"):
-        local_checkpoints.check(url, in_cluster=False)
+        local_checkpoints.check(url, asynchronous_cluster=False)
     with pytest.raises(ConfigError, match="is a URL"):
         run(url)
     assert not (tmp_path / "run").exists()
