@@ -142,10 +142,13 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
         config, device_names)
     _prepare_task(config, task)
     check_model_dir(config.model_dir)
+    local_checkpoints.check(config, asynchronous_cluster=role.in_cluster
+                            and not spec.compares_workers and not role.is_evaluator)
     exists = tf.io.gfile.isdir(config.model_dir)
     stored = run_identity.load(config.model_dir) if exists else None
-    resumed = (run_identity.last_range(stored)
-               if stored and checkpoint_files.on_disk(config.model_dir) else None)
+    resuming = checkpoint_files.on_disk(config.model_dir) or local_checkpoints.held(
+        config, role.name if role.in_cluster else "")
+    resumed = run_identity.last_range(stored) if stored and resuming else None
     batching = decide_batch(config, replicas, resumed=resumed)
     config = batching.apply(config)
     config = _resolve_epochs(config, task)
@@ -157,8 +160,6 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
                     input_workers)
     mode = _resolve_mode(config, task, role)
     check_run_directories(config)
-    local_checkpoints.check(config, asynchronous_cluster=role.in_cluster
-                            and not spec.compares_workers and not role.is_evaluator)
     if config.model_dir.startswith(IN_MEMORY):
         logger.warning("--model_dir=%s is in memory: its checkpoints, metrics.json and export "
                        "vanish when this process ends; use a local path or gs:// to keep them",

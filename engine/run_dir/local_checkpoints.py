@@ -95,6 +95,12 @@ def newer(config: Any, durable: Optional[str], *, run_exists: bool) -> Optional[
     return found.newest
 
 
+def held(config: Any, task: str = "") -> bool:
+    """Whether this run (cluster `task`) has local checkpoint files to resume from."""
+    return bool(config.local_checkpoint_dir) and bool(checkpoint_files.on_disk(
+        folder(config.local_checkpoint_dir, config.model_dir, task)))
+
+
 def readable_steps(directory: str) -> list[int]:
     """The steps of the newest `TO_KEEP` checkpoints in `directory` that read, newest first."""
     steps = []
