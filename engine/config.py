@@ -115,6 +115,7 @@ _POSITIVE = ("global_batch_size", "steps_per_loop", "max_checkpoints", "image_si
              "accumulation_steps", "nan_max_skips")
 _NON_NEGATIVE = ("train_steps", "checkpoint_interval", "summary_interval", "eval_interval",
                  "seed", "epochs", "steps_per_epoch", "per_replica_batch_size", "warmup_steps",
+                 "max_per_replica_batch_size", "local_checkpoint_interval",
                  "early_stopping_patience", "check_collective", "virtual_gpus")
 _CEILINGS = {"seed": SEED_MAX, "image_size": MAX_IMAGE_SIZE, "virtual_gpus": MAX_VIRTUAL_GPUS}
 #: Fields that take one of a few words: (the words, what the error calls one).
@@ -275,6 +276,11 @@ class RunConfig:
         0, "Instead of --global_batch_size: examples per replica per step; the global batch "
         "is this times the replica count (times --accumulation_steps) (0: use "
         "--global_batch_size).")
+    max_per_replica_batch_size: int = option(
+        0, "The most examples one replica may take at once (memory): the engine picks the "
+        "fewest micro-batches (--accumulation_steps) that keep each replica's share of the "
+        "global batch at or below it, on whatever replica count the run starts or resumes "
+        "on; a resume keeps the global batch it recorded (0: off; docs/reliability.md).")
     train_steps: int = option(1000, "Global step to train to.")
     epochs: int = option(
         0, "Instead of --train_steps: passes over the train split, each one pass with every "
@@ -288,6 +294,15 @@ class RunConfig:
         100, "Steps per compiled loop (one tf.function call, one Python round trip, one "
         "progress line); not an epoch.")
     checkpoint_interval: int = option(500, "Steps between checkpoints (0: only at the end).")
+    local_checkpoint_dir: str = option(
+        "", "A fast local folder (a RAM disk such as /dev/shm, a local SSD) for extra "
+        "checkpoints every --local_checkpoint_interval steps beside the durable ones in "
+        "--model_dir: a restart on this machine resumes from the newest that reads (in a "
+        "multi_worker cluster: the newest step every worker holds), else from --model_dir "
+        "(empty: off; docs/reliability.md).")
+    local_checkpoint_interval: int = option(
+        0, "Steps between local checkpoints in --local_checkpoint_dir (0: off), e.g. 10 "
+        "with --checkpoint_interval=100.")
     summary_interval: int = option(
         100, "Steps between TensorBoard train summaries (0: none).")
     mode: str = option(
@@ -457,6 +472,24 @@ class RunConfig:
             raise ConfigError(
                 f"--per_replica_batch_size={self.per_replica_batch_size} and "
                 f"--global_batch_size={self.global_batch_size} both set the batch; give one")
+        if self.max_per_replica_batch_size and self.per_replica_batch_size:
+            raise ConfigError(
+                f"--max_per_replica_batch_size={self.max_per_replica_batch_size} and "
+                f"--per_replica_batch_size={self.per_replica_batch_size} both set the "
+                "per-replica batch; give one (--per_replica_batch_size: exactly that many, "
+                "--max_per_replica_batch_size: at most)")
+        if bool(self.local_checkpoint_dir) != bool(self.local_checkpoint_interval):
+            given = (f"--local_checkpoint_dir={self.local_checkpoint_dir}"
+                     if self.local_checkpoint_dir
+                     else f"--local_checkpoint_interval={self.local_checkpoint_interval}")
+            raise ConfigError(f"{given} needs its partner: give both --local_checkpoint_dir "
+                              "(where) and --local_checkpoint_interval (every how many steps), "
+                              "or neither")
+        if self.max_per_replica_batch_size and self.changed("accumulation_steps"):
+            raise ConfigError(
+                f"--max_per_replica_batch_size={self.max_per_replica_batch_size} lets the engine "
+                f"choose the micro-batches, and --accumulation_steps={self.accumulation_steps} "
+                "fixes them; give one")
         steps = parse_steps("lr_decay_steps", self.lr_decay_steps)
         if self.lr_schedule == "step" and not steps:
             raise ConfigError("--lr_schedule=step needs --lr_decay_steps, the global steps where "
@@ -507,9 +540,11 @@ SECTIONS = {
                      "collective", "num_packs", "pack_bytes", "gradient_dtype", "reduce_device",
                      "collective_timeout", "check_collective"),
     "Model and data": ("task", "model", "dataset", "data_dir", "image_size", "eval_fraction"),
-    "The loop": ("model_dir", "summaries_dir", "global_batch_size", "per_replica_batch_size", "train_steps",
-                 "epochs", "steps_per_epoch", "steps_per_loop", "checkpoint_interval",
-                 "summary_interval", "mode", "eval_interval", "eval_steps"),
+    "The loop": ("model_dir", "summaries_dir", "global_batch_size", "per_replica_batch_size",
+                 "max_per_replica_batch_size", "train_steps", "epochs", "steps_per_epoch",
+                 "steps_per_loop", "checkpoint_interval", "local_checkpoint_dir",
+                 "local_checkpoint_interval", "summary_interval", "mode",
+                 "eval_interval", "eval_steps"),
     "The recipe": ("optimizer", "learning_rate", "lr_schedule", "warmup_steps", "lr_decay_steps",
                    "lr_decay_rate", "lr_power", "end_learning_rate", "scale_learning_rate",
                    "weight_decay", "weight_decay_exclude", "clip_norm", "accumulation_steps",

@@ -30,7 +30,8 @@ import tensorflow as tf
 
 from tfloop import collectives
 from tfloop.collectives import device_names
-from tfloop.engine.run_dir import checkpoint_files, layout, run_identity, run_lock, storage
+from tfloop.engine.run_dir import (checkpoint_files, layout, local_checkpoints, run_identity,
+                                   run_lock, storage)
 from tfloop.engine.runtime import devices
 from tfloop.engine.recipe import optimizers
 from tfloop.engine import strategies
@@ -63,7 +64,8 @@ class Plan:
       mode: one of `config.RUN_MODES` (`continuous_evaluate`: the evaluator task).
       input_workers: processes the input is sharded over.
       shard_policy: how (`data`, `file`, `off`), `auto` resolved for the task's data.
-      latest_checkpoint: the newest checkpoint in `model_dir` that reads, if any.
+      latest_checkpoint: the newest checkpoint in `model_dir` that reads, if any
+        (or in `--local_checkpoint_dir`, when newer: `run_dir.local_checkpoints`).
       checkpoints: what `checkpoint_files.survey` found (damaged checkpoints
         skipped, the state file to rewrite); None for the evaluator task.
       lock: the `engine.run_dir.run_lock` lock this process holds while it runs
@@ -73,6 +75,8 @@ class Plan:
       intra_op_threads: the intra-op pool size, None for TensorFlow's default.
       implementation: how the strategy itself all-reduces (multi_worker: ring,
         nccl or auto), decided here once; None where the collective does it all.
+      batching: the batch arithmetic (`decide_batch`): global batch, replicas,
+        micro-batches, and what changed since the run's last range.
     """
 
     config: RunConfig
@@ -91,6 +95,14 @@ class Plan:
     implementation: Optional[str] = None
     checkpoints: Optional[checkpoint_files.Survey] = None
     lock: Optional[str] = None
+    batching: Optional["Batching"] = None
+
+    @property
+    def schedule_replicas(self) -> int:
+        """The replica count `--scale_learning_rate=linear` multiplies by: the
+        one the run's global batch was first trained on (`Batching`), so a
+        resume on another replica count keeps the learning rate."""
+        return self.batching.schedule_replicas if self.batching else self.replicas
 
     def describe(self, num_replicas: int) -> str:
         """The start-up line: who runs what, on which devices, reduced how."""
@@ -118,8 +130,6 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
         # The sidecar evaluates on one device; a ps task only serves variables.
         device_names = devices.support_task_devices(device_names, role.name)
     replicas = spec.num_replicas(device_names, role=role, connection=connection)
-    config = _resolve_batch(config, replicas)
-    _check_divisible(config, replicas)
     # Logical CPU devices (and the thread pools) must be set up before anything
     # else touches TensorFlow.
     named = device_names
@@ -131,6 +141,16 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
     implementation = None if role.is_evaluator else spec.collective_implementation(
         config, device_names)
     _prepare_task(config, task)
+    check_model_dir(config.model_dir)
+    local_checkpoints.check(config, asynchronous_cluster=role.in_cluster
+                            and not spec.compares_workers and not role.is_evaluator)
+    exists = tf.io.gfile.isdir(config.model_dir)
+    stored = run_identity.load(config.model_dir) if exists else None
+    resuming = checkpoint_files.on_disk(config.model_dir) or local_checkpoints.held(
+        config, role.name if role.in_cluster else "")
+    resumed = run_identity.last_range(stored) if stored and resuming else None
+    batching = decide_batch(config, replicas, resumed=resumed)
+    config = batching.apply(config)
     config = _resolve_epochs(config, task)
     _check_batch_fits(config, task)
     input_workers = 1 if role.is_evaluator else spec.input_workers(role)
@@ -139,7 +159,6 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
         logger.info("%s: input sharded by %s over %d workers", role.name, shard_policy,
                     input_workers)
     mode = _resolve_mode(config, task, role)
-    check_model_dir(config.model_dir)
     check_run_directories(config)
     if config.model_dir.startswith(IN_MEMORY):
         logger.warning("--model_dir=%s is in memory: its checkpoints, metrics.json and export "
@@ -148,9 +167,7 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
     lock = lock_name(role, mode)
     if lock:
         run_lock.check_free(config.model_dir, lock)
-    exists = tf.io.gfile.isdir(config.model_dir)
-    run_identity.check(config, run_identity.load(config.model_dir) if exists else None,
-                       task_object=not config.task
+    run_identity.check(config, stored, task_object=not config.task
                        and not isinstance(task, ClassificationTask))
     if role.in_cluster and not role.is_evaluator:
         tf_config.check_port_free(role)
@@ -161,6 +178,8 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
         if skipped:
             logger.info(skipped)
     latest = checkpoints.newest if checkpoints else None
+    if checkpoints and mode != "evaluate" and not role.in_cluster:  # a cluster's: engine.run
+        latest = local_checkpoints.newer(config, latest, run_exists=stored is not None) or latest
     if mode == "evaluate" and not latest:
         raise ConfigError(
             f"--mode=evaluate found no checkpoint in --model_dir={config.model_dir}; "
@@ -169,7 +188,7 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
                 collective=collective, task=task, mode=mode, input_workers=input_workers,
                 shard_policy=shard_policy, latest_checkpoint=latest, connection=connection,
                 intra_op_threads=intra_op_threads, checkpoints=checkpoints, lock=lock,
-                implementation=implementation)
+                implementation=implementation, batching=batching)
 
 
 def renumber_reduce_device(config: RunConfig, renamed: dict) -> RunConfig:
@@ -206,29 +225,149 @@ def _strategy_for(config: RunConfig, role: tf_config.Role):
     return spec, spec.connect(config)
 
 
-def _resolve_batch(config: RunConfig, replicas: int) -> RunConfig:
-    """`--per_replica_batch_size` as the global batch it means (the tutorials'
-    `batch_size_per_replica * num_replicas_in_sync`, times the micro-batches)."""
-    if not config.per_replica_batch_size:
-        return config
-    global_batch_size = config.per_replica_batch_size * replicas * config.accumulation_steps
-    logger.info("global batch %d: --per_replica_batch_size=%d x %d replicas%s",
-                global_batch_size, config.per_replica_batch_size, replicas,
-                f" x {config.accumulation_steps} micro-batches"
-                if config.accumulation_steps > 1 else "")
-    return dataclasses.replace(config, global_batch_size=global_batch_size,
-                               per_replica_batch_size=0)
+#: What a --deterministic run says when it resumes on another replica count.
+REPLICAS_DIFFER = (
+    "--deterministic: resuming on %d -> %d replicas trains the same examples in the same "
+    "steps, but the gradients' float32 sums add up in another order (per replica, across "
+    "replicas, over micro-batches), so the weights cannot be bit-identical to an "
+    "uninterrupted run's; they agree within 1e-5 relative (docs/reliability.md, Losing a "
+    "machine)")
+#: Replica counts a refusal offers, at most (the divisors of the global batch up to it).
+_OFFERED_REPLICAS = 64
 
 
-def _check_divisible(config: RunConfig, replicas: int) -> None:
-    batch, micro = config.global_batch_size, config.accumulation_steps
-    parts = replicas * micro
-    if batch % parts:
-        into = (f"the {replicas} replicas" if micro == 1
-                else f"{replicas} replicas x {micro} micro-batches (--accumulation_steps)")
-        raise ConfigError(
-            f"--global_batch_size={batch} does not divide by {into}; use a multiple of "
-            f"{parts}, e.g. {max(parts, batch // parts * parts)}")
+@dataclasses.dataclass(frozen=True)
+class Batching:
+    """One step's examples, decided once (`decide_batch`)::
+
+        global batch = per-replica batch x replicas x micro-batches
+
+    Attributes:
+      global_batch_size: examples per optimizer update, over every replica and micro-batch.
+      replicas: replicas in sync this run trains on.
+      accumulation_steps: micro-batches per step.
+      schedule_replicas: what `--scale_learning_rate=linear` multiplies by.
+      resumed: the run.json range the run resumes after (None: a new run),
+        for `change` and the log line.
+    """
+
+    global_batch_size: int
+    replicas: int
+    accumulation_steps: int
+    schedule_replicas: int
+    resumed: Optional[dict] = None
+
+    @property
+    def per_replica_batch_size(self) -> int:
+        """Examples one replica computes at once (one micro-batch)."""
+        return self.global_batch_size // (self.replicas * self.accumulation_steps)
+
+    @property
+    def change(self) -> Optional[dict]:
+        """`{"from": R, "to": R', ...}` when the run resumes on another replica
+        count than its last range recorded (for the log lines; run.json's
+        `replica_changes` is `run_identity.write`'s); else None."""
+        before = (self.resumed or {}).get("replicas")
+        if not before or before == self.replicas:
+            return None
+        return {"from": before, "to": self.replicas,
+                "accumulation_steps": [self.resumed.get("accumulation_steps", 1),
+                                       self.accumulation_steps],
+                "global_batch_size": self.global_batch_size}
+
+    def apply(self, config: RunConfig) -> RunConfig:
+        """`config` with the batch as decided: the global batch and the
+        micro-batches set, the per-replica requests spent."""
+        return dataclasses.replace(config, global_batch_size=self.global_batch_size,
+                                   accumulation_steps=self.accumulation_steps,
+                                   per_replica_batch_size=0, max_per_replica_batch_size=0)
+
+
+def decide_batch(config: RunConfig, replicas: int, *,
+                 resumed: Optional[dict] = None) -> Batching:
+    """The one place the global batch and the micro-batches are decided.
+
+    `resumed` is the newest range of the run's run.json when it resumes from
+    a checkpoint (`run_identity.last_range`), else None. Three requests:
+
+    - `--global_batch_size=B` (`--accumulation_steps=A`): B and A as given;
+      each replica takes B / (replicas x A), however many replicas there are.
+    - `--per_replica_batch_size=P`: a new run trains B = P x replicas x A; a
+      resumed one keeps the B it recorded and takes A = B / (P x replicas),
+      so P stays what the run asked for on any replica count.
+    - `--max_per_replica_batch_size=M`: B as given (a resume without
+      --global_batch_size keeps the recorded one), and the fewest A that
+      divide it into shares of at most M per replica.
+
+    A batch that cannot be cut so is refused in one line naming the replica
+    counts (or the flag) that would work. The learning rate's linear scaling
+    keeps the replica count of the recorded range while the global batch is
+    the same: an elastic resume changes how a step is computed, not the step.
+    """
+    per_replica, most = config.per_replica_batch_size, config.max_per_replica_batch_size
+    micro = config.accumulation_steps
+    recorded = int((resumed or {}).get("global_batch_size") or 0)
+    if per_replica:
+        if recorded:
+            batch = recorded
+            micro, rest = divmod(batch, per_replica * replicas)
+            if rest or not micro:
+                raise ConfigError(
+                    f"--per_replica_batch_size={per_replica} on {replicas} replica(s) cannot "
+                    f"make the global batch {batch} this run trained with: {batch} is not "
+                    f"{per_replica} x {replicas} x a whole number of micro-batches; resume on "
+                    f"{_replica_counts(batch // per_replica if batch % per_replica == 0 else 0)}"
+                    f" replica(s), or use --max_per_replica_batch_size={per_replica} to let "
+                    "the per-replica batch shrink")
+        else:
+            batch = per_replica * replicas * micro
+        logger.info("global batch %d: --per_replica_batch_size=%d x %d replicas%s%s", batch,
+                    per_replica, replicas, f" x {micro} micro-batches" if micro > 1 else "",
+                    " (the global batch the run recorded)" if recorded else "")
+    else:
+        batch = config.global_batch_size
+        if most and recorded and not config.changed("global_batch_size"):
+            batch = recorded
+        if most:
+            micro = next((a for a in range(1, batch // replicas + 1)
+                          if batch % (replicas * a) == 0 and batch // (replicas * a) <= most),
+                         0)
+            if not micro:
+                raise ConfigError(
+                    f"--max_per_replica_batch_size={most} cannot cut the global batch {batch} "
+                    f"over {replicas} replica(s): {batch} does not divide by {replicas}; use "
+                    f"{_replica_counts(batch)} replica(s), or a global batch that divides by "
+                    f"{replicas}")
+            logger.info("global batch %d over %d replica(s): %d micro-batch(es) of %d per "
+                        "replica (--max_per_replica_batch_size=%d)", batch, replicas, micro,
+                        batch // (replicas * micro), most)
+        elif batch % (replicas * micro):
+            parts = replicas * micro
+            into = (f"the {replicas} replicas" if micro == 1
+                    else f"{replicas} replicas x {micro} micro-batches (--accumulation_steps)")
+            raise ConfigError(
+                f"--global_batch_size={batch} does not divide by {into}; use a multiple of "
+                f"{parts}, e.g. {max(parts, batch // parts * parts)}")
+    scaled = replicas
+    if resumed and resumed.get("schedule_replicas") and recorded == batch:
+        scaled = int(resumed["schedule_replicas"])
+    batching = Batching(global_batch_size=batch, replicas=replicas, accumulation_steps=micro,
+                        schedule_replicas=scaled, resumed=resumed)
+    if batching.change:
+        logger.info("resuming on %d replica(s) after %d: global batch %d, %d per replica in "
+                    "%d micro-batch(es) of %d", replicas, batching.change["from"], batch,
+                    batch // replicas, micro, batching.per_replica_batch_size)
+        if config.deterministic:
+            logger.warning(REPLICAS_DIFFER, batching.change["from"], replicas)
+    return batching
+
+
+def _replica_counts(total: int) -> str:
+    """`1, 2, 4 or 8`: the replica counts `total` divides by (up to a few)."""
+    counts = [n for n in range(1, min(total, _OFFERED_REPLICAS) + 1) if total % n == 0]
+    if not counts:
+        return "no"
+    return str(counts[0]) if len(counts) == 1 else ", ".join(map(str, counts[:-1])) + f" or {counts[-1]}"
 
 
 def _resolve_epochs(config: RunConfig, task: Task) -> RunConfig:

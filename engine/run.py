@@ -42,8 +42,8 @@ import keras
 import tensorflow as tf
 
 from tfloop.engine.loop import actions, best, preemption, step_time
-from tfloop.engine.run_dir import (checkpoint_files, checkpointing, export, layout, run_identity,
-                                   run_lock, run_record)
+from tfloop.engine.run_dir import (checkpoint_files, checkpointing, export, layout,
+                                   local_checkpoints, run_identity, run_lock, run_record)
 from tfloop.engine.runtime import devices, logs
 from tfloop.engine.recipe import ema, precision
 from tfloop.engine.recipe import objectives as objectives_lib
@@ -243,6 +243,9 @@ def _train(plan: Plan, b: _Built) -> RunResult:
     # Workers other than the chief take part in saving, into a directory of their own.
     write_dir = (config.model_dir if plan.role.is_chief
                  else checkpointing.worker_save_dir(config.model_dir, plan.role.name))
+    if plan.role.in_cluster and config.local_checkpoint_dir:  # agreed by every worker
+        plan = dataclasses.replace(plan, latest_checkpoint=local_checkpoints.newer_on_every_worker(
+            config, plan.role.name, b.strategy, plan.latest_checkpoint) or plan.latest_checkpoint)
     manager, restored, start_step = _restore_checkpoints(plan, b, write_dir)
     if not restored and config.init_from:
         logger.info("starting from the %s",
@@ -409,7 +412,8 @@ def _build_model_and_objectives(plan: Plan, strategy: tf.distribute.Strategy,
         if optimizer is None:
             with task_failures.calling(task, "build_optimizer"):
                 optimizer = task.build_optimizer()
-        objectives = objectives_lib.bind(task, model, config, num_replicas=plan.replicas,
+        objectives = objectives_lib.bind(task, model, config,
+                                         num_replicas=plan.schedule_replicas,
                                          total_steps=config.train_steps,
                                          default_optimizer=optimizer)
         if getattr(task, "uses_compile", False):
@@ -542,7 +546,8 @@ def _run_controller(plan: Plan, b: _Built, trainer, manager, *, restored: Option
                                                       numerics)
                 if differ:
                     logger.warning(differ)
-            run_identity.write(config, start_step=start_step, numerics=numerics)
+            run_identity.write(config, start_step=start_step, numerics=numerics,
+                               batching=plan.batching)
     saved = {"step": start_step, "checkpoint": restored}
     if records:
         progress = functools.partial(run_record.running, plan, start_step=start_step,
@@ -585,6 +590,13 @@ def _run_controller(plan: Plan, b: _Built, trainer, manager, *, restored: Option
         phase=lambda: (controller.running, controller.running_steps)) if trains else None
     if watchers is not None:
         run_actions.train[-1:-1] = watchers.actions
+    local = (local_checkpoints.create(config, manager.checkpoint, b.global_step,
+                                      role.name if role.in_cluster else "")
+             if trains and manager is not None else None)
+    if local is not None:  # before the stop request, the last action
+        run_actions.train[-1:-1] = [actions.SaveLocal(
+            manager=local, interval=config.local_checkpoint_interval,
+            durable_interval=config.checkpoint_interval)]
     controller = Controller(
         global_step=b.global_step, trainer=trainer, evaluator=evaluator,
         steps_per_loop=config.steps_per_loop, checkpoint_manager=manager,

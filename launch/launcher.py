@@ -17,6 +17,12 @@ The supervision loop, for one launch::
             exit-code table (`launch.exit_codes`): a retryable status (>= 128:
             138 a lost peer, a death by signal) -> restart, while restarts
             last; a permanent one (1, 2, 3) -> give up at once, with it
+          - with --min_workers: a worker that cannot come back (it exits with
+            a permanent status, 1 or 3, on its own while its peers run or wait
+            for it: its machine is gone) -> restart with one worker fewer,
+            down to min_workers; the run resumes from the last checkpoint on
+            fewer replicas with the same global batch (bin/train
+            --max_per_replica_batch_size; docs/reliability.md)
           - every chief/worker exited 0          -> stop ps, wait for evaluator; done
             (with a chief and ps tasks, parameter-server training: the chief's
             exit 0 is the end, the workers are stopped with the ps tasks, and
@@ -179,6 +185,9 @@ class LaunchConfig:
         124. 0: no limit.
       diagnostics_dir: the folder of the tasks' hang dumps; empty: a
         temporary one, removed at the end when no dump was written.
+      min_workers: the fewest workers training may go on with: a worker that
+        cannot come back (`Launcher.lost_worker`) is left out of the next
+        restart while at least this many remain. 0: never go on without one.
     """
 
     command: tuple[str, ...]
@@ -195,6 +204,7 @@ class LaunchConfig:
     peer_exit_wait_s: float = 0.0
     timeout_s: float = 0.0
     diagnostics_dir: str = ""
+    min_workers: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "command", tuple(self.command))
@@ -207,6 +217,18 @@ class LaunchConfig:
         _check_int("num_workers", self.num_workers, minimum=1)
         _check_int("num_ps", self.num_ps, minimum=0)
         _check_int("max_restarts", self.max_restarts, minimum=0, maximum=MAX_RESTARTS)
+        _check_int("min_workers", self.min_workers, minimum=0)
+        if self.min_workers > self.num_workers:
+            raise LaunchError(f"--min_workers={self.min_workers} is more than --num_workers="
+                              f"{self.num_workers}; give at most {self.num_workers}")
+        if self.min_workers and self.num_ps:
+            raise LaunchError(f"--min_workers={self.min_workers} is for synchronous "
+                              "multi-worker clusters; with ps tasks the chief's coordinator "
+                              "already goes on without a lost worker: drop --min_workers")
+        if self.min_workers and not self.max_restarts:
+            raise LaunchError(f"--min_workers={self.min_workers} restarts the cluster without "
+                              "a lost worker, and --max_restarts is 0; give --max_restarts "
+                              "(e.g. 3)")
         _check_seconds("grace_period", self.grace_period_s)
         _check_seconds("evaluator_timeout", self.evaluator_timeout_s)
         _check_seconds("peer_exit_wait", self.peer_exit_wait_s)
@@ -218,7 +240,11 @@ class LaunchConfig:
 
     @property
     def tasks(self) -> list[Role]:
-        return plan_cluster(num_workers=self.num_workers, chief=self.chief,
+        return self.tasks_with(self.num_workers)
+
+    def tasks_with(self, num_workers: int) -> list[Role]:
+        """The cluster's tasks with `num_workers` workers (fewer after a loss)."""
+        return plan_cluster(num_workers=num_workers, chief=self.chief,
                             num_ps=self.num_ps, evaluator=self.evaluator)
 
 
@@ -364,6 +390,8 @@ class Launcher:
         self._diagnostics = ""  # made by run()
         self._dumps_seen: set[str] = set()
         self._deadline: float | None = None
+        #: Workers this launch starts: `num_workers`, fewer after `lost_worker`.
+        self.workers = config.num_workers
 
     def _assign_gpus(self) -> dict[str, str]:
         """Task label → its `CUDA_VISIBLE_DEVICES` (empty without `gpus_per_task`)."""
@@ -501,6 +529,23 @@ class Launcher:
             status = exit_status(failed.poll())
             what = (f"{failed.task.label} {describe_exit(failed.poll())} "
                     f"({exit_codes.describe(status)})")
+            lost = self.lost_worker(failed)
+            if lost and attempt < attempts:
+                if self.workers - 1 < self.config.min_workers:
+                    self._say(f"{what}: {lost} cannot come back, and --min_workers="
+                              f"{self.config.min_workers} allows no fewer than "
+                              f"{self.config.min_workers} workers; stopping the cluster; "
+                              f"exit status {status}")
+                    self._stop_all(first_signal=signal.SIGTERM)
+                    return status
+                self._say(f"{what}: {lost} cannot come back; restarting the cluster with "
+                          f"{self.workers - 1} workers instead of {self.workers} "
+                          f"(--min_workers={self.config.min_workers}; "
+                          f"{attempt}/{self.config.max_restarts}): training resumes from the "
+                          "last checkpoint on fewer replicas")
+                self.workers -= 1
+                self._stop_all(first_signal=signal.SIGTERM)
+                continue
             if not exit_codes.retryable(status):
                 self._say(f"{what}: a failure a restart cannot fix; stopping the cluster "
                           f"(not restarting); exit status {status}")
@@ -519,6 +564,31 @@ class Launcher:
                 return status
         raise AssertionError("unreachable")
 
+    def lost_worker(self, failed: _Proc) -> Optional[str]:
+        """The label of the worker whose machine is gone, or None (with
+        `min_workers` only).
+
+        A worker cannot come back when it fails on its own with a permanent
+        status a restart of the same task would meet again (1 or 3; not 2, a
+        mistake in the request every task shares) while every other cluster
+        task is still running (waiting for it) or ended retryably (a lost
+        peer): the others can train, that one cannot. The local stand-in for
+        a reclaimed machine is a worker that exits 1 at its restart (the
+        tests' hook: a wrapper command that does so for one worker index).
+        Which index leaves does not matter: a restart numbers the remaining
+        workers 0..n-1, and worker 0 is the chief unless a chief job is."""
+        if not self.config.min_workers or failed.task.task_type != WORKER:
+            return None
+        status = exit_status(failed.poll())
+        if exit_codes.retryable(status) or status in (exit_codes.DONE, exit_codes.USAGE):
+            return None
+        others = [proc.poll() for proc in self._procs
+                  if proc.task.is_member and proc is not failed]
+        if any(code is not None and not exit_codes.retryable(exit_status(code))
+               for code in others):
+            return None  # they failed too: a failure of the run, not of a machine
+        return failed.task.label
+
     def _deciding(self, failed: _Proc) -> _Proc:
         """The failed cluster task whose status decides: a permanent failure
         among those already ended, else `failed`. A task that fails for good
@@ -533,7 +603,7 @@ class Launcher:
         return failed
 
     def _start_cluster(self, attempt: int, attempts: int) -> None:
-        tasks = self.config.tasks
+        tasks = self.config.tasks_with(self.workers)
         members = [task for task in tasks if task.is_member]
         cluster = cluster_spec(tasks, pick_free_ports(len(members)))
         addresses = iter(address for job in CLUSTER_JOBS for address in cluster.get(job, []))
@@ -569,7 +639,7 @@ class Launcher:
                         lost_workers.add(proc.task.label)
                         self._say(f"{proc.task.label} {describe_exit(code)}; the chief's "
                                   "coordinator carries on with the other workers")
-                        if len(lost_workers) == self.config.num_workers:
+                        if len(lost_workers) == self.workers:
                             return proc
                     continue
                 if proc.task.is_member and code not in (None, 0):

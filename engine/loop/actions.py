@@ -35,6 +35,7 @@ from typing import Callable, Mapping, NamedTuple, Optional
 
 import tensorflow as tf
 
+from tfloop.engine.errors import RunFailure
 from tfloop.engine.run_dir import checkpointing, run_record
 from tfloop.engine.loop.preemption import Preempted, StopRequest
 from tfloop.engine.loop.summaries import SummaryWriter
@@ -389,3 +390,30 @@ def for_run(
     if keep_best is not None:
         evaluation.append(keep_best)
     return RunActions(train=train, eval=evaluation)
+
+
+class SaveLocal(Action):
+    """A fast local checkpoint (`engine.run_dir.local_checkpoints`) at every
+    multiple of `interval`, except where the durable one is saved anyway (a
+    multiple of `durable_interval`, the last step); loops are cut there. A
+    local save that fails (a full RAM disk) is a warning: the durable
+    checkpoints still hold the run."""
+
+    def __init__(self, *, manager: tf.train.CheckpointManager, interval: int,
+                 durable_interval: int):
+        _check_positive("interval", interval)
+        self.manager = manager
+        self.interval = interval
+        self.durable_interval = durable_interval
+
+    def next_stop(self, step: int) -> Optional[int]:
+        return next_multiple(step, self.interval)
+
+    def __call__(self, loop: LoopEnd) -> None:
+        if (not crossed(loop.start, loop.step, self.interval) or loop.step >= loop.target
+                or crossed(loop.start, loop.step, self.durable_interval)):
+            return
+        try:
+            checkpointing.save(self.manager, loop.step)
+        except RunFailure as failure:
+            logger.warning("local checkpoint not saved, training goes on: %s", failure)

@@ -16,6 +16,12 @@ A resumed run may change how it trains, explicitly: run.json also holds
                 "optimizer": "adam", ...},
                {"from_step": 200, "global_batch_size": 128, "learning_rate": 0.0005, ...}]
 
+A resume on another replica count keeps the global batch where the run
+asked for a per-replica batch (`engine.plan.decide_batch`); each range
+records its `replicas` (and the micro-batches, `accumulation_steps`), and
+`replica_changes` lists every such change: `{"step": 150, "from": 3, "to": 2,
+"accumulation_steps": [1, 2], "global_batch_size": 12}`.
+
 Each entry also records the run's `numerics` (threads per replica, the CPU
 kernels' instruction set: `engine.runtime.devices.numerics`), and a resumed
 `--deterministic` run whose numerics differ says so in one line
@@ -67,6 +73,12 @@ RANGES = "ranges"
 #: Each range also records what its float32 sums depended on (`numerics_differ`).
 NUMERICS = "numerics"
 NUMERICS_COMPARED = ("threads_per_replica", "cpu_isa")
+#: Each range records the replicas it trained on, and the replica count
+#: `--scale_learning_rate=linear` multiplied by (kept across an elastic resume).
+REPLICAS = "replicas"
+SCHEDULE_REPLICAS = "schedule_replicas"
+#: Every resume on another replica count: {"step", "from", "to", ...}.
+REPLICA_CHANGES = "replica_changes"
 
 
 def path(model_dir: str) -> str:
@@ -187,20 +199,46 @@ def numerics_differ(stored: Optional[dict], numerics: Mapping[str, Any]) -> Opti
             "or TF_NUM_INTRAOP_THREADS and ONEDNN_MAX_CPU_ISA as before to match)")
 
 
+def last_range(stored: Optional[dict]) -> Optional[dict]:
+    """The newest range of a stored record (what a resumed run continues), or None."""
+    entries = ranges(stored)
+    return entries[-1] if entries else None
+
+
 def write(config: Any, *, start_step: int = 0,
-          numerics: Optional[Mapping[str, Any]] = None) -> None:
+          numerics: Optional[Mapping[str, Any]] = None, batching: Any = None) -> None:
     """Records the identity of the run in `config.model_dir`, and the recipe
-    (and `numerics`, `engine.runtime.devices.numerics`) it trains with from
-    `start_step` on: a new range when either changed."""
+    (and `numerics`, `engine.runtime.devices.numerics`; and the `replicas`
+    and `schedule_replicas` of `batching`, `engine.plan.Batching`) it trains
+    with from `start_step` on: a new range when any changed. A resume on
+    another replica count is also appended to `replica_changes` (`step`,
+    `from`, `to`, the micro-batches before and after)."""
     stored = load(config.model_dir)
     kept = [r for r in ranges(stored) if r["from_step"] < start_step]
     recipe = {name: getattr(config, name) for name in RECIPE}
     if numerics is not None:
         recipe[NUMERICS] = dict(numerics)
+    if batching is not None:
+        recipe[REPLICAS] = batching.replicas
+        recipe[SCHEDULE_REPLICAS] = batching.schedule_replicas
+    # Against the range the resumed steps continue (a later one trained nothing that counts).
+    before = kept[-1] if kept else {}
+    change = None
+    if batching is not None and before.get(REPLICAS) not in (None, batching.replicas):
+        change = {"step": start_step, "from": before[REPLICAS], "to": batching.replicas,
+                  "accumulation_steps": [before.get("accumulation_steps", 1),
+                                         batching.accumulation_steps],
+                  "global_batch_size": batching.global_batch_size}
     if not kept or {name: kept[-1].get(name) for name in recipe} != recipe:
         kept.append({"from_step": start_step, **recipe})
     record = {name: getattr(config, name) for name in IDENTITY}
     record["global_batch_size"] = config.global_batch_size
     record["optimizer"] = config.optimizer
     record[RANGES] = kept
+    changes = [c for c in (stored or {}).get(REPLICA_CHANGES, [])
+               if isinstance(c, dict) and c.get("step", 0) < start_step]
+    if change:
+        changes.append(change)
+    if changes:
+        record[REPLICA_CHANGES] = changes
     layout.write_json(path(config.model_dir), record)

@@ -31,7 +31,8 @@ class ParameterServer(ReducesItself):
                 "--nan_policy=skip_step does not apply to --strategy=parameter_server: each "
                 "worker applies its own steps asynchronously, with no all-reduced norm for "
                 "every replica to decide on; use --nan_policy=stop")
-        step_options = config.changed("accumulation_steps", "clip_norm", "ema_decay")
+        step_options = config.changed("accumulation_steps", "clip_norm", "ema_decay",
+                                      "max_per_replica_batch_size")
         if step_options:
             raise ConfigError(
                 f"{step_options[0]} is a step option of the synchronous strategies, and "

@@ -1,0 +1,139 @@
+"""`--local_checkpoint_dir`: fast local checkpoints every K steps beside the
+durable ones; a restart resumes from the newest that reads, newer than the
+durable one, and falls back to the durable one otherwise."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from helpers import REPO, bin_env, run_bin
+from tfloop.engine import run
+from tfloop.engine.config import RunConfig
+from tfloop.engine.errors import ConfigError
+from tfloop.engine.run_dir import local_checkpoints
+
+#: Runs the engine with a config (JSON) and SIGKILLs itself at the end of the loop that reaches a step.
+KILL_AT_STEP = """
+import json, os, signal, sys
+from tfloop.engine import run
+from tfloop.engine.config import RunConfig
+kill_at = int(sys.argv[2])
+def on_loop_end(step, metrics):
+    if step == kill_at:
+        os.kill(os.getpid(), signal.SIGKILL)
+run(RunConfig(**json.loads(sys.argv[1])), on_loop_end=on_loop_end)
+"""
+SMALL = dict(global_batch_size=8, mode="train", export=False, seed=5, summary_interval=0)
+
+
+def _weights(path):
+    reader = tf.train.load_checkpoint(str(path))
+    return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map()
+            if n.startswith("model_weights/")}
+
+
+def test_a_kill_at_157_resumes_from_the_local_150_not_the_durable_100(tmp_path):
+    model_dir, local = tmp_path / "run", tmp_path / "shm"
+    flags = dict(SMALL, model_dir=str(model_dir), checkpoint_interval=100,
+                 local_checkpoint_dir=str(local), local_checkpoint_interval=10)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILL_AT_STEP, json.dumps(dict(flags, train_steps=170,
+                                                             steps_per_loop=1)), "157"],
+        capture_output=True, text=True, timeout=300, env=bin_env(), cwd=REPO)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-100")
+    folder = local_checkpoints.folder(str(local), str(model_dir))
+    assert tf.train.latest_checkpoint(folder).endswith("ckpt-150")
+    resumed = run_bin("train", f"--model_dir={model_dir}", "--train_steps=170",
+                      "--steps_per_loop=20", "--checkpoint_interval=100",
+                      f"--local_checkpoint_dir={local}", "--local_checkpoint_interval=10",
+                      "--global_batch_size=8", "--mode=train", "--noexport", "--seed=5",
+                      "--summary_interval=0")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert (f"resuming from the local checkpoint {folder}/ckpt-150, newer than the durable "
+            "ckpt-100") in resumed.stdout, resumed.stdout[-3000:]
+    assert f"resuming from {folder}/ckpt-150 at step 150" in resumed.stdout
+    # The local ones came every 10 steps (160), the durable one at the end.
+    assert tf.train.latest_checkpoint(folder).endswith("ckpt-160")
+    assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-170")
+    reference = tmp_path / "uninterrupted"
+    run(RunConfig(**dict(SMALL, model_dir=str(reference), train_steps=170, devices="cpu:0")))
+    expected = _weights(reference)
+    got = _weights(model_dir)
+    for name, value in expected.items():
+        np.testing.assert_allclose(got[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+def _save(directory, step, value):
+    """A small checkpoint `ckpt-<step>` in `directory`, as a manager writes it."""
+    variable = tf.Variable(value)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=variable), str(directory),
+                                         max_to_keep=5)
+    return manager.save(checkpoint_number=step)
+
+
+@pytest.fixture
+def run_with_local(tmp_path):
+    model_dir, local = tmp_path / "run", tmp_path / "shm"
+    durable = _save(model_dir, 100, 1.0)
+    (model_dir / "run.json").write_text("{}")
+    folder = local_checkpoints.folder(str(local), str(model_dir))
+    for step in (140, 150):
+        _save(folder, step, float(step))
+    config = RunConfig(model_dir=str(model_dir), local_checkpoint_dir=str(local),
+                       local_checkpoint_interval=10)
+    return config, durable, folder
+
+
+def test_the_newest_local_checkpoint_that_reads_is_taken(run_with_local):
+    config, durable, folder = run_with_local
+    assert local_checkpoints.newer(config, durable, run_exists=True) == f"{folder}/ckpt-150"
+    for path in tf.io.gfile.glob(f"{folder}/ckpt-150.data-*"):
+        with open(path, "r+b") as data:
+            data.truncate(3)
+    assert local_checkpoints.newer(config, durable, run_exists=True) == f"{folder}/ckpt-140"
+
+
+def test_the_durable_checkpoint_is_taken_otherwise(run_with_local, tmp_path):
+    config, durable, folder = run_with_local
+    # The durable one is newer (the run went on elsewhere), or the run was removed:
+    newer = _save(tmp_path / "run", 200, 2.0)
+    assert local_checkpoints.newer(config, newer, run_exists=True) is None
+    assert local_checkpoints.newer(config, durable, run_exists=False) is None
+    # Another machine: no local folder at all; or none of the local ones reads.
+    elsewhere = RunConfig(model_dir=config.model_dir, local_checkpoint_dir=str(tmp_path / "no"),
+                          local_checkpoint_interval=10)
+    assert local_checkpoints.newer(elsewhere, durable, run_exists=True) is None
+    for path in tf.io.gfile.glob(f"{folder}/ckpt-*.index"):
+        os.remove(path)
+    assert local_checkpoints.newer(config, durable, run_exists=True) is None
+
+
+@pytest.mark.parametrize("flags, message", [
+    (dict(local_checkpoint_dir="/tmp/x"), "--local_checkpoint_dir=/tmp/x needs its partner"),
+    (dict(local_checkpoint_interval=10), "--local_checkpoint_interval=10 needs its partner"),
+    (dict(local_checkpoint_interval=-1), "--local_checkpoint_interval=-1 must be 0 or more"),
+])
+def test_local_checkpoint_flags_without_their_partner_are_refused(flags, message):
+    with pytest.raises(ConfigError, match=message):
+        RunConfig(**flags)
+
+
+def test_local_checkpoints_with_ps_tasks_or_on_a_url_are_refused_before_anything_is_written(
+        tmp_path):
+    config = RunConfig(model_dir=str(tmp_path / "run"), local_checkpoint_dir=str(tmp_path),
+                       local_checkpoint_interval=10)
+    with pytest.raises(ConfigError, match="a parameter-server cluster's variables live on"):
+        local_checkpoints.check(config, asynchronous_cluster=True)
+    url = RunConfig(model_dir=str(tmp_path / "run"), local_checkpoint_dir="gs://b/x",
+                    local_checkpoint_interval=10)
+    with pytest.raises(ConfigError, match="is a URL; name a local folder"):
+        local_checkpoints.check(url, asynchronous_cluster=False)
+    with pytest.raises(ConfigError, match="is a URL"):
+        run(url)
+    assert not (tmp_path / "run").exists()
