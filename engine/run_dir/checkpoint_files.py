@@ -41,6 +41,7 @@ from typing import Iterator, Optional
 import tensorflow as tf
 
 from tfloop.engine.run_dir import layout
+from tfloop.engine.runtime import files
 from tfloop.engine.errors import ConfigError, one_line
 
 logger = logging.getLogger(__name__)
@@ -278,16 +279,22 @@ def _free_name(path: str) -> str:
 
 def remove_stale_temp(model_dir: str) -> None:
     """Removes the `ckpt-<N>_temp/` directories a kill during a save left
-    behind (TensorFlow writes a checkpoint there, then moves it into place);
-    for the process that holds the run's lock."""
+    behind (TensorFlow writes a checkpoint there, then moves it into place),
+    and the temporary files of the records this process writes
+    (`run.json.tmp-<hex>`, ...: a kill inside `layout.write_text`); for the
+    process that holds the run's lock. Through `engine.runtime.files.remove`:
+    a link of that name goes as a link, its target untouched."""
     if not tf.io.gfile.isdir(model_dir):
         return
+    records = {layout.RUN_JSON, layout.METRICS_JSON, layout.CHECKPOINT_STATE}
     for name in tf.io.gfile.listdir(model_dir):
         name = name.rstrip("/")
-        if _TEMP.match(name):
+        record = layout.RECORD_TEMP.match(name) and name.rsplit(files.TEMPORARY_INFIX, 1)[0]
+        if _TEMP.match(name) or record in records:
             path = layout.RunDir(model_dir).path(name)
-            logger.info("removing %s, left by a save that did not finish", path)
-            tf.io.gfile.rmtree(path)
+            logger.info("removing %s, left by a %s that did not finish", path,
+                        "save" if _TEMP.match(name) else "write")
+            files.remove(path, within=model_dir)
 
 
 def as_they_appear(model_dir: str, *, poll_seconds: float, timeout: float) -> Iterator[str]:
