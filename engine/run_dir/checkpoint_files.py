@@ -246,7 +246,7 @@ def set_aside(found: Survey) -> None:
         if not files:
             continue
         target_dir = layout.RunDir(model_dir).damaged
-        tf.io.gfile.makedirs(target_dir)
+        files.make_dirs(target_dir)
         for path in files:
             target = posixpath.join(target_dir, posixpath.basename(path))
             tf.io.gfile.rename(path, _free_name(target))
