@@ -250,7 +250,7 @@ class HangWatch:
             try:
                 if directory != self.directory:  # the fallback: this user's own folder, 0700
                     files.private_dir(directory)
-                elif files.is_local(directory) and os.path.islink(directory.rstrip("/")):
+                elif _planted_link(directory):
                     raise OSError(errno.ELOOP, "a symbolic link: not written through",
                                   directory)
                 else:
@@ -281,6 +281,15 @@ class HangWatch:
             except FileExistsError:
                 continue
         raise OSError(errno.EEXIST, f"{_NAMES_TRIED} dump names in a row are taken", directory)
+
+
+def _planted_link(directory: str) -> bool:
+    """Whether `directory` is a symbolic link the engine would write through:
+    `<model_dir>/diagnostics` may not be one; the folder `bin/launch` names
+    (`$TFLOOP_DIAGNOSTICS_DIR`, from the user's `--diagnostics_dir`) may."""
+    if not files.is_local(directory) or directory == os.environ.get(DIAGNOSTICS_ENV):
+        return False
+    return os.path.islink(directory.rstrip("/"))
 
 
 def fallback_directory() -> str:
