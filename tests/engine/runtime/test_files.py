@@ -242,3 +242,17 @@ def test_a_private_folder_is_0700_and_refused_when_a_link_or_someone_elses(
     monkeypatch.setattr(files.os, "getuid", lambda: os.stat(mine).st_uid + 1)
     with pytest.raises(OSError, match="owned by user"):
         files.private_dir(mine)
+
+
+def test_only_a_full_disk_is_told_to_free_space():
+    """Item 17: a write refused for its permissions, or a removal, is not fixed by space."""
+    from tfloop.engine.runtime import disk
+
+    assert disk.advice(OSError(errno.ENOSPC, "No space left on device"), "/d") == "free some space"
+    assert disk.advice(OSError(errno.EDQUOT, "Disk quota exceeded"), "/d") == "free some space"
+    assert disk.advice(tf.errors.ResourceExhaustedError(None, None, "x; No space left on device"),
+                       "/d") == "free some space"
+    assert disk.advice(PermissionError(errno.EACCES, "Permission denied"), "/d") == (
+        "make /d writable")
+    assert disk.advice(tf.errors.PermissionDeniedError(None, None, "denied"), "/d") == (
+        "make /d writable")
