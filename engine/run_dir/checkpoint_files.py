@@ -242,15 +242,15 @@ def set_aside(found: Survey) -> None:
     `CheckpointManager` reads the state file."""
     model_dir = found.model_dir
     for bad in found.damaged:
-        files = tf.io.gfile.glob(bad.prefix + ".*")
-        if not files:
+        moved = tf.io.gfile.glob(bad.prefix + ".*")
+        if not moved:
             continue
         target_dir = layout.RunDir(model_dir).damaged
         files.make_dirs(target_dir)
-        for path in files:
+        for path in moved:
             target = posixpath.join(target_dir, posixpath.basename(path))
             tf.io.gfile.rename(path, _free_name(target))
-        logger.info("moved %s into %s", ", ".join(posixpath.basename(f) for f in files), target_dir)
+        logger.info("moved %s into %s", ", ".join(posixpath.basename(f) for f in moved), target_dir)
     if found.state_problem and found.newest:
         _write_state(model_dir, found)
         logger.info("rewrote %s: %s", layout.RunDir(model_dir).checkpoint_state, found.state_problem)
@@ -329,16 +329,16 @@ def _newer_readable(model_dir: str, after: int, verdicts: dict) -> Optional[str]
     for step in sorted((s for s in candidates if s > after), reverse=True):
         prefix = candidates[step]
         try:
-            files = tuple(sorted((p, tf.io.gfile.stat(p).length)
+            found = tuple(sorted((p, tf.io.gfile.stat(p).length)
                                  for p in tf.io.gfile.glob(prefix + ".*")))
         except tf.errors.NotFoundError:  # removed by the chief's rotation meanwhile
             continue
-        if verdicts.get(prefix) == files:
+        if verdicts.get(prefix) == found:
             continue
         reason = damage(prefix)
         if reason is None:
             return prefix
         if prefix not in verdicts:
             logger.info("%s does not read (%s); looking at older ones", prefix, reason)
-        verdicts[prefix] = files
+        verdicts[prefix] = found
     return None
