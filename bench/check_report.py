@@ -19,6 +19,8 @@ import math
 import os
 from typing import Any, Optional
 
+from tfloop.engine.runtime import files
+
 PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
 STATUSES = (PASS, FAIL, SKIPPED)
 
@@ -148,7 +150,5 @@ def _finite(value: Any) -> Any:
 
 
 def _write_atomically(path: str, text: str) -> None:
-    temporary = f"{path}.tmp"
-    with open(temporary, "w") as file:
-        file.write(text)
-    os.replace(temporary, path)
+    # A random temporary name, never opened through a link (engine.runtime.files).
+    files.write_atomically(path, text)

@@ -115,9 +115,17 @@ class ExportFailure(UnrecoverableFailure):
     the same export to the same disk; someone must free space first, then
     the same command writes the missing export. (3 rather than 1: the
     training itself is done, only its product is missing.)
+
+    `fix`: what to do before the same command writes it ("free some space"
+    for a full disk only; a folder that may not be written, or an old export
+    that cannot be removed, is not fixed by space).
     """
 
     exit_status = exit_codes.UNRECOVERABLE
+
+    def __init__(self, message: str, fix: str = "free some space"):
+        super().__init__(message)
+        self.fix = fix
 
 
 def one_line(text: str, limit: int = 120) -> str:

@@ -489,8 +489,10 @@ def _check_name_lengths(path: str, existing: str) -> None:
 def check_run_directories(config: RunConfig) -> None:
     """Refuses a file where this run will keep a directory (`summaries`,
     `export` with --export, `best` with --best_metric): it would fail with a
-    traceback at the first summary, or at the export after all of training."""
+    traceback at the first summary, or at the export after all of training;
+    and a symbolic link where it keeps any file or folder (`RunDir.kept_paths`)."""
     run_dir = layout.RunDir(config.model_dir, config.summaries_dir or None)
+    run_dir.refuse_links()  # a run never writes or removes through a link it did not make
     for where in run_dir.directories(export=config.export, best=bool(config.best_metric)):
         if tf.io.gfile.exists(where) and not tf.io.gfile.isdir(where):
             raise ConfigError(f"{where} is a file, where the run keeps a directory; move it "

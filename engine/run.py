@@ -334,8 +334,8 @@ def _export_final(plan: Plan, strategy, model, global_step: tf.Variable, average
         latest = manager.latest_checkpoint if manager else None
         raise ExportFailure(
             f"{failure}; the checkpoints are intact (the latest is "
-            f"{posixpath.basename(latest) if latest else 'none'}): free some space and "
-            "run the same command to write the export") from None
+            f"{posixpath.basename(latest) if latest else 'none'}): {failure.fix} and "
+            "run the same command to write the export", fix=failure.fix) from None
 
 
 def export_checkpoint(config: RunConfig, *, step: Optional[int] = None,
@@ -357,8 +357,8 @@ def export_checkpoint(config: RunConfig, *, step: Optional[int] = None,
     try:
         return serving.export_trained(plan, strategy, model, int(global_step.numpy()))
     except ExportFailure as failure:
-        raise ExportFailure(f"{failure}; {posixpath.basename(path)} is intact: free some space "
-                            "and export again") from None
+        raise ExportFailure(f"{failure}; {posixpath.basename(path)} is intact: {failure.fix} "
+                            "and export again", fix=failure.fix) from None
 
 
 def _task_for(config: RunConfig, task: Optional[Task]) -> Task:

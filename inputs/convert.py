@@ -95,7 +95,9 @@ def remove_stale_staging(output_dir: str) -> list[str]:
     converter owns; returns them."""
     removed = []
     for staging in sorted(glob.glob(glob.escape(_staging_prefix(output_dir)) + "*")):
-        if not os.path.isdir(staging):
+        # Only a real folder: never one reached through a link (the engine's
+        # rule, engine.runtime.files; this library may not import it).
+        if os.path.islink(staging) or not os.path.isdir(staging):
             continue
         if not os.path.exists(os.path.join(staging, _LOCK)):
             # An older converter's, or one between mkdtemp and its lock: by age.
@@ -123,9 +125,10 @@ def _make_staging(output_dir: str):
             raise InputError(f"--output_dir={output_dir} cannot be written: no folder can be "
                              f"created in {os.path.dirname(output_dir)} "
                              f"({error.strerror or type(error).__name__})") from None
-        umask = os.umask(0)
+        umask = os.umask(0o077)
         os.umask(umask)
-        os.chmod(staging, 0o777 & ~umask)  # mkdtemp's 0700 is for the temporary name only
+        # mkdtemp's 0700 is for the temporary name only; at most 0755 whatever the umask
+        os.chmod(staging, 0o755 & ~umask)
         return staging, _holds_lock(staging)
     parent, _, name = output_dir.rpartition("/")
     staging = f"{parent}/.{name}.tmp-{uuid.uuid4().hex[:8]}"

@@ -50,6 +50,7 @@ from typing import Callable, Optional, Sequence
 import tensorflow as tf
 
 from tfloop.engine.run_dir import layout
+from tfloop.engine.runtime import files
 from tfloop.engine.loop.actions import Action, LoopEnd, StopTraining
 from tfloop.engine.errors import ConfigError
 
@@ -194,6 +195,7 @@ class KeepBest(Action):
         self.name = metric[len("eval/"):]
         self.checkpoint = checkpoint
         self.model_dir = model_dir
+        self.write_root = write_dir or model_dir
         self.directory = best_dir(model_dir)
         self.write_directory = best_dir(write_dir or model_dir)
         self.is_chief = is_chief
@@ -242,7 +244,7 @@ class KeepBest(Action):
         elif self.record is None or step > self.record["step"]:
             self.since.append(step)
         if self.is_chief:
-            tf.io.gfile.makedirs(self.directory)
+            files.make_dirs(self.directory)
             layout.write_json(layout.RunDir(self.directory).best_state, {"since_best": self.since})
         if self._exhausted():
             raise StopTraining(self.reason)
@@ -261,7 +263,7 @@ class KeepBest(Action):
         return value > best if self.mode == "max" else value < best
 
     def _keep(self, step: int, value: float) -> None:
-        tf.io.gfile.makedirs(self.write_directory)
+        files.make_dirs(self.write_directory)
         self.checkpoint.write(layout.RunDir(self.write_directory).checkpoint(step))
         exported = self.export_fn(self.directory) if self.export_fn is not None else None
         record = {
@@ -271,7 +273,7 @@ class KeepBest(Action):
         }
         self.record, self.since = record, []
         if not self.is_chief:
-            _remove_except(self.write_directory, _checkpoint_names(step))
+            _remove_except(self.write_directory, _checkpoint_names(step), within=self.write_root)
             return
         layout.write_json(layout.RunDir(self.directory).best_json, record)  # the commit point
         self._remove_unnamed()
@@ -286,8 +288,9 @@ class KeepBest(Action):
         if self.record is not None and self.record.get("export"):
             keep.add(layout.EXPORT)
             removed = [f"{layout.EXPORT}/{name}" for name in _remove_except(
-                layout.RunDir(self.directory).exports, {str(self.record["step"])})]
-        return removed + _remove_except(self.directory, keep)
+                layout.RunDir(self.directory).exports, {str(self.record["step"])},
+                within=self.model_dir)]
+        return removed + _remove_except(self.directory, keep, within=self.model_dir)
 
 
 def _checkpoint_names(step: int) -> set:
@@ -295,9 +298,12 @@ def _checkpoint_names(step: int) -> set:
     return {re.compile(rf"{layout.CHECKPOINT_PREFIX}-{step}\.(index|data-\d+-of-\d+)")}
 
 
-def _remove_except(directory: str, keep: set) -> list[str]:
+def _remove_except(directory: str, keep: set, *, within: str) -> list[str]:
     """Removes every entry of `directory` not in `keep` (names, or compiled
-    patterns matched in full); returns the names removed."""
+    patterns matched in full); returns the names removed. Through
+    `engine.runtime.files.remove`, never following a link below `within`
+    (the run's folder): an entry that is a link goes as a link, and a
+    `best/` that is one is refused in one line."""
     if not tf.io.gfile.isdir(directory):
         return []
     removed = []
@@ -305,10 +311,6 @@ def _remove_except(directory: str, keep: set) -> list[str]:
         name = entry.rstrip("/")
         if name in keep or any(isinstance(k, re.Pattern) and k.fullmatch(name) for k in keep):
             continue
-        path = layout.RunDir(directory).path(name)
-        if tf.io.gfile.isdir(path):
-            tf.io.gfile.rmtree(path)
-        else:
-            tf.io.gfile.remove(path)
+        files.remove(layout.RunDir(directory).path(name), within=within)
         removed.append(name)
     return removed

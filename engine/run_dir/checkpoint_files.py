@@ -41,6 +41,7 @@ from typing import Iterator, Optional
 import tensorflow as tf
 
 from tfloop.engine.run_dir import layout
+from tfloop.engine.runtime import files
 from tfloop.engine.errors import ConfigError, one_line
 
 logger = logging.getLogger(__name__)
@@ -241,15 +242,15 @@ def set_aside(found: Survey) -> None:
     `CheckpointManager` reads the state file."""
     model_dir = found.model_dir
     for bad in found.damaged:
-        files = tf.io.gfile.glob(bad.prefix + ".*")
-        if not files:
+        moved = tf.io.gfile.glob(bad.prefix + ".*")
+        if not moved:
             continue
         target_dir = layout.RunDir(model_dir).damaged
-        tf.io.gfile.makedirs(target_dir)
-        for path in files:
+        files.make_dirs(target_dir)
+        for path in moved:
             target = posixpath.join(target_dir, posixpath.basename(path))
             tf.io.gfile.rename(path, _free_name(target))
-        logger.info("moved %s into %s", ", ".join(posixpath.basename(f) for f in files), target_dir)
+        logger.info("moved %s into %s", ", ".join(posixpath.basename(f) for f in moved), target_dir)
     if found.state_problem and found.newest:
         _write_state(model_dir, found)
         logger.info("rewrote %s: %s", layout.RunDir(model_dir).checkpoint_state, found.state_problem)
@@ -278,16 +279,22 @@ def _free_name(path: str) -> str:
 
 def remove_stale_temp(model_dir: str) -> None:
     """Removes the `ckpt-<N>_temp/` directories a kill during a save left
-    behind (TensorFlow writes a checkpoint there, then moves it into place);
-    for the process that holds the run's lock."""
+    behind (TensorFlow writes a checkpoint there, then moves it into place),
+    and the temporary files of the records this process writes
+    (`run.json.tmp-<hex>`, ...: a kill inside `layout.write_text`); for the
+    process that holds the run's lock. Through `engine.runtime.files.remove`:
+    a link of that name goes as a link, its target untouched."""
     if not tf.io.gfile.isdir(model_dir):
         return
+    records = {layout.RUN_JSON, layout.METRICS_JSON, layout.CHECKPOINT_STATE}
     for name in tf.io.gfile.listdir(model_dir):
         name = name.rstrip("/")
-        if _TEMP.match(name):
+        record = layout.RECORD_TEMP.match(name) and name.rsplit(files.TEMPORARY_INFIX, 1)[0]
+        if _TEMP.match(name) or record in records:
             path = layout.RunDir(model_dir).path(name)
-            logger.info("removing %s, left by a save that did not finish", path)
-            tf.io.gfile.rmtree(path)
+            logger.info("removing %s, left by a %s that did not finish", path,
+                        "save" if _TEMP.match(name) else "write")
+            files.remove(path, within=model_dir)
 
 
 def as_they_appear(model_dir: str, *, poll_seconds: float, timeout: float) -> Iterator[str]:
@@ -322,16 +329,16 @@ def _newer_readable(model_dir: str, after: int, verdicts: dict) -> Optional[str]
     for step in sorted((s for s in candidates if s > after), reverse=True):
         prefix = candidates[step]
         try:
-            files = tuple(sorted((p, tf.io.gfile.stat(p).length)
+            found = tuple(sorted((p, tf.io.gfile.stat(p).length)
                                  for p in tf.io.gfile.glob(prefix + ".*")))
         except tf.errors.NotFoundError:  # removed by the chief's rotation meanwhile
             continue
-        if verdicts.get(prefix) == files:
+        if verdicts.get(prefix) == found:
             continue
         reason = damage(prefix)
         if reason is None:
             return prefix
         if prefix not in verdicts:
             logger.info("%s does not read (%s); looking at older ones", prefix, reason)
-        verdicts[prefix] = files
+        verdicts[prefix] = found
     return None

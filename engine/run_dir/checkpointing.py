@@ -24,14 +24,13 @@ import hashlib
 import logging
 import os
 import posixpath
-import shutil
 import tempfile
 from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
 from tfloop.engine.run_dir import layout
-from tfloop.engine.runtime import disk
+from tfloop.engine.runtime import disk, files
 from tfloop.engine.errors import ConfigError, RunFailure, one_line
 
 logger = logging.getLogger(__name__)
@@ -110,8 +109,8 @@ def _save_failed(directory: str, step: int, latest: Optional[str], error: Except
     reason = one_line(
         (str(error) or type(error).__name__).replace(directory.rstrip("/") + "/", ""), 100)
     return (f"could not save ckpt-{step} in {directory} ({reason}); {free}; the latest "
-            f"checkpoint is still {posixpath.basename(latest) if latest else 'none'}: free some "
-            "space and run the same command to resume from it")
+            f"checkpoint is still {posixpath.basename(latest) if latest else 'none'}: "
+            f"{disk.advice(error, directory, reason)} and run the same command to resume from it")
 
 
 def _remove_partial_save(directory: str, step: int) -> None:
@@ -119,14 +118,13 @@ def _remove_partial_save(directory: str, step: int) -> None:
     and any `ckpt-<step>.*` file it had moved into place (the state file
     does not name them: it is written last)."""
     prefix = layout.RunDir(directory).checkpoint(step)
-    for path in [*tf.io.gfile.glob(prefix + ".*"), layout.RunDir(directory).checkpoint_temp(step)]:
-        try:
-            if tf.io.gfile.isdir(path):
-                tf.io.gfile.rmtree(path)
-            elif tf.io.gfile.exists(path):
-                tf.io.gfile.remove(path)
-        except (tf.errors.OpError, OSError):
-            pass  # best effort: start-up moves a damaged leftover aside anyway
+    try:
+        found = tf.io.gfile.glob(prefix + ".*")
+    except (tf.errors.OpError, OSError):
+        found = []
+    for path in [*found, layout.RunDir(directory).checkpoint_temp(step)]:
+        # Best effort: start-up moves a damaged leftover aside anyway.
+        files.remove_quietly(path, within=directory)
 
 
 def stored_names(path: str) -> list[str]:
@@ -208,7 +206,8 @@ def worker_save_dir(model_dir: str, role_name: str) -> str:
     prefix = f"tfloop-{role_name.replace(':', '')}-{digest}-"
     for stale in glob.glob(os.path.join(tempfile.gettempdir(), prefix + "*")):
         logger.info("removing %s, left by an earlier %s of this run", stale, role_name)
-        shutil.rmtree(stale, ignore_errors=True)
+        # In a shared folder: a link there (anyone's) goes as a link, never its target.
+        files.remove_quietly(stale, within=tempfile.gettempdir())
     return tempfile.mkdtemp(prefix=prefix)
 
 

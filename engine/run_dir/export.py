@@ -57,8 +57,8 @@ import keras
 import tensorflow as tf
 
 from tfloop.engine.run_dir import checkpointing, layout
-from tfloop.engine.runtime import disk
-from tfloop.engine.errors import ConfigError, ExportFailure, one_line
+from tfloop.engine.runtime import disk, files
+from tfloop.engine.errors import ConfigError, ExportFailure, RunFailure, one_line
 
 logger = logging.getLogger(__name__)
 
@@ -159,13 +159,20 @@ def export_model(
     root = os.path.dirname(final)
     temporary = layout.RunDir(directory).export_staging(step)
     try:
-        tf.io.gfile.makedirs(root)
-        no_keras = _write(model, serve, temporary)
-        _move(temporary, final)
+        with files.umask_at_least():  # TensorFlow's files: at most 0644 (files module)
+            files.make_dirs(root)
+            no_keras = _write(model, serve, temporary)
+            _move(temporary, final, within=directory)
     except (tf.errors.OpError, OSError) as error:
-        raise ExportFailure(_write_failed(root, step, error)) from None
+        raise ExportFailure(_write_failed(root, step, error),
+                            fix=disk.advice(error, root, str(error))) from None
+    except files.RemovalFailure as failure:  # the export it replaces
+        raise ExportFailure(
+            f"could not export step {step} to {root}: {failure.path} is in the way and could "
+            f"not be removed ({failure.reason}); nothing was exported",
+            fix=f"remove {failure.path} yourself (or make {root} writable)") from None
     finally:
-        _remove_quietly(temporary)
+        _remove_quietly(temporary, directory)
     if no_keras:
         level, reason = no_keras
         logger.log(level, "no %s in %s: %s", KERAS_FILENAME, final, reason)
@@ -179,7 +186,8 @@ def remove_stale_staging(directory: str) -> None:
     midway (kill -9) left behind: a whole SavedModel that nothing reads. For
     the process that holds the run's lock (`engine.run_dir.run_lock`), at start-up,
     beside `checkpoint_files.remove_stale_temp`; `bin/export` takes no lock
-    and removes none (its own may be in progress beside a run)."""
+    and removes none (its own may be in progress beside a run). A link of
+    that name goes as a link (`engine.runtime.files.remove`)."""
     root = layout.RunDir(directory).exports
     if not tf.io.gfile.isdir(root):
         return
@@ -188,7 +196,7 @@ def remove_stale_staging(directory: str) -> None:
         if layout.EXPORT_STAGING.match(name):
             path = os.path.join(root, name)
             logger.info("removing %s, left by an export that did not finish", path)
-            tf.io.gfile.rmtree(path)
+            files.remove(path, within=directory)
 
 
 def _write_failed(root: str, step: int, error: Exception) -> str:
@@ -199,13 +207,12 @@ def _write_failed(root: str, step: int, error: Exception) -> str:
             f"{disk.free_there(root)}; nothing was exported")
 
 
-def _remove_quietly(path: str) -> None:
+def _remove_quietly(path: str, directory: str) -> None:
     """Removes a temporary export folder, if there is one; a failure to
     remove it is logged, never raised over the error that ended the export."""
     try:
-        if tf.io.gfile.exists(path):
-            tf.io.gfile.rmtree(path)
-    except (tf.errors.OpError, OSError) as error:
+        files.remove(path, within=directory)
+    except (ConfigError, RunFailure, tf.errors.OpError, OSError) as error:
         logger.warning("could not remove %s (%s); the next run removes it", path,
                        one_line(str(error), 100))
 
@@ -379,26 +386,27 @@ def _not_saveable(model: Any, error: Exception) -> tuple[int, str]:
         "get_config(); the SavedModel serves it")
 
 
-def _move(source: str, target: str) -> None:
-    """Puts the finished export at `target`, replacing one already there.
+def _move(source: str, target: str, *, within: str) -> None:
+    """Puts the finished export at `target`, replacing one already there
+    (removed through `engine.runtime.files.remove`: a link there goes as a
+    link, its target untouched; `within`: the run's folder).
 
     A local rename is atomic; on filesystems whose rename copies object by
     object (gs://) a reader may briefly see a partial folder, as with any
     TensorFlow export there. `ram://` cannot rename directories: copied, with
     `saved_model.pb` last, which is what `latest_export` waits for.
     """
-    if tf.io.gfile.exists(target):
-        logger.info("replacing the existing export %s", target)
-        tf.io.gfile.rmtree(target)
+    if files.remove(target, within=within):
+        logger.info("removed the existing export %s, to replace it", target)
     if not target.startswith(_RENAMES_NO_DIRECTORIES):
         tf.io.gfile.rename(source, target)
         return
-    files = []
+    copied = []
     for folder, _, names in tf.io.gfile.walk(source):
         relative_folder = folder[len(source):].strip("/")
         tf.io.gfile.makedirs(os.path.join(target, relative_folder))
-        files += [os.path.join(relative_folder, name) for name in names]
-    files.sort(key=lambda relative: relative == SAVED_MODEL_FILENAME)
-    for relative in files:
+        copied += [os.path.join(relative_folder, name) for name in names]
+    copied.sort(key=lambda relative: relative == SAVED_MODEL_FILENAME)
+    for relative in copied:
         tf.io.gfile.copy(os.path.join(source, relative), os.path.join(target, relative))
-    tf.io.gfile.rmtree(source)
+    files.remove(source, within=within)

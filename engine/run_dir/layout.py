@@ -21,15 +21,16 @@ and the atomic reads and writes of the run's records.
 `RunDir(model_dir)` gives each path. Paths are joined with `posixpath`: every
 TensorFlow filesystem (a local path, gs://, ram://) takes `/`, and one joiner
 keeps `os.path` and `posixpath` from mixing. The records are written through
-`tf.io.gfile` atomically (`write_text`: a temporary file renamed over the
-old one, so a reader sees all of one version or the other) and read back
-with one-line errors (`read_json`).
+`engine.runtime.files` atomically (`write_text`: a temporary file renamed over
+the old one, so a reader sees all of one version or the other; never
+through a symbolic link) and read back with one-line errors (`read_json`).
+`RunDir.kept_paths` lists the names the run keeps, where a symbolic link is
+refused before anything is written.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import errno
 import json
 import logging
 import posixpath
@@ -40,7 +41,7 @@ from typing import Optional
 import tensorflow as tf
 
 from tfloop.engine.errors import ConfigError, RunFailure, one_line
-from tfloop.engine.runtime import disk
+from tfloop.engine.runtime import disk, files
 
 logger = logging.getLogger(__name__)
 
@@ -57,8 +58,8 @@ BEST = "best"
 BEST_JSON = "best.json"
 BEST_STATE = "state.json"
 DIAGNOSTICS = "diagnostics"
-#: The suffix of a file `write_text` is writing.
-TEMPORARY = ".tmp"
+#: A file `write_text` is writing: `<name>.tmp-<16 hex>` (`engine.runtime.files`).
+RECORD_TEMP = re.compile(rf"^.+{re.escape(files.TEMPORARY_INFIX)}[0-9a-f]{{16}}$")
 #: A checkpoint's files; a save in progress (TensorFlow names it); an export
 #: being written (`export/.<step>.tmp-<8 hex>`, renamed into place when done).
 CHECKPOINT_FILE = re.compile(rf"^{CHECKPOINT_PREFIX}-(\d+)\.(index|data-\d+-of-\d+)$")
@@ -158,6 +159,26 @@ class RunDir:
         names = [self.summaries(), self.summaries("train"), self.summaries("eval")]
         return names + ([self.exports] if export else []) + ([self.path(BEST)] if best else [])
 
+    def kept_paths(self) -> list[str]:
+        """Every fixed name the engine keeps a file or a folder under (the
+        locks aside: `run_dir.run_lock` refuses a link there itself), where a
+        symbolic link is refused: the run would write or remove through it."""
+        best = self.best
+        records = [self.run_json, self.metrics_json, self.evaluations_json,
+                   self.checkpoint_state, self.damaged, self.exports, self.diagnostics]
+        kept = [*records, best.root, best.best_json, best.best_state, best.exports]
+        summaries = [self.summaries("train"), self.summaries("eval")]
+        return kept + ([self.summaries()] if self.summaries_root is None else []) + summaries
+
+    def refuse_links(self) -> None:
+        """Refuses, in one line, a symbolic link at any of `kept_paths`:
+        checked with the run's other directories, before anything is written.
+
+        Raises:
+          ConfigError: one of them is a link.
+        """
+        files.refuse_links(self.kept_paths())
+
 
 def hang_dump_name(task: str, pid: int, number: int) -> str:
     """The file name of a hang dump, also where `diagnostics/` is not under a model_dir."""
@@ -174,8 +195,10 @@ def write_json(path: str, payload: dict) -> None:
 
 def write_text(path: str, text: str) -> None:
     """Atomically (a temporary file renamed over `path`: a reader never sees
-    half a file), through `tf.io.gfile`, so `model_dir` may be on any TF
-    filesystem (gs://, ...).
+    half a file), so `model_dir` may be on any TF filesystem (gs://, ...):
+    `engine.runtime.files.write_atomically`, whose temporary file has a
+    random name, is created exclusively and never through a symbolic link,
+    with mode 0644 whatever the umask.
 
     However the write fails, the temporary file is removed and `path` keeps
     what it held before.
@@ -189,38 +212,30 @@ def write_text(path: str, text: str) -> None:
         is a `RunFailure` too (exit status 1, which no launcher restarts
         into the same full disk).
     """
-    temporary = path + TEMPORARY
     try:
-        with tf.io.gfile.GFile(temporary, "w") as f:
-            f.write(text)
-        tf.io.gfile.rename(temporary, path, overwrite=True)
-    except BaseException as error:  # a signal too: no temporary file left behind
-        _remove_quietly(temporary)
-        if isinstance(error, (tf.errors.OpError, OSError)):
-            raise RunFailure(_write_failed(path, temporary, error)) from None
-        raise
+        files.write_atomically(path, text)
+    except (tf.errors.OpError, OSError) as error:
+        raise RunFailure(_write_failed(path, error)) from None
 
 
-def _write_failed(path: str, temporary: str, error: Exception) -> str:
+def _write_failed(path: str, error: Exception) -> str:
     """The one line of a failed `write_text`: what, why, the free space, what is left."""
     directory, name = posixpath.split(path)
     if isinstance(error, tf.errors.OpError):
         reason = error.message
     else:
         reason = error.strerror or str(error) or type(error).__name__
-    for prefix in (temporary, path):  # TensorFlow's messages start with the file's name
-        reason = reason.replace(prefix + "; ", "").replace(prefix + ": ", "")
+    # TensorFlow's messages start with the file's name (the temporary one's, perhaps)
+    reason = re.sub(re.escape(path) + r"(" + re.escape(files.TEMPORARY_INFIX)
+                    + r"[0-9a-f]+)?(; |: )", "", reason)
     reason = reason.replace(directory.rstrip("/") + "/", "")
     reason = one_line(reason or type(error).__name__, 100)
     free = disk.free_space(directory)
     free = f"{free} free in {directory}" if free else f"free space unknown in {directory}"
     kept = (f"the previous {name} is unchanged" if _exists(path) and not _isdir(path)
             else f"{name} was not written")
-    full = (isinstance(error, tf.errors.ResourceExhaustedError)
-            or getattr(error, "errno", None) == errno.ENOSPC or "No space left" in reason)
-    in_the_way = [p for p in (path, temporary) if _isdir(p)]
-    fix = ("free some space" if full else f"move the directory {in_the_way[0]} away"
-           if in_the_way else f"make {directory} writable")
+    fix = (f"move the directory {path} away" if _isdir(path)
+           else disk.advice(error, directory, reason))
     return f"could not write {path} ({reason}); {free}; {kept}: {fix} and run the same command"
 
 
@@ -236,14 +251,6 @@ def _isdir(path: str) -> bool:
         return tf.io.gfile.isdir(path)
     except (tf.errors.OpError, OSError):
         return False
-
-
-def _remove_quietly(path: str) -> None:
-    try:
-        if tf.io.gfile.exists(path):
-            tf.io.gfile.remove(path)
-    except (tf.errors.OpError, OSError):
-        pass  # the failure being reported is the one that matters
 
 
 def write_final(path: str, payload: dict, *, failing: bool) -> None:

@@ -18,6 +18,12 @@ machines with a working lock manager; FUSE mounts of object stores usually
 do not lock at all. A `model_dir` URL (`gs://...`, `ram://...`) is not locked:
 there, one writer per directory is the user's job.
 
+While it holds the lock, the process's umask masks at least group and other
+write (`engine.runtime.files.umask_at_least`): what TensorFlow writes under
+`model_dir` (checkpoints, event files, exports) is then at most 0644, its
+folders 0755, whatever umask the run was started with; `release` restores
+the umask. `model_dir` itself, if the lock creates it, is made 0755.
+
 The lock file is opened without following a symbolic link (`O_NOFOLLOW`) and
 without blocking (`O_NONBLOCK`), and must be a regular file: taking the lock
 truncates the file and writes the holder into it, so a `train.lock` symlinked
@@ -32,13 +38,13 @@ import fcntl
 import logging
 import os
 import shlex
-import shutil
 import socket
 import stat
 from typing import Optional
 
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.run_dir import layout
+from tfloop.engine.runtime import files
 
 logger = logging.getLogger(__name__)
 
@@ -65,15 +71,19 @@ class RunLock:
         before it has written anything worth keeping.
     """
 
-    def __init__(self, path: str, fd: int, created: Optional[str]):
+    def __init__(self, path: str, fd: int, created: Optional[str], umask: Optional[int] = None):
         self.path = path
         self.created = created
         self._fd: Optional[int] = fd
+        self._umask = umask
 
     def release(self) -> None:
         if self._fd is not None:
             os.close(self._fd)  # closing the last descriptor releases the flock
             self._fd = None
+        if self._umask is not None:
+            os.umask(self._umask)
+            self._umask = None
 
     def keep(self) -> None:
         """From now on `model_dir` holds the run's work: `discard` leaves it."""
@@ -85,7 +95,7 @@ class RunLock:
         so that a mistake leaves no half-written directory behind."""
         self.release()
         if self.created:
-            shutil.rmtree(self.created, ignore_errors=True)
+            files.remove_quietly(self.created, within=os.path.dirname(self.created))
             self.created = None
 
 
@@ -102,7 +112,7 @@ def acquire(model_dir: str, name: str = TRAIN) -> Optional[RunLock]:
         return None
     where = os.path.abspath(model_dir)
     created = _outermost_missing(where)
-    os.makedirs(where, exist_ok=True)
+    files.make_dirs(where)
     path = lock_path(where, name)
     fd = _open(path, os.O_RDWR | os.O_CREAT)
     try:
@@ -114,7 +124,7 @@ def acquire(model_dir: str, name: str = TRAIN) -> Optional[RunLock]:
         raise ConfigError(_in_use(model_dir, path)) from None
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
-    return RunLock(path, fd, created)
+    return RunLock(path, fd, created, umask=files.narrow_umask())
 
 
 def check_free(model_dir: str, name: str = TRAIN) -> None:

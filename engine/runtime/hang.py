@@ -26,7 +26,12 @@ would not run.
 
 Where: `$TFLOOP_DIAGNOSTICS_DIR` when `bin/launch` set it (so it gathers every
 task's dumps in one folder), else `<model_dir>/diagnostics/`, else (not
-writable) the temporary directory; the log line names the file.
+writable, or a symbolic link) this user's own `tfloop-diagnostics-<uid>/` in
+the temporary directory, mode 0700, taken only if it is a real folder of
+this user's; the log line names the file. Each dump is a new file, created
+exclusively (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0644): a name already taken,
+by a link or by an earlier process with the same pid, passes to the next
+number, so no dump ever writes over a file or through a link.
 
 Limit: the thread needs the GIL. TensorFlow releases it while ops and
 functions run, so the hangs above are dumped; a C++ call that holds it (the
@@ -37,6 +42,7 @@ blocks the dump too.
 from __future__ import annotations
 
 import datetime
+import errno
 import logging
 import os
 import select
@@ -51,6 +57,7 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 
+from tfloop.engine.runtime import files
 from tfloop.launch.launcher import DIAGNOSTICS_ENV
 
 logger = logging.getLogger(__name__)
@@ -64,6 +71,8 @@ def directory_for(diagnostics_dir: str) -> str:
 
 #: Seconds the dump waits for the step's phase, read from a TensorFlow variable.
 _READ_S = 5.0
+#: Dump names tried past taken ones before giving up on a folder.
+_NAMES_TRIED = 100
 
 
 class HangWatch:
@@ -93,6 +102,7 @@ class HangWatch:
         self.phase = phase
         self.step_phase = step_phase
         self.dumps: list[str] = []
+        self._number = 0
         self.last_step: Optional[int] = None
         self._last_end = time.monotonic()
         self._stop = threading.Event()
@@ -236,16 +246,20 @@ class HangWatch:
     def dump(self, why: str) -> Optional[str]:
         """Writes the report; returns its path (None when nowhere was writable)."""
         text = self.report(why)
-        number = len(self.dumps) + 1
-        name = self.file_name(number)
-        places = [self.directory, os.path.join(tempfile.gettempdir(), "tfloop-diagnostics")]
-        for directory in places:
-            path = f"{directory.rstrip('/')}/{name}"
+        for directory in (self.directory, fallback_directory()):
             try:
-                tf.io.gfile.makedirs(directory)
-                with tf.io.gfile.GFile(path, "w") as out:
+                if directory != self.directory:  # the fallback: this user's own folder, 0700
+                    files.private_dir(directory)
+                elif _planted_link(directory):
+                    raise OSError(errno.ELOOP, "a symbolic link: not written through",
+                                  directory)
+                else:
+                    files.make_dirs(directory)
+                path, out = self._create(directory)
+                with out:
                     out.write(text)
-            except (tf.errors.OpError, OSError):
+            except (tf.errors.OpError, OSError) as error:
+                logger.info("no hang dump in %s: %s", directory, error)
                 continue
             self.dumps.append(path)
             logger.warning("hang: %s; wrote what %s is doing (the stacks of its threads, its "
@@ -253,3 +267,33 @@ class HangWatch:
             return path
         logger.warning("hang: %s; no directory was writable for the dump:\n%s", why, text)
         return None
+
+    def _create(self, directory: str):
+        """(path, open file) of the next dump in `directory`, created
+        exclusively (never over a file, never through a link): a name that
+        is taken (an earlier process's with the same pid, or something
+        planted) passes to the next number."""
+        for _ in range(_NAMES_TRIED):
+            self._number += 1
+            path = f"{directory.rstrip('/')}/{self.file_name(self._number)}"
+            try:
+                return path, files.create_exclusively(path)
+            except FileExistsError:
+                continue
+        raise OSError(errno.EEXIST, f"{_NAMES_TRIED} dump names in a row are taken", directory)
+
+
+def _planted_link(directory: str) -> bool:
+    """Whether `directory` is a symbolic link the engine would write through:
+    `<model_dir>/diagnostics` may not be one; the folder `bin/launch` names
+    (`$TFLOOP_DIAGNOSTICS_DIR`, from the user's `--diagnostics_dir`) may."""
+    if not files.is_local(directory) or directory == os.environ.get(DIAGNOSTICS_ENV):
+        return False
+    return os.path.islink(directory.rstrip("/"))
+
+
+def fallback_directory() -> str:
+    """Where dumps go when their folder cannot be written: this user's own
+    `tfloop-diagnostics-<uid>` in the temporary directory (a shared name
+    would let anyone plant a link there), made 0700 (`files.private_dir`)."""
+    return os.path.join(tempfile.gettempdir(), f"tfloop-diagnostics-{os.getuid()}")

@@ -39,6 +39,8 @@ from typing import Optional, Sequence
 
 import tensorflow as tf
 
+from tfloop.engine.runtime import files
+
 logger = logging.getLogger(__name__)
 
 
@@ -184,13 +186,10 @@ def _write_cache(key: str, rate: float) -> None:
     cannot be written is measured again next time."""
     path = _cache_path()
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        files.make_dirs(os.path.dirname(path))
         data = _read_cache()
         data[key] = rate
-        temp = f"{path}.tmp-{os.getpid()}"
-        with open(temp, "w") as f:
-            json.dump(data, f, indent=1)
-        os.replace(temp, path)
+        files.write_atomically(path, json.dumps(data, indent=1))  # never through a link
     except OSError as error:
         logger.debug("could not cache the matmul rate in %s: %s", path, error)
 

@@ -4,6 +4,7 @@ records read back equal the source) is in test_tfrecord.py and
 test_image_folder.py."""
 
 import os
+import stat
 import time
 
 import pytest
@@ -65,3 +66,25 @@ def test_a_killed_conversions_staging_folder_is_removed_by_the_next_one(tmp_path
         ["records", os.path.basename(writing)])
     assert ".writing" not in os.listdir(output)  # the lock file is no part of the dataset
     lock.close()
+
+
+def test_a_staging_name_that_is_a_link_is_left_alone_and_staging_is_at_most_0755(tmp_path):
+    """The engine's rule (engine/runtime/files.py) in this library's own two
+    lines: a link planted at a staging name is neither followed nor counted as
+    removed, and a staging folder is at most 0755 whatever the umask."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "thesis.tex").write_bytes(b"precious\n")
+    os.utime(victim, (time.time() - 3600, time.time() - 3600))  # older than the grace
+    planted = tmp_path / ".records.tmp-link1234"
+    planted.symlink_to(victim)
+    assert convert.remove_stale_staging(str(tmp_path / "records")) == []
+    assert planted.is_symlink() and sorted(os.listdir(victim)) == ["thesis.tex"]
+    assert (victim / "thesis.tex").read_bytes() == b"precious\n"
+    umask = os.umask(0)
+    try:
+        staging, lock = convert._make_staging(str(tmp_path / "records"))
+    finally:
+        os.umask(umask)
+    lock.close()
+    assert stat.S_IMODE(os.stat(staging).st_mode) == 0o755

@@ -19,6 +19,7 @@ from tfloop.engine.run_dir import layout, run_identity, run_lock
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError, RunFailure
 from tfloop.engine.run import run
+from tfloop.engine.runtime import files
 
 SMALL = dict(strategy="one_device", devices="cpu:0", train_steps=4, steps_per_loop=2,
              global_batch_size=32, summary_interval=0, export=False)
@@ -125,15 +126,24 @@ def test_a_failed_atomic_write_keeps_the_old_file_and_leaves_no_temporary(
         tmp_path, monkeypatch, error):
     path = tmp_path / "metrics.json"
     path.write_text('{"status": "running"}\n')
-    real = tf.io.gfile.GFile
+    real = files.create_exclusively
 
-    class FullDisk(real):
+    class FullDisk:
+        def __init__(self, name, mode=files.FILE_MODE):
+            self.name, self.out = name, real(name, mode)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.out.close()
+
         def write(self, text):
-            super().write(text[:3])  # part of it reached the disk, then it filled
-            self.flush()
+            self.out.write(text[:3])  # part of it reached the disk, then it filled
+            self.out.flush()
             raise _FULL[error](self.name)
 
-    monkeypatch.setattr(tf.io.gfile, "GFile", FullDisk)
+    monkeypatch.setattr(files, "create_exclusively", FullDisk)
     with pytest.raises(RunFailure) as failure:
         layout.write_json(str(path), {"status": "finished"})
     message = str(failure.value)
@@ -146,12 +156,12 @@ def test_a_failed_atomic_write_keeps_the_old_file_and_leaves_no_temporary(
 def test_a_failed_rename_leaves_no_temporary(tmp_path, monkeypatch):
     path = tmp_path / "run.json"
 
-    def full(*args, **kwargs):
-        raise tf.errors.PermissionDeniedError(None, None, "rename: Permission denied")
+    def refused(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied")
 
-    monkeypatch.setattr(tf.io.gfile, "rename", full)
-    with pytest.raises(RunFailure, match=r"^could not write .*run.json \(rename: Permission "
-                                         r"denied\); .* free in "):
+    monkeypatch.setattr(files.os, "replace", refused)
+    with pytest.raises(RunFailure, match=r"^could not write .*run.json \(Permission "
+                                         r"denied\); .* free in .*: make .* writable and run"):
         layout.write_json(str(path), {"a": 1})
     assert list(tmp_path.iterdir()) == []
 
@@ -163,7 +173,7 @@ def test_the_free_space_of_a_url_is_unknown(monkeypatch):
     monkeypatch.setattr(tf.io.gfile, "rename", full)
     with pytest.raises(RunFailure, match=r"free space unknown in ram://tfloop-full/run"):
         layout.write_json("ram://tfloop-full/run/metrics.json", {"a": 1})
-    assert not tf.io.gfile.exists("ram://tfloop-full/run/metrics.json.tmp")
+    assert tf.io.gfile.glob("ram://tfloop-full/run/metrics.json*") == []
 
 
 def test_a_full_disk_at_start_up_is_one_line_and_keeps_the_previous_record(
@@ -171,21 +181,19 @@ def test_a_full_disk_at_start_up_is_one_line_and_keeps_the_previous_record(
     model_dir = tmp_path / "run"
     first = run(RunConfig(model_dir=str(model_dir), **SMALL))
     before = {name: (model_dir / name).read_bytes() for name in ("metrics.json", "run.json")}
-    real = tf.io.gfile.GFile
+    real = files.create_exclusively
 
-    class FullDisk(real):
-        def __init__(self, name, mode="r"):
-            if name.endswith(".tmp"):
-                raise tf.errors.ResourceExhaustedError(
-                    None, None, f"{name}; No space left on device")
-            super().__init__(name, mode)
+    def full_disk(name, mode=files.FILE_MODE):
+        if files.TEMPORARY_INFIX in name:
+            raise OSError(errno.ENOSPC, "No space left on device", name)
+        return real(name, mode)
 
-    monkeypatch.setattr(tf.io.gfile, "GFile", FullDisk)
+    monkeypatch.setattr(files, "create_exclusively", full_disk)
     with pytest.raises(RunFailure, match=r"^could not write .* \(No space left on device\); "):
         run(RunConfig(model_dir=str(model_dir), **{**SMALL, "train_steps": 8}))
     assert first["step"] == 4
     assert {name: (model_dir / name).read_bytes() for name in before} == before
-    assert not [p for p in model_dir.iterdir() if p.name.endswith(".tmp")]
+    assert not [p for p in model_dir.iterdir() if files.TEMPORARY_INFIX in p.name]
     assert json.loads(before["metrics.json"])["status"] == "finished"
 
 
@@ -286,8 +294,6 @@ def _copy(trained, tmp_path):
     ("checkpoint", ConfigError, "{d}/checkpoint is a directory, where the checkpoints' state "
                                 "file belongs; move it away and run again"),
     ("metrics.json", RunFailure, "could not write {d}/metrics.json (Is a directory); "),
-    ("metrics.json.tmp", RunFailure, "the previous metrics.json is unchanged: move the "
-                                     "directory {d}/metrics.json.tmp away and run the same"),
 ])
 def test_a_directory_where_a_state_file_belongs_is_one_line_and_nothing_is_lost(
         trained, tmp_path, name, error_type, message):

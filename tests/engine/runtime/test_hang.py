@@ -2,6 +2,7 @@
 
 import os
 import signal
+import stat
 import tempfile
 import time
 
@@ -59,9 +60,71 @@ def test_sigusr1_dumps_at_once_without_a_deadline(tmp_path):
 
 def test_an_unwritable_folder_sends_the_dump_to_the_temporary_directory(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
     blocked = tmp_path / "file"
     blocked.write_text("a file where the folder would be")
     watch = _watch(blocked / "diagnostics")
     path = watch.dump("asked")
-    assert path == str(tmp_path / "tmp" / "tfloop-diagnostics" / f"hang-worker_1-{os.getpid()}-1.txt")
+    folder = tmp_path / "tmp" / f"tfloop-diagnostics-{os.getuid()}"
+    assert path == str(folder / f"hang-worker_1-{os.getpid()}-1.txt")
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert "why: asked" in open(path).read()
+
+
+# --- never through a link, never over a file (issue 29, item 3) -------------------------------
+
+
+def _victim(tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "thesis.tex").write_bytes(b"precious\n")
+    return victim
+
+
+def _listing(folder):
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def test_a_dump_name_taken_by_a_link_or_a_file_passes_to_the_next_number(tmp_path):
+    victim = _victim(tmp_path)
+    diagnostics = tmp_path / "diagnostics"
+    diagnostics.mkdir()
+    pid = os.getpid()
+    (diagnostics / f"hang-worker_1-{pid}-1.txt").symlink_to(victim / "thesis.tex")
+    (diagnostics / f"hang-worker_1-{pid}-2.txt").write_text("an earlier process's dump\n")
+    before = _listing(victim)
+    watch = _watch(diagnostics)
+    first, second = watch.dump("asked"), watch.dump("asked again")
+    assert (first, second) == (str(diagnostics / f"hang-worker_1-{pid}-3.txt"),
+                               str(diagnostics / f"hang-worker_1-{pid}-4.txt"))
+    assert _listing(victim) == before
+    assert (diagnostics / f"hang-worker_1-{pid}-2.txt").read_text() == "an earlier process's dump\n"
+    assert stat.S_IMODE(os.stat(first).st_mode) & 0o133 == 0  # at most 0644
+
+
+def test_a_diagnostics_folder_that_is_a_link_is_not_written_through(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    victim = _victim(tmp_path)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "diagnostics").symlink_to(victim)
+    before = _listing(victim)
+    path = _watch(tmp_path / "run" / "diagnostics").dump("asked")
+    assert path.startswith(str(tmp_path / "tmp" / f"tfloop-diagnostics-{os.getuid()}") + "/")
+    assert _listing(victim) == before
+
+
+def test_a_planted_fallback_folder_is_refused(tmp_path, monkeypatch, caplog):
+    """The fallback is per user: a link planted at its name (or a folder
+    someone else owns, engine/runtime/test_files.py) is not used; the dump
+    goes to the log instead."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    victim = _victim(tmp_path)
+    (tmp_path / "tmp" / f"tfloop-diagnostics-{os.getuid()}").symlink_to(victim)
+    (tmp_path / "file").write_text("a file where the folder would be")
+    before, mode = _listing(victim), stat.S_IMODE(victim.stat().st_mode)
+    assert _watch(tmp_path / "file" / "diagnostics").dump("asked") is None
+    assert _listing(victim) == before and stat.S_IMODE(victim.stat().st_mode) == mode
+    assert any("no directory was writable for the dump" in r.getMessage() and
+               "why: asked" in r.getMessage() for r in caplog.records)
