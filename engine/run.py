@@ -44,7 +44,7 @@ import tensorflow as tf
 from tfloop.engine.loop import actions, best, preemption, step_time
 from tfloop.engine.run_dir import (checkpoint_files, checkpointing, export, layout, run_identity,
                                    run_lock, run_record)
-from tfloop.engine.runtime import devices, logs
+from tfloop.engine.runtime import devices, logs, script_exit
 from tfloop.engine.recipe import ema, precision
 from tfloop.engine.recipe import objectives as objectives_lib
 from tfloop.engine import serving
@@ -128,7 +128,12 @@ def run(
         ClusterFailure, a multi-worker peer was lost mid-run, or, as
         UnrecoverableFailure, the collectives failed in a way a restart cannot fix.
       KeyboardInterrupt: on a second Ctrl-C, without saving.
+
+    Left unhandled in a script (`python train.py`), `Preempted` and the
+    `RunFailure`s end it with one line and their exit status, as `bin/train`
+    (`engine.runtime.script_exit`, installed by the first call).
     """
+    script_exit.install()  # a script's SIGTERM, lost peer, ...: one line, exit 143, 138, ...
     if verbose:
         logs.configure_logging()
     task = _task_for(config, task)

@@ -73,6 +73,19 @@ def describe(status: int) -> str:
     return f"exit {status}: {meaning(status)}"
 
 
+def with_class(message: str, status: int) -> str:
+    """`message (exit 138: restart every task from the last checkpoint)`: a
+    failed run's last line names its exit class (`describe`), so a person
+    reading a platform's log knows at once whether the job will be restarted.
+    Left as they are: a usage mistake (2: its `error:` line says what to fix,
+    and nothing ran) and a signal's line (130, 143: `preempted (SIGTERM) at
+    step N; saved ...` names its class already). Used by the binaries
+    (`bin/cli`) and by a script's excepthook (`engine.runtime.script_exit`)."""
+    if status in (DONE, USAGE, INTERRUPTED, PREEMPTED):
+        return message
+    return f"{message} ({describe(status)})"
+
+
 def retryable(status: int) -> bool:
     """Whether a restart of every task can fix a run that ended with `status`:
     the platforms' rule (128 and above), which also covers a task killed by a
