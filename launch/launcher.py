@@ -500,7 +500,7 @@ class Launcher:
             failed = self._deciding(failed)
             status = exit_status(failed.poll())
             what = (f"{failed.task.label} {describe_exit(failed.poll())} "
-                    f"({exit_codes.describe(status)})")
+                    f"({exit_codes.describe_returncode(failed.poll())})")
             if not exit_codes.retryable(status):
                 self._say(f"{what}: a failure a restart cannot fix; stopping the cluster "
                           f"(not restarting); exit status {status}")
@@ -637,7 +637,7 @@ class Launcher:
                 continue
             proc.drain(timeout=1.0)
             ended.append(f"{proc.task.label} {describe_exit(code)} "
-                         f"({exit_codes.meaning(exit_status(code))})")
+                         f"({exit_codes.returncode_meaning(code)})")
         self._say(f"after {failed.task.label} {describe_exit(failed.poll())}: "
                   + ("; ".join(ended) or "no other task"))
 

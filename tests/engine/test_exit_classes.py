@@ -237,3 +237,26 @@ def test_every_site_translates_through_the_one_context_manager():
     assert "lost_peer_errors as" not in source and "unrecoverable_errors as" not in source
     assert "except tf.errors.OpError" not in source
     assert source.count("exit_class(") >= 3
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/run", "hdfs://namenode/run"])
+def test_storage_other_than_gcs_gets_no_google_advice(monkeypatch, url):
+    """Issue 29 item 17. TensorFlow 2.21 has no s3:// or hdfs:// built in:
+    the real refusal names the missing filesystem; a refusal of access names
+    the scheme's own credentials."""
+    with pytest.raises(errors.ConfigError) as missing:
+        storage.check_reachable(url)
+    said = str(missing.value)
+    assert "GOOGLE" not in said and "service account" not in said, said
+    assert f"has no filesystem for {url.split(':')[0]}://" in said and "tensorflow-io" in said
+
+    def refuses(path):
+        raise tf.errors.PermissionDeniedError(None, None, "Access Denied")
+
+    monkeypatch.setattr(tf.io.gfile, "exists", refuses)
+    with pytest.raises(errors.ConfigError) as refused:
+        storage.check_reachable(url)
+    said = str(refused.value)
+    assert "refused access (PermissionDeniedError: Access Denied)" in said
+    assert "GOOGLE" not in said and "service account" not in said, said
+    assert ("AWS_ACCESS_KEY_ID" if url.startswith("s3") else "HADOOP_USER_NAME") in said
