@@ -103,9 +103,21 @@ def calling(task: Any, method: str) -> Iterator[None]:
         yield
     except _ALREADY_SAID:
         raise
+    except SystemExit as exiting:
+        name = task.__name__ if isinstance(task, type) else type(task).__name__
+        raise exit_error(f"{name}.{method}", exiting) from None
     except Exception as error:
         name = task.__name__ if isinstance(task, type) else type(task).__name__
         raise hook_error(f"{name}.{method}", error) from error
+
+
+def exit_error(where: str, exiting: SystemExit) -> TaskError:
+    """The `TaskError` for the user's `where` calling `sys.exit` (or raising
+    `SystemExit`): left alone, `sys.exit(0)` ends the run with status 0,
+    nothing trained and nothing said, which a platform takes for success."""
+    return TaskError(f"{where} called sys.exit({exiting.code!r}), which would end the run "
+                     "as if it had succeeded; return from it instead (a task's code, and the "
+                     "module it is in, must not end the process)", user_frames(exiting))
 
 
 def hook_error(where: str, error: BaseException) -> TaskError:

@@ -86,3 +86,27 @@ def test_a_damaged_run_json_is_one_line_and_nothing_changes(tmp_path, content):
     assert "run.json cannot be read" in message and "\n" not in message
     assert sorted(p.name for p in model_dir.iterdir()) == ["run.json"]
     assert (model_dir / "run.json").read_bytes() == content
+
+
+@pytest.mark.parametrize("body, says", [
+    ("import sys\n\ndef build():\n    sys.exit(0)\n",
+     "CompiledClassificationTask.build_model called sys.exit(0), which would end the run as if "
+     "it had succeeded; return from it instead"),
+    ("import sys\nsys.exit(0)\n\ndef build():\n    pass\n",
+     "--task='{module}:build': importing '{module}' called sys.exit(0)"),
+], ids=["in_the_function", "at_import"])
+def test_a_task_that_calls_sys_exit_is_a_clear_failure(tmp_path, monkeypatch, request, body,
+                                                       says):
+    """Issue 29 item 15: a `--task` function calling sys.exit(0) ended bin/train
+    with status 0, nothing trained and nothing said: a platform's success."""
+    from tfloop.engine.errors import TaskError
+
+    module = f"exits_{request.node.callspec.id}"
+    (tmp_path / f"{module}.py").write_text(body)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(TaskError) as error:
+        run(RunConfig(model_dir=str(tmp_path / "run"), task=f"{module}:build", devices="cpu:0",
+                      strategy="default", **SMALL))
+    assert says.format(module=module) in str(error.value) and "\n" not in str(error.value)
+    assert not (tmp_path / "run").exists()
