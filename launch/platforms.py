@@ -299,13 +299,13 @@ class PlatformDirs:
     @property
     def run_dir(self) -> Optional[str]:
         """The default `--model_dir`: the checkpoint directory, else the model's."""
-        return self.checkpoint_dir or self.model_dir
+        return self.checkpoint_dir if self.checkpoint_dir is not None else self.model_dir
 
 
 def platform_dirs(environ: Mapping[str, str]) -> PlatformDirs:
-    """The `AIP_*` directories of `environ` (blank counts as unset)."""
-    def read(name: str) -> Optional[str]:
-        return environ.get(name, "").strip() or None
-    return PlatformDirs(model_dir=read("AIP_MODEL_DIR"),
-                        checkpoint_dir=read("AIP_CHECKPOINT_DIR"),
-                        tensorboard_log_dir=read("AIP_TENSORBOARD_LOG_DIR"))
+    """The `AIP_*` directories of `environ`, as set (None: unset). A blank
+    value is kept, not read as unset: the run would train into the default
+    `runs/default` in silence; `bin/train` refuses it (`config.check_path_text`)."""
+    return PlatformDirs(model_dir=environ.get("AIP_MODEL_DIR"),
+                        checkpoint_dir=environ.get("AIP_CHECKPOINT_DIR"),
+                        tensorboard_log_dir=environ.get("AIP_TENSORBOARD_LOG_DIR"))

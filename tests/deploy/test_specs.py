@@ -321,3 +321,12 @@ def test_a_spec_that_is_not_utf8_is_one_line(tmp_path):
     result = run_bin("launch", f"--spec={bad}", timeout=60)
     assert result.returncode == exit_codes.USAGE
     assert_one_line_error(result, contains=f"--spec={bad} is not UTF-8 text (byte 0xe9 at offset")
+
+
+@pytest.mark.parametrize("flag", ["--local_model_dir=~/rehearsal", "--local_model_dir=a\nb",
+                                  "--diagnostics_dir= "])
+def test_bin_launchs_own_folders_get_the_one_path_check(flag):
+    """Issue 29 item 16: the check every path input gets (config.check_path_text)."""
+    result = run_bin("launch", flag, f"--spec={REPO / SPECS['tfjob']}", timeout=60)
+    assert result.returncode == exit_codes.USAGE
+    assert_one_line_error(result, contains=flag.split("=")[0] + "=")
