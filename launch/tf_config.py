@@ -257,7 +257,7 @@ def _job_tasks(job: str, addresses) -> dict[int, str]:
               "to host:port)")
     for index, address in tasks.items():
         host, _, port = address.rpartition(":") if isinstance(address, str) else ("", "", "")
-        if not host or not port.isdecimal():
+        if not host or not (port.isascii() and port.isdecimal()):  # not '２２２２'
             _fail(f"cluster job {job!r} has address {address!r}; write host:port")
         if not 1 <= int(port) <= 65535:
             _fail(f"cluster job {job!r} has address {address!r}, whose port is not "

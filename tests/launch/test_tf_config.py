@@ -316,8 +316,11 @@ def test_a_slow_lookup_is_abandoned(monkeypatch):
      "the host is not a host name"),
     (_config({"worker": ["h:o:2222"]}, {"type": "worker", "index": 0}),
      "a host name has no ':'"),
+    (_config({"worker": ["localhost:\uff12\uff12"]}, {"type": "worker", "index": 0}),
+     "write host:port"),
 ], ids=["blank", "whitespace", "no_index", "rpc_layer", "rpc_layer_list", "deep_list",
-        "deep_object", "ipv6_bare", "space", "bad_brackets", "empty_label", "colon"])
+        "deep_object", "ipv6_bare", "space", "bad_brackets", "empty_label", "colon",
+        "fullwidth_port"])
 def test_more_malformed_tf_config_is_one_line(text, message):
     with pytest.raises(TFConfigError) as error:
         tf_config.parse(text)
