@@ -53,7 +53,8 @@ def _hook(previous):
         if status is None:
             previous(kind, error, traceback)
             return
-        program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+        started = sys.argv[0] if sys.argv else ""
+        program = os.path.basename(started) if started not in ("", "-c", "-") else "python"
         print(line(program, error, status), file=sys.stderr, flush=True)
         sys.exit(status)  # from an excepthook: the process's status, atexit handlers run
     return hook
