@@ -153,17 +153,8 @@ def user_error_types() -> tuple[type[Exception], ...]:
     return (ConfigError, CollectiveError, InputError, ModelError, TFConfigError)
 
 
-def with_class(message: str, exit_status: int) -> str:
-    """`message (exit 138: restart every task from the last checkpoint)`: a
-    failed run's last line names its exit class (`exit_codes.describe`), so a
-    person reading a platform's log knows at once whether the job will be
-    restarted. Left as they are: a usage mistake (2: its `error:` line says
-    what to fix, and nothing ran) and a signal's line (130, 143: `preempted
-    (SIGTERM) at step N; saved ...` names its class already)."""
-    if exit_status in (exit_codes.DONE, exit_codes.USAGE, exit_codes.INTERRUPTED,
-                       exit_codes.PREEMPTED):
-        return message
-    return f"{message} ({exit_codes.describe(exit_status)})"
+#: `message (exit 138: ...)`: the one wording of a failed run's last line.
+with_class = exit_codes.with_class
 
 
 def fail(program: str, message: str, exit_status: int = EXIT_USAGE, details: str = "") -> None:

@@ -47,27 +47,34 @@ def run_flag_values(names: Iterable[str]) -> dict:
     return {name: flags.FLAGS[name].value for name in names}
 
 
-def platform_dir_defaults(environ: Mapping[str, str] = os.environ) -> list[str]:
+def platform_dir_defaults(environ: Mapping[str, str] = os.environ, *,
+                          flag_values: flags.FlagValues = flags.FLAGS) -> list[str]:
     """Vertex AI's output directories (`AIP_*`, `launch.platforms.platform_dirs`)
     as the defaults of `--model_dir` (`AIP_CHECKPOINT_DIR`, else
     `AIP_MODEL_DIR`: where a restarted job finds its checkpoints) and
     `--summaries_dir` (`AIP_TENSORBOARD_LOG_DIR`); a flag given on the command
     line wins. Sets the flags' values before they are read; returns one line
-    per decision, for the caller to log once logging is set up."""
+    per decision, for the caller to log once logging is set up.
+
+    A value taken is checked as a path given on the command line is
+    (`config.check_path_text`: blank, a newline, `~`, ...), naming the variable.
+    """
+    from tfloop.engine.config import check_path_text
     from tfloop.launch import platforms
 
     dirs = platforms.platform_dirs(environ)
     chosen = (("model_dir", dirs.run_dir,
-               "AIP_CHECKPOINT_DIR" if dirs.checkpoint_dir else "AIP_MODEL_DIR"),
+               "AIP_CHECKPOINT_DIR" if dirs.checkpoint_dir is not None else "AIP_MODEL_DIR"),
               ("summaries_dir", dirs.tensorboard_log_dir, "AIP_TENSORBOARD_LOG_DIR"))
     said = []
     for name, value, variable in chosen:
-        if value is None or name not in flags.FLAGS:
+        if value is None or name not in flag_values:
             continue
-        flag = flags.FLAGS[name]
+        flag = flag_values[name]
         if flag.present:
             said.append(f"--{name}={flag.value} as given (not ${variable}={value})")
         else:
+            check_path_text(f"${variable}", value)
             flag.value = value
             said.append(f"--{name}={value} from ${variable} (Vertex AI); --{name} overrides it")
     return said

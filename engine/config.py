@@ -88,25 +88,53 @@ def parse_steps(flag: str, text: str) -> tuple[int, ...]:
     return steps
 
 
-def check_model_dir_text(path: str) -> None:
-    """Refuses, in one line, a `--model_dir` spelling that cannot mean what
-    the user meant: a leading `~` nothing expanded (the shell does not after
-    `--model_dir=`), which would create a directory named `~` in the working
-    directory; a name that is not UTF-8 (bytes the shell passed through),
-    which TensorFlow's file functions encode strictly and fail on with a
-    `UnicodeEncodeError` traceback at the first file check."""
+#: The `RunConfig` fields that name a file or folder: each value given is
+#: checked by `check_path_text` (`check_field`), as `--model_dir` always was.
+PATH_FIELDS = ("model_dir", "summaries_dir", "init_from", "data_dir")
+
+
+def check_path_text(flag: str, path: str) -> None:
+    """Refuses, in one line, a path spelling that cannot mean what the user
+    meant, wherever a path comes from (`flag`: `--model_dir`, `--init_from`,
+    `$AIP_CHECKPOINT_DIR`, `--local_model_dir`, ...; the one check of them all):
+
+    - blank (spaces only): would name a folder of spaces, or (where blank
+      means unset) silently fall back to a default;
+    - a control character (a newline from a script's `$(...)`, a tab, NUL):
+      a folder no one can type, or a `ValueError` traceback for NUL;
+    - a leading `~` nothing expanded (the shell does not after `--flag=`),
+      which would create a folder named `~` in the working directory;
+    - a name that is not UTF-8 (bytes the shell passed through), which
+      TensorFlow's file functions encode strictly and fail on with a
+      `UnicodeEncodeError` traceback at the first file check.
+    """
+    if not path.strip():
+        raise ConfigError(f"{flag}={path!r} is blank; name a directory{_or_unset(flag)}")
+    bad = next((c for c in path if ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None:
+        raise ConfigError(f"{flag}={path!r} holds the control character {bad!r}; remove it (a "
+                          "newline often comes from a command substitution or a copied line)")
     if path.startswith("~") and os.path.expanduser(path) != path:
         raise ConfigError(
-            f"--model_dir={path} starts with ~, which nothing expanded (the shell does not "
-            f"after --model_dir=); write {os.path.expanduser(path)}, or --model_dir {path} "
-            "(with a space)")
+            f"{flag}={path} starts with ~, which nothing expanded (the shell does not "
+            f"after {flag}=); write {os.path.expanduser(path)}"
+            + (f", or {flag} {path} (with a space)" if flag.startswith("--") else ""))
     try:
         path.encode("utf-8")
     except UnicodeEncodeError:
         shown = os.fsencode(path).decode("utf-8", "backslashreplace")
         raise ConfigError(
-            f"--model_dir={shown} is not valid UTF-8, and TensorFlow's file functions take "
+            f"{flag}={shown} is not valid UTF-8, and TensorFlow's file functions take "
             "UTF-8 names only; rename the directory, or choose another") from None
+
+
+def _or_unset(flag: str) -> str:
+    return ", or unset it" if flag.startswith("$") else ""
+
+
+def check_model_dir_text(path: str) -> None:
+    """`check_path_text` for `--model_dir` (`run_identity.load`'s first touch)."""
+    check_path_text("--model_dir", path)
 
 
 #: Integer fields and their ranges (`check_field`): a step count past int32
@@ -129,7 +157,7 @@ _CHOICES = {"auto_shard_policy": (SHARD_POLICIES, "policy"),
 def check_field(name: str, value) -> None:
     """Raises the one-line ConfigError for a value of `RunConfig` field `name`
     that is wrong whatever the other fields say (a bound, a choice, a finite
-    number, the text of --model_dir); fields with no such check pass.
+    number, the text of a path: `check_path_text`); fields with no such check pass.
 
     `RunConfig` runs it over every field before its checks of fields
     together; `bin/train` runs it over the flags given on the command line
@@ -172,11 +200,12 @@ def check_field(name: str, value) -> None:
         if value not in choices and not (name == "mode" and not value):  # "": the default mode
             raise ConfigError(f"--{name}={value!r} is not a {noun}; choose one of: "
                               f"{', '.join(choices)}")
-    elif name == "model_dir":
-        if not value:
+    elif name in PATH_FIELDS:
+        if name == "model_dir" and not value:
             raise ConfigError("--model_dir is empty; name the directory for checkpoints and "
                               "summaries")
-        check_model_dir_text(value)
+        if value:  # empty: the field's default (none, or <model_dir>/summaries)
+            check_path_text(f"--{name}", value)
     elif name == "profile_steps":
         parse_profile_steps(value)
     elif name in ("learning_rate", "lr_decay_rate", "lr_power"):

@@ -159,6 +159,10 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
         logger.info("%s: input sharded by %s over %d workers", role.name, shard_policy,
                     input_workers)
     mode = _resolve_mode(config, task, role)
+    if config.summaries_dir:  # its own folder (Vertex's $AIP_TENSORBOARD_LOG_DIR): checked alike
+        check_directory(config.summaries_dir, "--summaries_dir")
+    if config.init_from:  # gs:// out of reach: 138 now, not a traceback at the warm start
+        storage.check_reachable(config.init_from, "--init_from")
     check_run_directories(config)
     if config.model_dir.startswith(IN_MEMORY):
         logger.warning("--model_dir=%s is in memory: its checkpoints, metrics.json and export "
@@ -437,33 +441,39 @@ def _resolve_mode(config: RunConfig, task: Task, role: tf_config.Role) -> str:
 
 
 def check_model_dir(path: str) -> None:
-    """Refuses a `model_dir` that cannot be written, before anything is created.
+    """`check_directory` for `--model_dir`."""
+    check_directory(path, "--model_dir")
+
+
+def check_directory(path: str, flag: str) -> None:
+    """Refuses a directory the run writes (`flag`: `--model_dir`,
+    `--summaries_dir`) that cannot be written, before anything is created.
 
     A URL (`gs://...`, `ram://...`: any filesystem TensorFlow has registered)
     is checked for answering (`storage.check_reachable`: one line, exit 138
     or 2) and for being a file; writability shows at the first save.
     """
     if storage.is_url(path):
-        storage.check_reachable(path)
+        storage.check_reachable(path, flag)
         if tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path):
-            raise ConfigError(f"--model_dir={path} is a file; name a directory")
+            raise ConfigError(f"{flag}={path} is a file; name a directory")
         return
     path = os.path.abspath(path)
     if os.path.exists(path) and not os.path.isdir(path):
-        raise ConfigError(f"--model_dir={path} is a file; name a directory")
+        raise ConfigError(f"{flag}={path} is a file; name a directory")
     existing = path
     while not os.path.exists(existing):
         if os.path.islink(existing):  # os.makedirs would fail on it with a traceback
-            raise ConfigError(_broken_link(path, existing))
+            raise ConfigError(_broken_link(path, existing, flag))
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(
-            f"--model_dir={path} cannot be written ({existing} is not a writable directory); "
+            f"{flag}={path} cannot be written ({existing} is not a writable directory); "
             "choose a directory you can write to")
-    _check_name_lengths(path, existing)
+    _check_name_lengths(path, existing, flag)
 
 
-def _check_name_lengths(path: str, existing: str) -> None:
+def _check_name_lengths(path: str, existing: str, flag: str) -> None:
     """Refuses a `model_dir` whose missing part has a name longer than the
     filesystem allows (an `OSError` traceback from `os.makedirs` otherwise),
     or that leaves no room under PATH_MAX for the run's own files."""
@@ -475,13 +485,13 @@ def _check_name_lengths(path: str, existing: str) -> None:
     for name in os.path.relpath(path, existing).split(os.sep):
         if len(os.fsencode(name)) > name_max:
             raise ConfigError(
-                f"--model_dir={path} cannot be created: the name {name[:24]}... is "
+                f"{flag}={path} cannot be created: the name {name[:24]}... is "
                 f"{len(os.fsencode(name))} bytes, and names in {existing} may have at most "
                 f"{name_max}; choose a shorter one")
     room = 256  # summaries/train/events.out.tfevents.<time>.<host>.<pid>.<n>.v2 and the like
     if len(os.fsencode(path)) + room > path_max:
         raise ConfigError(
-            f"--model_dir={path[:40]}... is {len(os.fsencode(path))} bytes long, which leaves "
+            f"{flag}={path[:40]}... is {len(os.fsencode(path))} bytes long, which leaves "
             f"too little of the {path_max} a path may have for the files under it; choose a "
             "shorter path")
 
@@ -499,16 +509,16 @@ def check_run_directories(config: RunConfig) -> None:
                               "away and run again")
 
 
-def _broken_link(model_dir: str, link: str) -> str:
+def _broken_link(model_dir: str, link: str, flag: str) -> str:
     """Why `model_dir` cannot be created through `link`, a symbolic link
     that leads nowhere (it dangles, or loops)."""
     try:
         os.stat(link)
     except OSError as error:
         if error.errno == errno.ELOOP:
-            return (f"--model_dir={model_dir} cannot be created: {link} is a symbolic link "
-                    "loop; point --model_dir at a directory, or fix the link")
+            return (f"{flag}={model_dir} cannot be created: {link} is a symbolic link "
+                    f"loop; point {flag} at a directory, or fix the link")
     target = os.path.join(os.path.dirname(link), os.readlink(link))
-    return (f"--model_dir={model_dir} cannot be created: {link} is a symbolic link to "
+    return (f"{flag}={model_dir} cannot be created: {link} is a symbolic link to "
             f"{os.path.normpath(target)}, which does not exist; create that directory, or "
             "remove the link")

@@ -44,7 +44,7 @@ import tensorflow as tf
 from tfloop.engine.loop import actions, best, preemption, step_time
 from tfloop.engine.run_dir import (checkpoint_files, checkpointing, export, layout,
                                    local_checkpoints, run_identity, run_lock, run_record)
-from tfloop.engine.runtime import devices, logs
+from tfloop.engine.runtime import devices, logs, script_exit
 from tfloop.engine.recipe import ema, precision
 from tfloop.engine.recipe import objectives as objectives_lib
 from tfloop.engine import serving
@@ -55,8 +55,7 @@ from tfloop.engine.keras_fit import compiled as keras_compiled
 from tfloop.engine.loop import task_inputs
 from tfloop.engine.config import RunConfig
 from tfloop.engine.loop.controller import Controller
-from tfloop.engine.errors import (ClusterFailure, ConfigError, ExportFailure,
-                                  UnrecoverableFailure, one_line)
+from tfloop.engine.errors import ConfigError, ExportFailure
 from tfloop.engine.loop.evaluator import AveragedEvaluator, Evaluator
 from tfloop.engine.plan import Plan, make_plan
 from tfloop.engine.loop.summaries import SummaryWriter
@@ -129,7 +128,12 @@ def run(
         ClusterFailure, a multi-worker peer was lost mid-run, or, as
         UnrecoverableFailure, the collectives failed in a way a restart cannot fix.
       KeyboardInterrupt: on a second Ctrl-C, without saving.
+
+    Left unhandled in a script (`python train.py`), `Preempted` and the
+    `RunFailure`s end it with one line and their exit status, as `bin/train`
+    (`engine.runtime.script_exit`, installed by the first call).
     """
+    script_exit.install()  # a script's SIGTERM, lost peer, ...: one line, exit 143, 138, ...
     if verbose:
         logs.configure_logging()
     task = _task_for(config, task)
@@ -144,7 +148,7 @@ def run(
     strategy = _build_strategy(plan)
     lock = run_lock.acquire(config.model_dir, plan.lock) if plan.lock else None
     try:
-        with _peer_lost_before_training(plan):
+        with _exit_class(plan, checkpoint=lambda: plan.latest_checkpoint):
             return _run_planned(plan, task, strategy, optimizer=optimizer,
                                 on_loop_end=on_loop_end, lock=lock, add_actions=add_actions)
     except BaseException:
@@ -156,26 +160,24 @@ def run(
             lock.release()
 
 
-@contextlib.contextmanager
-def _peer_lost_before_training(plan: Plan):
-    """A peer lost after the cluster formed but before the loop runs (while
-    the model, the checkpoint restore or the trainer is built: the survivor's
-    collective reports `UnavailableError ... Collective ops is aborted`) is
-    the same event as a peer lost mid-run: one line and the retryable class,
-    not a traceback and 1. (Mid-run, `_run_controller` says it with the step.)"""
-    try:
-        yield
-    except plan.spec.lost_peer_errors as error:
-        raise _lost_cluster(plan.role, "before training began", error,
-                            plan.latest_checkpoint) from None
-
-
-def _lost_cluster(role, when: str, error: Exception, checkpoint: Optional[str]) -> ClusterFailure:
-    """The one line of a lost peer, before training or mid-run (exit 138)."""
-    return ClusterFailure(
-        f"{role.name} lost the cluster {when} ({one_line(str(error), 160)}); the last "
-        f"checkpoint is {checkpoint or 'none'}: restart every task to resume from it "
-        "(bin/launch --max_restarts does)")
+def _exit_class(plan: Plan, *, step: Optional[Callable[[], int]] = None,
+                checkpoint: Callable[[], Optional[str]],
+                running: Optional[Callable[[], tuple]] = None):
+    """`task_failures.exit_class` for this run's role and strategy: every stage
+    of `run` runs under it. Before the loop runs (`step` None), a peer lost
+    while the model, the checkpoint restore, the datasets or the trainer are
+    built (the survivor's collective reports `UnavailableError ... Collective
+    ops is aborted`, in the engine's code or a task method's) is the same
+    event as a peer lost mid-run: one line and the retryable class, not a
+    traceback and 1, nor a task's mistake and 2. `running()` gives the
+    Controller's phase and steps, by which a mid-run `OpError` is traced to
+    the task (`task_failures.explain`)."""
+    return task_failures.exit_class(
+        plan.role.name, step=step, checkpoint=checkpoint,
+        lost_peer_errors=plan.spec.lost_peer_errors,
+        unrecoverable_errors=plan.spec.unrecoverable_errors,
+        explain_task=task_failures.explainer(plan.task, running, plan.config.model_dir)
+        if running is not None else None)
 
 
 @dataclasses.dataclass
@@ -606,38 +608,26 @@ def _run_controller(plan: Plan, b: _Built, trainer, manager, *, restored: Option
     if watchers is not None:
         watchers.start()
     try:
-        drive(controller)
-        if export_final is not None:
-            # A signal during the last loop, the final evaluation or save: the
-            # checkpoint is saved; the export is left to the same command
-            # rather than started in a preemption's grace period. (Agreed by
-            # every worker: the export is collective.)
-            if stop_request.agreed():
-                raise preemption.Preempted(
-                    controller.step, manager.latest_checkpoint if manager else None,
-                    stop_request.signum or signal.SIGTERM)
-            # From here a signal stops the export at once (bin/train: exit
-            # 130/143), for the same reason.
-            stop_request.uninstall()
-            exporting = True
-            exported = export_final()
-            exporting = False
+        with _exit_class(plan, step=lambda: controller.step,
+                         checkpoint=lambda: tf.train.latest_checkpoint(config.model_dir),
+                         running=lambda: (controller.running, controller.running_steps)):
+            drive(controller)
+            if export_final is not None:
+                # A signal during the last loop, the final evaluation or save: the
+                # checkpoint is saved; the export is left to the same command
+                # rather than started in a preemption's grace period. (Agreed by
+                # every worker: the export is collective.)
+                if stop_request.agreed():
+                    raise preemption.Preempted(
+                        controller.step, manager.latest_checkpoint if manager else None,
+                        stop_request.signum or signal.SIGTERM)
+                # From here a signal stops the export at once (bin/train: exit
+                # 130/143), for the same reason.
+                stop_request.uninstall()
+                exporting = True
+                exported = export_final()
+                exporting = False
         status = "stopped_early" if controller.stopped_early else "finished"
-    except plan.spec.unrecoverable_errors as error:
-        reason = one_line(str(error), 160)
-        raise UnrecoverableFailure(
-            f"{role.name} failed at step {controller.step} with {type(error).__name__}: {reason}; "
-            "not a lost peer: a restart would fail the same way (the last checkpoint is "
-            f"{tf.train.latest_checkpoint(config.model_dir) or 'none'})") from None
-    except plan.spec.lost_peer_errors as error:
-        raise _lost_cluster(role, f"after step {controller.step}", error,
-                            tf.train.latest_checkpoint(config.model_dir)) from None
-    except tf.errors.OpError as error:  # the task's data or code, mid-run: one line
-        failure = task_failures.explain(error, task=plan.task, running=controller.running,
-                                        steps=controller.running_steps, model_dir=config.model_dir)
-        if failure is None:
-            raise
-        raise failure from None
     except KeyboardInterrupt:  # a second Ctrl-C (or one during the export): stop at once
         status = "interrupted"
         logger.info("stopped %s; the last checkpoint is %s",
@@ -720,18 +710,17 @@ def evaluate_each_checkpoint(
     controller = Controller(global_step=global_step, evaluator=evaluator,
                             eval_actions=actions.for_evaluation(writer, actions.RecordEvaluation(
                                 path=run_dir.evaluations_json, by="evaluator"), keep_best))
+    explain = task_failures.explainer(
+        task, lambda: (controller.running, controller.running_steps),
+        config.model_dir) if task is not None else None
     try:
-        last = controller.evaluate_continuously(
-            config.eval_steps, timeout=config.eval_timeout, last_step=config.train_steps,
-            restore=functools.partial(_restore_averages_if_any, model, global_step),
-            directory=config.model_dir)
-    except tf.errors.OpError as error:
-        failure = task and task_failures.explain(
-            error, task=task, running=controller.running, steps=controller.running_steps,
-            model_dir=config.model_dir)
-        if not failure:
-            raise
-        raise failure from None
+        with task_failures.exit_class("evaluator", step=lambda: controller.step,
+                                      checkpoint=lambda: tf.train.latest_checkpoint(
+                                          config.model_dir), explain_task=explain):
+            last = controller.evaluate_continuously(
+                config.eval_steps, timeout=config.eval_timeout, last_step=config.train_steps,
+                restore=functools.partial(_restore_averages_if_any, model, global_step),
+                directory=config.model_dir)
     finally:
         writer.close()
     return {"step": controller.step, **{f"eval/{k}": v for k, v in last.items()},

@@ -317,6 +317,9 @@ def load(reference: str, config: Any, *,
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
+    except SystemExit as exiting:  # `sys.exit(0)` at import: status 0, nothing trained
+        raise task_failures.exit_error(f"--task={reference!r}: importing {module_name!r}",
+                                       exiting) from None
     except Exception as exc:  # the user's module: any failure to import is theirs
         reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
         raise ConfigError(f"--task={reference!r}: cannot import module {module_name!r} "

@@ -22,6 +22,12 @@ The engine runs the user's code in two ways, and each fails its own way:
 
 Damaged files that a pipeline registered explainers for (`inputs.data_errors`)
 are that module's business: `explain` leaves them to it.
+
+`exit_class` is the one place a failure of the run (the task's, the
+cluster's, the collectives') becomes its exit class: `engine.run` runs every
+stage under it. A cluster error (a peer lost: `UnavailableError`, ...) is
+the lost-cluster class wherever it surfaces, a task method included: a peer
+lost while `build_model` runs is not the task's mistake.
 """
 
 from __future__ import annotations
@@ -32,13 +38,13 @@ import posixpath
 import re
 import sysconfig
 import traceback
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import tensorflow as tf
 
 from tfloop.collectives import CollectiveError
-from tfloop.engine.errors import (ConfigError, RunFailure, TaskError, TaskFailure, one_line,
-                                  steps_text)
+from tfloop.engine.errors import (ClusterFailure, ConfigError, RunFailure, TaskError,
+                                  TaskFailure, UnrecoverableFailure, one_line, steps_text)
 from tfloop.inputs import InputError, data_errors
 from tfloop.models import ModelError
 
@@ -97,9 +103,21 @@ def calling(task: Any, method: str) -> Iterator[None]:
         yield
     except _ALREADY_SAID:
         raise
+    except SystemExit as exiting:
+        name = task.__name__ if isinstance(task, type) else type(task).__name__
+        raise exit_error(f"{name}.{method}", exiting) from None
     except Exception as error:
         name = task.__name__ if isinstance(task, type) else type(task).__name__
         raise hook_error(f"{name}.{method}", error) from error
+
+
+def exit_error(where: str, exiting: SystemExit) -> TaskError:
+    """The `TaskError` for the user's `where` calling `sys.exit` (or raising
+    `SystemExit`): left alone, `sys.exit(0)` ends the run with status 0,
+    nothing trained and nothing said, which a platform takes for success."""
+    return TaskError(f"{where} called sys.exit({exiting.code!r}), which would end the run "
+                     "as if it had succeeded; return from it instead (a task's code, and the "
+                     "module it is in, must not end the process)", user_frames(exiting))
 
 
 def hook_error(where: str, error: BaseException) -> TaskError:
@@ -201,3 +219,71 @@ def explain(error: tf.errors.OpError, *, task: Any, running: Optional[str],
         return None
     return TaskFailure(
         f"{name}'s code ({frame}) failed in the {step} step {when} with {type(error).__name__}: {reason}; {resume}")
+
+
+def explainer(task: Any, phase: Callable[[], tuple], model_dir: str
+              ) -> Callable[[tf.errors.OpError], Optional[TaskFailure]]:
+    """`explain` for `exit_class`, bound to `task` and `phase()`, the
+    Controller's `(running, running_steps)` when the error arrives."""
+    def explain_now(error: tf.errors.OpError) -> Optional[TaskFailure]:
+        running, steps = phase()
+        return explain(error, task=task, running=running, steps=steps, model_dir=model_dir)
+    return explain_now
+
+
+def lost_peer(error: BaseException, lost_peer_errors: tuple) -> Optional[BaseException]:
+    """The error of `lost_peer_errors` that `error` is, or that a task method
+    raised (`calling` wrapped it in a `TaskError` whose cause it is); None."""
+    if not lost_peer_errors:
+        return None
+    if isinstance(error, lost_peer_errors):
+        return error
+    if isinstance(error, TaskError) and isinstance(error.__cause__, lost_peer_errors):
+        return error
+    return None
+
+
+@contextlib.contextmanager
+def exit_class(role: str, *, step: Optional[Callable[[], int]] = None,
+               checkpoint: Callable[[], Optional[str]], lost_peer_errors: tuple = (),
+               unrecoverable_errors: tuple = (),
+               explain_task: Optional[Callable[[tf.errors.OpError], Optional[TaskFailure]]] = None
+               ) -> Iterator[None]:
+    """Runs a stage of a run; what fails in it leaves in its exit class, in one line:
+
+    - `unrecoverable_errors` (the strategy's: an NCCL `InternalError`) ->
+      `UnrecoverableFailure` (exit 1: a restart would fail the same way);
+    - `lost_peer_errors` (the strategy's: a peer that died or went silent),
+      raised by the engine's code or inside one of the task's methods ->
+      `ClusterFailure` (exit 138: restart every task from the last checkpoint);
+    - another `OpError` that `explain_task` traces to the task -> its
+      `TaskFailure` (exit 1);
+    - anything else as it was.
+
+    `role` names this process (`worker:1`); `step()` the step reached (None:
+    training has not begun); `checkpoint()` the last checkpoint, asked only
+    when something failed.
+    """
+    try:
+        yield
+    except unrecoverable_errors as error:
+        raise UnrecoverableFailure(
+            f"{role} failed {_when(step, 'at')} with {type(error).__name__}: "
+            f"{one_line(str(error), 160)}; not a lost peer: a restart would fail the same way "
+            f"(the last checkpoint is {checkpoint() or 'none'})") from None
+    except BaseException as error:
+        lost = lost_peer(error, lost_peer_errors)
+        if lost is not None:
+            raise ClusterFailure(
+                f"{role} lost the cluster {_when(step, 'after')} ({one_line(str(lost), 160)}); "
+                f"the last checkpoint is {checkpoint() or 'none'}: restart every task to resume "
+                "from it (bin/launch --max_restarts does)") from None
+        if isinstance(error, tf.errors.OpError) and explain_task is not None:
+            failure = explain_task(error)
+            if failure is not None:
+                raise failure from None
+        raise
+
+
+def _when(step: Optional[Callable[[], int]], preposition: str) -> str:
+    return "before training began" if step is None else f"{preposition} step {step()}"

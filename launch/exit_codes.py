@@ -53,17 +53,46 @@ def shell_status(returncode: int) -> int:
 
 
 def meaning(status: int) -> str:
-    """What an exit status means: `restart every task from the last checkpoint`."""
+    """What an exit status means: `restart every task from the last checkpoint`.
+
+    A status above 128 that no row of the table holds is 128+N for a process
+    killed by signal N only where N is a signal (129..128+NSIG-1); 200 or 255
+    is a status a program chose, retryable by the platforms' rule."""
     known = MEANINGS.get(status)
     if known is not None:
         return known
-    if status > 128:
-        try:
-            name = signal.Signals(status - 128).name
-        except ValueError:
-            name = f"signal {status - 128}"
-        return f"killed by {name}; restart every task from the last checkpoint"
-    return "retryable" if retryable(status) else "a restart cannot fix it"
+    if 128 < status < 128 + signal.NSIG:
+        return f"killed by {signal_name(status - 128)}; restart every task from the last checkpoint"
+    if retryable(status):
+        return "retryable (128 or above): restart every task from the last checkpoint"
+    return "a restart cannot fix it"
+
+
+def signal_name(signum: int) -> str:
+    """`SIGTERM` for 15; `signal 40` for a number without a name."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def returncode_meaning(returncode: int) -> str:
+    """What a `subprocess.Popen` return code means. A negative one is a
+    process killed by a signal it did not handle. For SIGTERM and SIGINT
+    that is not the table's `143: terminated (SIGTERM), saved`: a tfloop
+    binary that handles them saves first, then exits 143 or 130 itself; one
+    killed by them saved nothing at the signal."""
+    if -returncode in (signal.SIGTERM, signal.SIGINT):
+        return (f"killed by {signal_name(-returncode)}, which it did not handle: nothing was "
+                "saved at the signal; restart every task from the last checkpoint")
+    return meaning(shell_status(returncode))
+
+
+def describe_returncode(returncode: int) -> str:
+    """`describe` for a `subprocess.Popen` return code: `exit 143: killed by
+    SIGTERM, which it did not handle: ...` for -15, `describe(143)` for 143,
+    `describe(137)` for -9."""
+    return f"exit {shell_status(returncode)}: {returncode_meaning(returncode)}"
 
 
 def describe(status: int) -> str:
@@ -71,6 +100,19 @@ def describe(status: int) -> str:
     `exit 138: restart every task from the last checkpoint`. The one wording,
     used by the binaries (`bin/cli`), the cluster watchdog and `bin/launch`."""
     return f"exit {status}: {meaning(status)}"
+
+
+def with_class(message: str, status: int) -> str:
+    """`message (exit 138: restart every task from the last checkpoint)`: a
+    failed run's last line names its exit class (`describe`), so a person
+    reading a platform's log knows at once whether the job will be restarted.
+    Left as they are: a usage mistake (2: its `error:` line says what to fix,
+    and nothing ran) and a signal's line (130, 143: `preempted (SIGTERM) at
+    step N; saved ...` names its class already). Used by the binaries
+    (`bin/cli`) and by a script's excepthook (`engine.runtime.script_exit`)."""
+    if status in (DONE, USAGE, INTERRUPTED, PREEMPTED):
+        return message
+    return f"{message} ({describe(status)})"
 
 
 def retryable(status: int) -> bool:

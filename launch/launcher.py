@@ -528,7 +528,7 @@ class Launcher:
             failed = self._deciding(failed)
             status = exit_status(failed.poll())
             what = (f"{failed.task.label} {describe_exit(failed.poll())} "
-                    f"({exit_codes.describe(status)})")
+                    f"({exit_codes.describe_returncode(failed.poll())})")
             lost = self.lost_worker(failed)
             if lost and attempt < attempts:
                 if self.workers - 1 < self.config.min_workers:
@@ -707,7 +707,7 @@ class Launcher:
                 continue
             proc.drain(timeout=1.0)
             ended.append(f"{proc.task.label} {describe_exit(code)} "
-                         f"({exit_codes.meaning(exit_status(code))})")
+                         f"({exit_codes.returncode_meaning(code)})")
         self._say(f"after {failed.task.label} {describe_exit(failed.poll())}: "
                   + ("; ".join(ended) or "no other task"))
 

@@ -8,7 +8,8 @@ library only, and nothing of the project: `tf_config` builds on this module.
 Which source, with `source="auto"` (first found wins):
 
 1. `TF_CONFIG`, where set and not empty (Kubeflow TFJob, Vertex AI, bin/launch,
-   a user): what TensorFlow itself reads.
+   a user): what TensorFlow itself reads. A blank value is passed over for
+   the next source; with none, it is refused (TensorFlow would fail on it).
 2. `CLUSTER_SPEC` (Vertex AI sets it beside `TF_CONFIG`, so it is read only
    without one): `{"cluster": {"workerpool0": [...], ...}, "task": {"type":
    "workerpool1", "index": 0}}`. Worker pool 0 is the primary replica (the
@@ -50,6 +51,12 @@ VERTEX_POOLS = {"workerpool0": "chief", "workerpool1": "worker", "workerpool2": 
 #: The TFJob default port (kubeflow training-operator `DefaultPort`), used when
 #: `TFLOOP_PORT` is not set.
 DEFAULT_PORT = 2222
+#: Most pods of one kind a JobSet's variables may declare (`TFLOOP_NUM_WORKERS`,
+#: `TFLOOP_NUM_PS`), as `bin/launch --num_workers` has its bound: the TF_CONFIG
+#: built lists every task, so 100,000,000 grew to 14.5 GB in 60 s. Every
+#: task of a cluster keeps a gRPC channel to every other; thousands is
+#: already beyond what a synchronous all-reduce over TCP is used at.
+MAX_TASKS = 4096
 #: JobSet replicated-job names: each is the TF_CONFIG task type of its pods.
 REPLICATED_JOBS = ("chief", "worker", "ps", "evaluator")
 #: A JobSet pod's hostname: `<jobSet>-<replicatedJob>-<jobIndex>-<podIndex>`.
@@ -65,6 +72,20 @@ def _fail(message: str) -> None:
     raise PlatformEnvError(message)
 
 
+def load_json(text: str, name: str):
+    """`json.loads(text)` of the variable `name`; every way it fails is one
+    `PlatformEnvError` line: invalid JSON, and JSON nested deeper than Python's
+    parser recurses (a `RecursionError` traceback otherwise)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        _fail(f"{name} is not valid JSON ({error.msg} at character {error.pos}); expected "
+              '{"cluster": {...}, "task": {"type": ..., "index": ...}}')
+    except RecursionError:
+        _fail(f"{name} is nested too deeply to be a cluster description; expected "
+              '{"cluster": {...}, "task": {"type": ..., "index": ...}}')
+
+
 def _count(environ: Mapping[str, str], name: str, default: Optional[int] = None, *,
            minimum: int = 0, maximum: Optional[int] = None) -> int:
     value = environ.get(name, "").strip()
@@ -72,8 +93,11 @@ def _count(environ: Mapping[str, str], name: str, default: Optional[int] = None,
         if default is None:
             _fail(f"{name} is not set; set it to the number of tasks (see launch/platforms.py)")
         return default
-    if not value.isdecimal() or int(value) < minimum or int(value) > (maximum or int(value)):
-        _fail(f"{name}={value!r} must be a whole number, at least {minimum}"
+    # (A number of 4,301 digits or more would be a ValueError from int().)
+    if (not value.isdecimal() or len(value) > 12 or int(value) < minimum
+            or int(value) > (maximum or int(value))):
+        shown = value if len(value) <= 24 else f"{value[:20]}...({len(value)} characters)"
+        _fail(f"{name}={shown!r} must be a whole number, at least {minimum}"
               + (f" and at most {maximum}" if maximum else ""))
     return int(value)
 
@@ -98,11 +122,7 @@ def vertex_tf_config(environ: Mapping[str, str]) -> Optional[dict]:
     `job`, `trial`) are left to the parser, which ignores them. The
     evaluator's pool stays in `cluster`, as Vertex's own TF_CONFIG has it.
     """
-    text = environ.get("CLUSTER_SPEC", "")
-    try:
-        spec = json.loads(text)
-    except json.JSONDecodeError as error:
-        _fail(f"CLUSTER_SPEC is not valid JSON ({error.msg} at character {error.pos})")
+    spec = load_json(environ.get("CLUSTER_SPEC", ""), "CLUSTER_SPEC")
     if not isinstance(spec, dict) or not isinstance(spec.get("cluster"), dict):
         _fail("CLUSTER_SPEC has no 'cluster' of worker pools (workerpool0..3)")
     cluster = {}
@@ -164,9 +184,9 @@ def jobset_tf_config(environ: Mapping[str, str]) -> dict:
     if not index.isdecimal():
         _fail(f"JOB_COMPLETION_INDEX={index!r} is not a pod index; run in an Indexed Job "
               "or a JobSet (completionMode: Indexed)")
-    num_workers = _count(environ, "TFLOOP_NUM_WORKERS", minimum=1)
+    num_workers = _count(environ, "TFLOOP_NUM_WORKERS", minimum=1, maximum=MAX_TASKS)
     counts = {"chief": int(_flag(environ, "TFLOOP_CHIEF")), "worker": num_workers,
-              "ps": _count(environ, "TFLOOP_NUM_PS", 0),
+              "ps": _count(environ, "TFLOOP_NUM_PS", 0, maximum=MAX_TASKS),
               "evaluator": int(_flag(environ, "TFLOOP_EVALUATOR"))}
     port = _count(environ, "TFLOOP_PORT", DEFAULT_PORT, minimum=1, maximum=65535)
     hostname = environ.get("HOSTNAME", "").strip().split(".")[0]
@@ -221,6 +241,10 @@ def detect(environ: Mapping[str, str]) -> Optional[str]:
     if environ.get("JOB_COMPLETION_INDEX", "").strip() and environ.get("TFLOOP_NUM_WORKERS",
                                                                        "").strip():
         return "jobset"
+    if environ.get("TF_CONFIG", ""):
+        # Blank, and no other source: TensorFlow would read it as JSON and fail
+        # with a traceback; the parser refuses it in one line.
+        return "tf_config"
     return None
 
 
@@ -237,7 +261,7 @@ def find(environ: Mapping[str, str], source: str = "auto") -> tuple[Optional[str
         return None, None
     if chosen == "tf_config":
         text = environ.get("TF_CONFIG", "")
-        if not text.strip() and source != "auto":
+        if not text and source != "auto":
             _fail("TF_CONFIG is not set, and the cluster was asked of it")
         return chosen, text
     if chosen == "vertex":
@@ -275,13 +299,13 @@ class PlatformDirs:
     @property
     def run_dir(self) -> Optional[str]:
         """The default `--model_dir`: the checkpoint directory, else the model's."""
-        return self.checkpoint_dir or self.model_dir
+        return self.checkpoint_dir if self.checkpoint_dir is not None else self.model_dir
 
 
 def platform_dirs(environ: Mapping[str, str]) -> PlatformDirs:
-    """The `AIP_*` directories of `environ` (blank counts as unset)."""
-    def read(name: str) -> Optional[str]:
-        return environ.get(name, "").strip() or None
-    return PlatformDirs(model_dir=read("AIP_MODEL_DIR"),
-                        checkpoint_dir=read("AIP_CHECKPOINT_DIR"),
-                        tensorboard_log_dir=read("AIP_TENSORBOARD_LOG_DIR"))
+    """The `AIP_*` directories of `environ`, as set (None: unset). A blank
+    value is kept, not read as unset: the run would train into the default
+    `runs/default` in silence; `bin/train` refuses it (`config.check_path_text`)."""
+    return PlatformDirs(model_dir=environ.get("AIP_MODEL_DIR"),
+                        checkpoint_dir=environ.get("AIP_CHECKPOINT_DIR"),
+                        tensorboard_log_dir=environ.get("AIP_TENSORBOARD_LOG_DIR"))

@@ -47,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from typing import Callable, Mapping, Optional
 
 from tfloop.launch import platforms
@@ -176,6 +177,46 @@ def _one_command(commands: dict, path: str) -> tuple:
     return next(iter(commands.values()))
 
 
+#: A Kubernetes object name that pods' host names and Services are built from:
+#: a DNS-1123 label (`<name>-worker-0` must be one too, hence the 63).
+_K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def _name(doc: Mapping, path: str, kind: str) -> str:
+    """`metadata.name`, checked as Kubernetes checks it. It names the
+    rehearsal's folder (`runs/rehearsal/<name>`) and every pod's host, so an
+    absolute or `../` name would move that folder out of `runs/rehearsal/`."""
+    name = _get(doc, "metadata", "name", default=kind.lower())
+    if not isinstance(name, str) or not _K8S_NAME.fullmatch(name):
+        shown = name if not isinstance(name, str) or len(name) <= 80 else name[:77] + "..."
+        _fail(path, f"metadata.name {shown!r} is not a {kind} name: lower-case letters, digits "
+              "and '-', starting and ending with a letter or digit, at most 63 characters "
+              "(a DNS label, as Kubernetes requires)")
+    return name
+
+
+def _display_name(doc: Mapping, path: str) -> str:
+    """A Vertex AI job's `displayName` (free text to Vertex), else the file's
+    name: it names the rehearsal's folder, so it must be one folder name."""
+    name = doc.get("displayName") or os.path.splitext(os.path.basename(path))[0]
+    if (not isinstance(name, str) or name in (".", "..") or len(name) > 128
+            or any(c in name for c in "/\\") or not name.isprintable()):
+        _fail(path, f"displayName {name!r} cannot name the rehearsal's folder "
+              "(runs/rehearsal/<displayName>): give one without '/', '\\' or control "
+              "characters, not '.' or '..', at most 128 characters, or --local_model_dir")
+    return name
+
+
+def _one_each(replicas: Mapping[str, int], path: str, names: Mapping[str, str]) -> None:
+    """Refuses more than one chief or evaluator (`names`: task type -> how the
+    spec calls its count): TensorFlow accepts one of each, and the engine's
+    cluster would fail later with a traceback."""
+    for task_type in (CHIEF, EVALUATOR):
+        if replicas.get(task_type, 0) > 1:
+            _fail(path, f"{names[task_type]} is {replicas[task_type]}; a cluster has at most one "
+                  f"{task_type} (TensorFlow refuses more): make it 1, or add workers instead")
+
+
 def _read_tfjob(doc: Mapping, path: str) -> Spec:
     specs = _get(doc, "spec", "tfReplicaSpecs")
     if not isinstance(specs, Mapping) or not specs:
@@ -183,6 +224,8 @@ def _read_tfjob(doc: Mapping, path: str) -> Spec:
     if _get(doc, "spec", "enableDynamicWorker"):
         _fail(path, "enableDynamicWorker: true gives workers a sparse TF_CONFIG, which no "
               "strategy of the engine can run; set it false")
+    if "Chief" in specs and "Master" in specs:
+        _fail(path, "tfReplicaSpecs has both Chief and Master, two names for the chief; keep one")
     replicas, commands, envs, graces = {}, {}, {}, []
     for rtype, rspec in specs.items():
         if rtype not in TFJOB_TYPES:
@@ -194,11 +237,13 @@ def _read_tfjob(doc: Mapping, path: str) -> Spec:
         container = _container(pod, path, f"{rtype}'s pod")
         commands[rtype], envs[rtype] = _command(container, path), _plain_env(container)
         graces.append(_get(pod, "terminationGracePeriodSeconds"))
+    _one_each(replicas, path, {CHIEF: f"{'Master' if 'Master' in specs else 'Chief'}.replicas",
+                               EVALUATOR: "Evaluator.replicas"})
     policy = _get(doc, "spec", "runPolicy") or {}
     backoff = policy.get("backoffLimit")
     policies = {_get(rspec, "restartPolicy") for rspec in specs.values()}
     restarts = 0 if policies <= {"Never", None} else (3 if backoff is None else backoff)
-    return Spec(TFJOB, _get(doc, "metadata", "name", default="tfjob"), path,
+    return Spec(TFJOB, _name(doc, path, "TFJob"), path,
                 {t: replicas[t] for t in TASK_ORDER if replicas.get(t)},
                 _one_command(commands, path), next(iter(envs.values())), restarts,
                 min((g for g in graces if g is not None), default=None), doc)
@@ -227,6 +272,8 @@ def _read_jobset(doc: Mapping, path: str) -> Spec:
         commands[name] = _command(container, path)
         env.update(_plain_env(container))
         graces.append(_get(pod, "terminationGracePeriodSeconds"))
+    _one_each(replicas, path, {CHIEF: "the completions of replicated job 'chief'",
+                               EVALUATOR: "the completions of replicated job 'evaluator'"})
     for variable, task_type in (("TFLOOP_NUM_WORKERS", WORKER), ("TFLOOP_NUM_PS", PS)):
         if env.get(variable, "0") != str(replicas.get(task_type, 0)):
             _fail(path, f"{variable}={env.get(variable)!r}, but replicated job {task_type!r} "
@@ -237,7 +284,7 @@ def _read_jobset(doc: Mapping, path: str) -> Spec:
             _fail(path, f"{variable}={env.get(variable)!r}, but the JobSet has "
                   f"{replicas.get(task_type, 0)} {task_type} pod(s)")
     policy = _get(doc, "spec", "failurePolicy") or {}
-    return Spec(JOBSET, _get(doc, "metadata", "name", default="jobset"), path,
+    return Spec(JOBSET, _name(doc, path, "JobSet"), path,
                 {t: replicas[t] for t in TASK_ORDER if replicas.get(t)},
                 _one_command(commands, path), env, int(policy.get("maxRestarts") or 0),
                 min((g for g in graces if g is not None), default=None), doc)
@@ -265,8 +312,10 @@ def _read_vertex(doc: Mapping, path: str) -> Spec:
         env.update(_plain_env(container))
     if replicas.get(CHIEF, 0) != 1:
         _fail(path, "workerPoolSpecs[0] (the chief) must have replicaCount: 1")
+    _one_each(replicas, path, {CHIEF: "workerPoolSpecs[0].replicaCount",
+                               EVALUATOR: "workerPoolSpecs[3].replicaCount"})
     restart = bool(_get(doc, "scheduling", "restartJobOnWorkerRestart"))
-    name = doc.get("displayName") or os.path.splitext(os.path.basename(path))[0]
+    name = _display_name(doc, path)
     return Spec(VERTEX, name, path,
                 {t: replicas[t] for t in TASK_ORDER if replicas.get(t)},
                 _one_command(commands, path), env,

@@ -50,6 +50,7 @@ import ipaddress
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -256,12 +257,43 @@ def _job_tasks(job: str, addresses) -> dict[int, str]:
               "to host:port)")
     for index, address in tasks.items():
         host, _, port = address.rpartition(":") if isinstance(address, str) else ("", "", "")
-        if not host or not port.isdecimal():
+        if not host or not (port.isascii() and port.isdecimal()):  # not '２２２２'
             _fail(f"cluster job {job!r} has address {address!r}; write host:port")
         if not 1 <= int(port) <= 65535:
             _fail(f"cluster job {job!r} has address {address!r}, whose port is not "
                   "between 1 and 65535")
+        problem = _host_problem(host)
+        if problem:
+            _fail(f"cluster job {job!r} has address {address!r}: {problem}")
     return tasks
+
+
+#: A host name as gRPC takes it: labels of letters, digits, `-` and `_`, joined by dots.
+_HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?"
+                        r"(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?")
+
+
+def _host_problem(host: str) -> Optional[str]:
+    """Why `host` (of `host:port`) is no address a task can be reached at, or
+    None. Accepted as written, such a host makes every task wait for a peer
+    that cannot be found until `--startup_timeout`, then exit 138, the
+    retryable class, so that a platform restarts it into the same wait."""
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            return f"{host} is not an IPv6 address; write [address]:port, e.g. [::1]:2222"
+        return None
+    if ":" in host:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return "a host name has no ':'; write host:port"
+        return f"an IPv6 address takes brackets: write [{host}]:port"
+    if len(host) > 253 or not _HOST_NAME.fullmatch(host):
+        return ("the host is not a host name (letters, digits, '-', '_' and dots, no spaces) "
+                "nor an IP address")
+    return None
 
 
 def _check_distinct(tasks: Sequence[tuple[str, str]], lookup: Resolver) -> None:
@@ -342,7 +374,12 @@ def _check_task(task, cluster: Mapping) -> tuple[str, int, bool]:
     """(task type, index, whether `master` was renamed) of the `task` entry."""
     if not isinstance(task, dict) or "type" not in task:
         _fail("has no 'task'; add \"task\": {\"type\": \"worker\", \"index\": N}")
-    task_type, index = task.get("type"), task.get("index", 0)
+    if "index" not in task:
+        # TensorFlow's resolver would take the task id as None and fail with a
+        # traceback ("you must also specify task_type and task_id").
+        _fail(f"task {task!r} has no 'index'; add \"index\": N (0 for the chief and the "
+              "evaluator)")
+    task_type, index = task.get("type"), task.get("index")
     if task_type not in JOBS and task_type != MASTER:
         _fail(f"task type {task_type!r} is not one of {', '.join(JOBS)} (or master, the chief)")
     if not isinstance(index, int) or isinstance(index, bool) or index < 0:
@@ -370,15 +407,19 @@ def parse(text: Optional[str], *, lookup: Resolver = resolve_hosts) -> Role:
 
     `lookup`: the name lookup of the duplicate-address check (tests give their own).
     """
-    if text is None or not text.strip():
+    if text is None or not text:
         return Role()
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as error:
-        _fail(f"is not valid JSON ({error.msg} at character {error.pos}); "
-              'expected {"cluster": {...}, "task": {"type": ..., "index": ...}}')
+    if not text.strip():
+        # TensorFlow reads an empty TF_CONFIG as none, but a blank one as JSON
+        # (a JSONDecodeError traceback from inside the strategy).
+        _fail(f"is blank ({text!r}); unset it (no cluster) or give the cluster as JSON")
+    config = load_json(text, "TF_CONFIG")
     if not isinstance(config, dict):
         _fail("must be a JSON object with 'cluster' and 'task'")
+    rpc_layer = config.get("rpc_layer", "grpc")
+    if rpc_layer not in RPC_LAYERS:
+        _fail(f"has rpc_layer {rpc_layer!r}, which TensorFlow serves no cluster over; write "
+              f"{' or '.join(map(repr, RPC_LAYERS))}, or leave it out")
     cluster, evaluator, renamed_job = _read_cluster(config.get("cluster"), lookup)
     task_type, index, renamed_task = _check_task(config.get("task"), cluster)
     if renamed_job or renamed_task:
@@ -386,6 +427,18 @@ def parse(text: Optional[str], *, lookup: Resolver = resolve_hosts) -> Role:
                     "read as 'chief'")
     return Role(task_type=task_type, task_index=index, cluster=cluster,
                 evaluator_address=evaluator)
+
+
+#: The `rpc_layer` values TensorFlow 2.21 has a server for (its only server factory is gRPC).
+RPC_LAYERS = ("grpc",)
+
+
+def load_json(text: str, name: str = "TF_CONFIG"):
+    """`json.loads(text)`, every way it fails (deep nesting too) one `TFConfigError` line."""
+    try:
+        return platforms.load_json(text, name)
+    except platforms.PlatformEnvError as error:
+        raise TFConfigError(str(error)) from None
 
 
 def renamed_master(text: Optional[str]) -> bool:

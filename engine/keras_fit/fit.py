@@ -132,7 +132,7 @@ def _has_peers() -> bool:
     """Whether TF_CONFIG names more than one task (a real cluster)."""
     try:
         cluster = json.loads(os.environ["TF_CONFIG"]).get("cluster", {})
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return False  # the engine's plan says what is wrong with it
     return sum(len(tasks) for tasks in cluster.values()) > 1
 

@@ -345,7 +345,13 @@ class Trainer(AbstractTrainer):
                 self.timed)
             if self.average is not None:
                 self.average.update(self.global_step)
-            self.global_step.assign_add(1)
+            # After the step's updates: ops on different variables are not
+            # ordered in a tf.function, so a step whose batch or loss failed
+            # could still be counted (unsaved_step 31 where 30 trained).
+            with tf.control_dependencies([step_skipped] + [
+                    tf.identity(objective.optimizer.iterations)
+                    for objective in self.objectives]):
+                self.global_step.assign_add(1)
             if self._skipping:
                 skipped += tf.cast(step_skipped, tf.int64)
             if self.max_skips:

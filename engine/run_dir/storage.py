@@ -17,10 +17,15 @@ one line, in the class the exit-code table gives it:
   -> `StorageUnavailable`, exit 138: the same command works once it answers,
   so a platform should retry it;
 - the storage answered no (`PermissionDeniedError`, `UnauthenticatedError`:
-  no credentials, or an account without access; `InvalidArgumentError`,
-  `UnimplementedError`: a bucket name or a scheme that cannot be) ->
-  `ConfigError`, exit 2: a mistake in the request (or in the credentials it
-  runs with); no restart grants access, and nothing was written.
+  no credentials, or an account without access; `InvalidArgumentError`: a
+  bucket name that cannot be; `UnimplementedError`: a scheme no filesystem of
+  this TensorFlow serves, such as s3:// without tensorflow-io) -> `ConfigError`,
+  exit 2: a mistake in the request (or in the credentials it runs with, named
+  by the scheme's own terms); no restart grants access, and nothing was
+  written.
+
+The same check serves every path input that may be a URL (`--init_from`,
+`--summaries_dir`, ...: `flag` names it).
 
 A local path is not probed: the operating system answers for it at once,
 and `plan.check_model_dir` checks it in its own terms.
@@ -44,27 +49,55 @@ def is_url(model_dir: str) -> bool:
     return "://" in model_dir
 
 
-def check_reachable(model_dir: str) -> None:
-    """One metadata read of `model_dir` (a URL; a local path returns at once).
+def check_reachable(path: str, flag: str = "--model_dir") -> None:
+    """One metadata read of `path` (a URL; a local path returns at once),
+    given as `flag` (`--model_dir`, `--init_from`, `--summaries_dir`, ...).
 
     Raises:
       StorageUnavailable: the storage did not answer (exit 138).
-      ConfigError: it refused (exit 2).
+      ConfigError: it refused, or no filesystem serves its scheme (exit 2).
     """
-    if not is_url(model_dir):
+    if not is_url(path):
         return
     try:
-        tf.io.gfile.exists(model_dir)
+        tf.io.gfile.exists(path)
     except UNREACHABLE as error:
         raise StorageUnavailable(
-            f"--model_dir={model_dir} cannot be reached ({_reason(error)}); nothing was "
+            f"{flag}={path} cannot be reached ({_reason(error)}); nothing was "
             "written: the same command works once the storage answers (check the network, "
             "or the GCS_* timeouts in docs/clusters.md)") from None
+    except tf.errors.UnimplementedError as error:
+        scheme = path.split("://", 1)[0]
+        raise ConfigError(
+            f"{flag}={path}: this TensorFlow has no filesystem for {scheme}:// "
+            f"({_reason(error)}); install the package that registers it "
+            f"({_PROVIDERS.get(scheme, 'its TensorFlow filesystem plugin')}), or use a local "
+            "path or gs://") from None
     except REFUSED as error:
         raise ConfigError(
-            f"--model_dir={model_dir} refused access ({_reason(error)}); give the job's "
-            "credentials (GOOGLE_APPLICATION_CREDENTIALS, the VM's or pod's service account) "
-            "access to it, or name another --model_dir") from None
+            f"{flag}={path} refused access ({_reason(error)}); "
+            f"{_credentials(path)}, or name another {flag}") from None
+
+
+#: Who serves the schemes TensorFlow 2.21 does not have built in (it has gs:// and ram://).
+_PROVIDERS = {"s3": "tensorflow-io, import tensorflow_io before the run",
+              "hdfs": "tensorflow-io, import tensorflow_io before the run; and a Hadoop client",
+              "az": "tensorflow-io, import tensorflow_io before the run"}
+
+
+def _credentials(path: str) -> str:
+    """What grants access to `path`'s storage, by scheme: Google's advice for
+    gs:// only (an s3:// bucket is not opened by a service account)."""
+    scheme = path.split("://", 1)[0]
+    if scheme == "gs":
+        return ("give the job's credentials (GOOGLE_APPLICATION_CREDENTIALS, the VM's or pod's "
+                "service account) access to it")
+    if scheme == "s3":
+        return ("give the job's AWS credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+                "or the instance's or pod's role) access to it")
+    if scheme in ("hdfs", "viewfs"):
+        return "give the job's Hadoop user (HADOOP_USER_NAME, or its Kerberos ticket) access to it"
+    return f"give the job's credentials for {scheme}:// access to it"
 
 
 def _reason(error: tf.errors.OpError) -> str:

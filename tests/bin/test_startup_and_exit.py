@@ -104,3 +104,74 @@ def test_bin_train_exits_right_after_its_last_line(tmp_path):
     assert process.returncode == 0, process.stderr.read()[-3000:]
     assert "exported" in lines[-1]
     assert seconds < 2.0
+
+
+# -- a script's end: tfloop.run / tfloop.fit under `python train.py` (issue 29 item 6) ------
+
+_SCRIPT = """
+import sys
+import tfloop
+
+def on_loop_end(step, metrics):
+    print("loop", step, flush=True)  # the test's cue: training runs
+    if sys.argv[1] == "lost" and step >= 4:
+        raise tfloop.ClusterFailure("worker:1 lost the cluster after step 4 (injected)")
+
+config = tfloop.RunConfig(strategy="default", devices="cpu:0", model_dir=sys.argv[2],
+                          global_batch_size=16, train_steps=10**6, steps_per_loop=2,
+                          checkpoint_interval=0, summary_interval=0, mode="train", export=False)
+tfloop.run(config, on_loop_end=on_loop_end)
+"""
+
+
+@pytest.mark.parametrize("how, status, says", [
+    ("sigterm", 143, "train.py: preempted (SIGTERM) at step "),
+    ("lost", 138, "train.py: error: worker:1 lost the cluster after step 4 (injected) "
+                  "(exit 138: restart every task from the last checkpoint)"),
+])
+def test_a_script_ends_a_sigterm_or_a_lost_peer_in_one_line_and_its_status(
+        tmp_path, how, status, says):
+    """`python train.py` calling tfloop.run (or fit), with no wrapping of its
+    own: before, a traceback and exit 1, which no platform restarts; now the
+    contract of bin/train, by the excepthook the first run installs."""
+    from helpers import bin_env
+
+    script = tmp_path / "train.py"
+    script.write_text(_SCRIPT)
+    process = subprocess.Popen(
+        [sys.executable, str(script), how, str(tmp_path / "run")], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=bin_env(PYTHONUNBUFFERED="1"))
+    try:
+        if how == "sigterm":
+            _, stderr = _signal_at(process, signal.SIGTERM, marker="loop")
+        else:
+            _, stderr = process.communicate(timeout=180)
+    finally:
+        process.kill()
+    assert process.returncode == status, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr
+    assert stderr.rstrip().splitlines()[-1].startswith(says), stderr
+    if how == "sigterm":
+        assert "saved " in stderr and (tmp_path / "run" / "checkpoint").exists()
+
+
+def test_the_hook_leaves_every_other_exception_to_the_previous_one(monkeypatch):
+    from tfloop.engine.errors import ClusterFailure, ConfigError
+    from tfloop.engine.runtime import script_exit
+
+    seen = []
+    hook = script_exit._hook(lambda kind, error, tb: seen.append(error))
+    error = KeyError("a bug")
+    hook(KeyError, error, None)
+    mistake = ConfigError("a mistake keeps its traceback in a script")
+    hook(ConfigError, mistake, None)
+
+    class Mine(Exception):
+        exit_status = 138  # not tfloop's: not ours to end
+
+    mine = Mine()
+    hook(Mine, mine, None)
+    assert seen == [error, mistake, mine]
+    with pytest.raises(SystemExit) as ended:
+        hook(ClusterFailure, ClusterFailure("lost"), None)
+    assert ended.value.code == 138 and not seen[3:]

@@ -273,3 +273,60 @@ def test_a_bad_spec_is_one_line(tmp_path):
     result = run_bin("launch", f"--spec={tmp_path / 'missing.yaml'}", timeout=60)
     assert result.returncode == exit_codes.USAGE
     assert_one_line_error(result, contains="cannot read --spec=")
+
+
+# -- issue 29 item 14 -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("platform, change, says", [
+    ("tfjob", lambda d: d["spec"]["tfReplicaSpecs"]["Chief"].update(replicas=2),
+     "Chief.replicas is 2; a cluster has at most one chief"),
+    ("tfjob", lambda d: d["spec"]["tfReplicaSpecs"].update(
+        Master=copy.deepcopy(d["spec"]["tfReplicaSpecs"]["Chief"])),
+     "tfReplicaSpecs has both Chief and Master"),
+    ("tfjob", lambda d: d["spec"]["tfReplicaSpecs"]["Evaluator"].update(replicas=2),
+     "Evaluator.replicas is 2; a cluster has at most one evaluator"),
+    ("tfjob", lambda d: d["metadata"].update(name="/tmp/elsewhere"),
+     "metadata.name '/tmp/elsewhere' is not a TFJob name"),
+    ("tfjob", lambda d: d["metadata"].update(name="../../escape"),
+     "metadata.name '../../escape' is not a TFJob name"),
+    ("tfjob", lambda d: d["metadata"].update(name="x" * 64), "is not a TFJob name"),
+    ("tfjob", lambda d: d["metadata"].update(name=7), "metadata.name 7 is not a TFJob name"),
+    ("jobset", lambda d: d["metadata"].update(name="/abs"),
+     "metadata.name '/abs' is not a JobSet name"),
+    ("vertex", lambda d: d.update(displayName="../../escape"),
+     "displayName '../../escape' cannot name the rehearsal's folder"),
+    ("vertex", lambda d: d.update(displayName=".."), "displayName '..' cannot name"),
+], ids=["two_chiefs", "chief_and_master", "two_evaluators", "absolute_name", "escaping_name",
+        "long_name", "number_name", "jobset_absolute", "vertex_escaping", "vertex_dotdot"])
+def test_more_spec_mistakes_are_one_line(platform, change, says):
+    """Two chiefs gave a traceback; an absolute or `../` metadata.name moved
+    the rehearsal's folder out of runs/rehearsal/."""
+    doc = _doc(platform)
+    change(doc)
+    with pytest.raises(specs.SpecError) as error:
+        _spec(platform, doc)
+    assert says in str(error.value) and "\n" not in str(error.value), str(error.value)
+
+
+def test_the_specs_names_still_pass():
+    assert [_spec(platform).name for platform in SPECS] == [
+        _doc("tfjob")["metadata"]["name"], _doc("jobset")["metadata"]["name"],
+        "vertex_customjob"]  # no displayName: the file's name
+
+
+def test_a_spec_that_is_not_utf8_is_one_line(tmp_path):
+    """A traceback (UnicodeDecodeError) before."""
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes("kind: TFJob\nmetadata: {name: caf\u00e9}\n".encode("latin-1"))
+    result = run_bin("launch", f"--spec={bad}", timeout=60)
+    assert result.returncode == exit_codes.USAGE
+    assert_one_line_error(result, contains=f"--spec={bad} is not UTF-8 text (byte 0xe9 at offset")
+
+
+@pytest.mark.parametrize("flag", ["--local_model_dir=~/rehearsal", "--local_model_dir=a\nb",
+                                  "--diagnostics_dir= "])
+def test_bin_launchs_own_folders_get_the_one_path_check(flag):
+    """Issue 29 item 16: the check every path input gets (config.check_path_text)."""
+    result = run_bin("launch", flag, f"--spec={REPO / SPECS['tfjob']}", timeout=60)
+    assert result.returncode == exit_codes.USAGE
+    assert_one_line_error(result, contains=flag.split("=")[0] + "=")

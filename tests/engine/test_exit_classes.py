@@ -171,3 +171,92 @@ def test_a_cluster_that_fails_to_form_is_retryable(monkeypatch):
                        ) as failure:
         MultiWorker().build(["/cpu:0"], config=RunConfig(startup_timeout=0))
     assert failure.value.exit_status == exit_codes.RESTART
+
+
+# -- a lost peer inside a task method (issue 29 item 5) -----------------------------------
+
+class _Builds:
+    """A task whose `method` raises `error` (the survivor's collective
+    reporting a lost peer while the task's own code runs)."""
+
+    def __new__(cls, method, error):
+        from tfloop.engine.task import ClassificationTask
+
+        class Losing(ClassificationTask):
+            pass
+
+        def raises(self, *args, **kwargs):
+            raise error
+
+        setattr(Losing, method, raises)
+        return Losing.from_config(_config("unused"))
+
+
+_ABORTED = "Collective ops is aborted by: failed to connect to all addresses"
+
+
+@pytest.mark.parametrize("method, error", [
+    ("build_model", tf.errors.UnavailableError(None, None, _ABORTED)),
+    ("train_dataset", tf.errors.AbortedError(None, None, _ABORTED)),
+    ("build_optimizer", tf.errors.DeadlineExceededError(None, None, _ABORTED)),
+])
+def test_a_peer_lost_inside_a_task_method_is_the_lost_cluster_class(
+        tmp_path, monkeypatch, method, error):
+    """Before: `build_model raised UnavailableError`, a TaskError, exit 2
+    ("a mistake in the request"), which no platform retries: a TFJob with 6
+    restarts stopped for good. On a strategy that counts these as a lost peer
+    (multi_worker's), they are the lost-cluster class wherever they surface."""
+    from tfloop.engine.strategies.multi_worker import PEER_LOST
+
+    monkeypatch.setattr(StrategySpec, "lost_peer_errors", PEER_LOST)
+    with pytest.raises(errors.ClusterFailure) as failure:
+        run(_config(tmp_path / "run"), task=_Builds(method, error))
+    message = str(failure.value)
+    assert failure.value.exit_status == exit_codes.RESTART
+    assert "\n" not in message
+    assert message.startswith(f"local lost the cluster before training began (Losing.{method} "
+                              f"raised {type(error).__name__}: {_ABORTED}); the last checkpoint "
+                              "is none: restart every task"), message
+    assert not (tmp_path / "run").exists()
+
+
+def test_outside_a_cluster_the_same_error_stays_the_tasks(tmp_path):
+    """One process has no peer to lose: the method's error is the task's (exit 2)."""
+    with pytest.raises(errors.TaskError, match="Losing.build_model raised UnavailableError"):
+        run(_config(tmp_path / "run"),
+            task=_Builds("build_model", tf.errors.UnavailableError(None, None, _ABORTED)))
+
+
+def test_every_site_translates_through_the_one_context_manager():
+    """engine/run.py has no `except` ladder of its own: each stage runs under
+    `task_failures.exit_class` (issue 32)."""
+    import importlib
+    import inspect
+
+    source = inspect.getsource(importlib.import_module("tfloop.engine.run"))
+    assert "lost_peer_errors as" not in source and "unrecoverable_errors as" not in source
+    assert "except tf.errors.OpError" not in source
+    assert source.count("exit_class(") >= 3
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/run", "hdfs://namenode/run"])
+def test_storage_other_than_gcs_gets_no_google_advice(monkeypatch, url):
+    """Issue 29 item 17. TensorFlow 2.21 has no s3:// or hdfs:// built in:
+    the real refusal names the missing filesystem; a refusal of access names
+    the scheme's own credentials."""
+    with pytest.raises(errors.ConfigError) as missing:
+        storage.check_reachable(url)
+    said = str(missing.value)
+    assert "GOOGLE" not in said and "service account" not in said, said
+    assert f"has no filesystem for {url.split(':')[0]}://" in said and "tensorflow-io" in said
+
+    def refuses(path):
+        raise tf.errors.PermissionDeniedError(None, None, "Access Denied")
+
+    monkeypatch.setattr(tf.io.gfile, "exists", refuses)
+    with pytest.raises(errors.ConfigError) as refused:
+        storage.check_reachable(url)
+    said = str(refused.value)
+    assert "refused access (PermissionDeniedError: Access Denied)" in said
+    assert "GOOGLE" not in said and "service account" not in said, said
+    assert ("AWS_ACCESS_KEY_ID" if url.startswith("s3") else "HADOOP_USER_NAME") in said

@@ -383,3 +383,17 @@ def test_a_refused_value_met_by_a_gradient_node_is_still_the_tasks_step():
     internal = tf.errors.InternalError(None, None, message)
     assert task_failures.explain(internal, task=LabelsOutOfRange(), running="train",
                                  steps=(0, 5), model_dir="") is None
+
+
+@pytest.mark.parametrize("task, devices", [(FailsAtStep7(), "cpu:0"),
+                                           (RaisesInMap(), "cpu:0,cpu:1")],
+                         ids=["loss", "pipeline"])
+def test_the_step_that_failed_is_not_counted_as_trained(tmp_path, task, devices):
+    """Issue 29 item 10: step 7 fails, steps 1..6 trained; metrics.json said
+    `unsaved_step` 7 (the loop counted the failing step: the global step's
+    increment was not ordered after the step's update)."""
+    model_dir = tmp_path / "run"
+    with pytest.raises(TaskFailure):
+        run(_config(model_dir, devices=devices), task=task)
+    record = _failed_record(model_dir)
+    assert (record["status"], record["step"], record["unsaved_step"]) == ("failed", 5, 6)

@@ -531,3 +531,23 @@ def test_launch_timeout_asks_every_task_for_a_dump_and_gathers_them(tmp_path):
                        env={"TMPDIR": str(temp)}, timeout=60)
     assert finished.returncode == 0, finished.stderr
     assert os.listdir(temp) == [] and "diagnostics" not in finished.stderr
+
+
+def test_statuses_that_are_not_signals_and_signals_that_saved_nothing():
+    """Issue 29 item 17: 200 and 255 were described as "killed by signal 72 /
+    127"; a task killed by an unhandled SIGTERM (Popen's -15) as "terminated
+    (SIGTERM), saved", the line of a binary that saved and exited 143 itself."""
+    from tfloop.launch import exit_codes
+
+    for status in (200, 255):
+        said = exit_codes.describe(status)
+        assert "signal" not in said and "killed" not in said, said
+        assert said == (f"exit {status}: retryable (128 or above): restart every task from the "
+                        "last checkpoint")
+    assert exit_codes.describe(128 + 34) .startswith("exit 162: killed by")  # a real-time signal
+    killed = exit_codes.describe_returncode(-15)
+    assert killed.startswith("exit 143: killed by SIGTERM, which it did not handle: nothing "
+                             "was saved at the signal"), killed
+    assert "saved" not in exit_codes.describe_returncode(-2).replace("nothing was saved", "")
+    assert exit_codes.describe_returncode(143) == exit_codes.describe(143)  # exited 143 itself
+    assert exit_codes.describe_returncode(-9) == exit_codes.describe(137)

@@ -221,7 +221,9 @@ def test_aip_directories_are_platform_defaults():
                                           checkpoint_dir="gs://b/out/checkpoints/",
                                           tensorboard_log_dir="gs://b/out/logs/")
     assert dirs.run_dir == "gs://b/out/checkpoints/"
-    assert platforms.platform_dirs({"AIP_MODEL_DIR": " "}) == platforms.PlatformDirs()
+    # Kept as set: bin/train refuses a blank one (test_a_bad_aip_directory_is_one_line).
+    assert platforms.platform_dirs({"AIP_MODEL_DIR": " "}).run_dir == " "
+    assert platforms.platform_dirs({"AIP_CHECKPOINT_DIR": "", "AIP_MODEL_DIR": "/m"}).run_dir == ""
     assert platforms.platform_dirs({"AIP_MODEL_DIR": "/m"}).run_dir == "/m"
 
 
@@ -244,3 +246,16 @@ def test_cluster_from_is_a_run_flag_the_engine_reads_its_source_by(monkeypatch):
         make_plan(RunConfig(cluster_from="tf_config", devices="cpu:0", model_dir="unused"))
     with pytest.raises(TFConfigError, match="CLUSTER_SPEC is not set"):
         make_plan(RunConfig(cluster_from="vertex", devices="cpu:0", model_dir="unused"))
+
+
+@pytest.mark.parametrize("name, value", [
+    ("TFLOOP_NUM_WORKERS", "100000000"), ("TFLOOP_NUM_WORKERS", "4097"),
+    ("TFLOOP_NUM_PS", "100000000"), ("TFLOOP_NUM_WORKERS", "9" * 5000)])
+def test_a_jobsets_task_counts_are_bounded(name, value):
+    """Issue 29 item 11: TFLOOP_NUM_WORKERS=100000000 grew to 14.5 GB in 60 s
+    building the cluster; bounded like bin/launch --num_workers, one line."""
+    with pytest.raises(TFConfigError) as error:
+        _resolve({**JOBSET, name: value})
+    said = str(error.value)
+    assert said.startswith(f"{name}=") and "at most 4096" in said and len(said) < 200, said
+    assert _resolve({**JOBSET, "TFLOOP_NUM_WORKERS": "4096"}).role.num_workers == 4097

@@ -291,3 +291,56 @@ def test_a_slow_lookup_is_abandoned(monkeypatch):
             "127.0.0.1": frozenset({"loopback"})}
     finally:
         release.set()
+
+
+# -- values that gave tracebacks or a wait without end (issue 29 item 13) -------------------
+
+@pytest.mark.parametrize("text, message", [
+    (" ", "TF_CONFIG is blank (' '); unset it (no cluster) or give the cluster as JSON"),
+    ("\n\t", "TF_CONFIG is blank"),
+    (_config(WORKERS, {"type": "worker"}), "has no 'index'; add \"index\": N"),
+    (json.dumps({"cluster": WORKERS, "task": {"type": "worker", "index": 0},
+                 "rpc_layer": "bogus"}), "has rpc_layer 'bogus', which TensorFlow serves no "
+                                         "cluster over; write 'grpc'"),
+    (json.dumps({"cluster": WORKERS, "task": {"type": "worker", "index": 0},
+                 "rpc_layer": ["grpc"]}), "has rpc_layer ['grpc']"),
+    ("[" * 100000 + "]" * 100000, "TF_CONFIG is nested too deeply"),
+    ('{"a":' * 50000 + "1" + "}" * 50000, "TF_CONFIG is nested too deeply"),
+    (_config({"worker": ["::1:2222"]}, {"type": "worker", "index": 0}),
+     "'::1:2222': an IPv6 address takes brackets: write [::1]:port"),
+    (_config({"worker": ["local host:2222"]}, {"type": "worker", "index": 0}),
+     "'local host:2222': the host is not a host name"),
+    (_config({"worker": ["[nonsense]:2222"]}, {"type": "worker", "index": 0}),
+     "[nonsense] is not an IPv6 address"),
+    (_config({"worker": ["a..b:2222"]}, {"type": "worker", "index": 0}),
+     "the host is not a host name"),
+    (_config({"worker": ["h:o:2222"]}, {"type": "worker", "index": 0}),
+     "a host name has no ':'"),
+    (_config({"worker": ["localhost:\uff12\uff12"]}, {"type": "worker", "index": 0}),
+     "write host:port"),
+], ids=["blank", "whitespace", "no_index", "rpc_layer", "rpc_layer_list", "deep_list",
+        "deep_object", "ipv6_bare", "space", "bad_brackets", "empty_label", "colon",
+        "fullwidth_port"])
+def test_more_malformed_tf_config_is_one_line(text, message):
+    with pytest.raises(TFConfigError) as error:
+        tf_config.parse(text)
+    assert message in str(error.value), str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_well_formed_addresses_still_pass():
+    for address in ("[::1]:2222", "10.0.0.1:2222", "job-worker-0-1.job.ns.svc.cluster.local:2222",
+                    "my_host:1", "HOST.:2"):
+        role = tf_config.parse(_config({"worker": [address]}, {"type": "worker", "index": 0}))
+        assert role.address == address
+    role = tf_config.parse(json.dumps({"cluster": WORKERS, "rpc_layer": "grpc",
+                                       "task": {"type": "worker", "index": 1}}))
+    assert role.task_index == 1
+
+
+def test_a_blank_tf_config_is_read_not_skipped():
+    """TensorFlow reads a blank TF_CONFIG as JSON (a JSONDecodeError traceback
+    from bin/train before); an empty one is none, for both."""
+    with pytest.raises(TFConfigError, match="blank"):
+        tf_config.resolve({"TF_CONFIG": "  "})
+    assert not tf_config.resolve({"TF_CONFIG": ""}).role.in_cluster
