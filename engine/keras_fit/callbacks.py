@@ -27,7 +27,7 @@ BackupAndRestore are refused: the engine's checkpoints and resume do that job.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import keras
 
@@ -75,7 +75,7 @@ def runs_here(callback: Any, is_chief: bool) -> bool:
     return is_chief or not writes
 
 
-def _logs(metrics) -> dict:
+def _engine_means(metrics) -> dict:
     return {name: float(value) for name, value in metrics.items() if name not in _NOT_LOGGED}
 
 
@@ -85,7 +85,8 @@ class KerasCallbacks:
     validation ends there, with the val_ logs)."""
 
     def __init__(self, callbacks: Sequence[Any], *, model: Any, steps_per_epoch: int,
-                 epochs: int, validates: bool, is_chief: bool, strategy: Any = None):
+                 epochs: int, validates: bool, is_chief: bool, strategy: Any = None,
+                 to_logs: Callable[[dict], dict] = dict):
         here = [c for c in callbacks if runs_here(c, is_chief)]
         self.callbacks = keras.callbacks.CallbackList(
             here, add_history=False, add_progbar=False, model=model, verbose=0,
@@ -93,6 +94,8 @@ class KerasCallbacks:
         self.model = model
         self.steps_per_epoch, self.epochs = steps_per_epoch, epochs
         self.validates = validates
+        # The engine's means -> Keras's logs (`CompiledModelTask.keras_logs`).
+        self._to_logs = to_logs
         # In a cluster one tiny all-reduce per loop agrees on model.stop_training
         # (strategy None: this process decides alone).
         self._agree = StopRequest(strategy)
@@ -117,16 +120,18 @@ class KerasCallbacks:
         self.callbacks.on_train_batch_begin(step % self.steps_per_epoch)
 
     def loop_end(self, loop: LoopEnd) -> None:
-        logs = _logs(loop.metrics)
+        # Every step counts the same rows, so loops weigh by their steps; the
+        # logs are the epoch's so far, as Keras's metrics are after each batch.
         epoch = loop.start // self.steps_per_epoch
-        self.callbacks.on_train_batch_end(loop.step - epoch * self.steps_per_epoch - 1, logs)
         steps = loop.step - loop.start
-        for name, value in logs.items():
+        for name, value in _engine_means(loop.metrics).items():
             self._epoch_sums[name] = self._epoch_sums.get(name, 0.0) + value * steps
         self._epoch_steps += steps
+        means = self._to_logs({k: v / self._epoch_steps for k, v in self._epoch_sums.items()})
+        self.callbacks.on_train_batch_end(loop.step - epoch * self.steps_per_epoch - 1,
+                                          dict(means))
         self._stop_if_asked("on_train_batch_end")
         if loop.step % self.steps_per_epoch == 0:  # the epoch's last loop
-            means = {k: v / self._epoch_steps for k, v in self._epoch_sums.items()}
             if self.validates:
                 self._pending = (epoch, means)
                 self.callbacks.on_test_begin()
@@ -134,7 +139,7 @@ class KerasCallbacks:
                 self._end_epoch(epoch, means)
 
     def validated(self, loop: LoopEnd) -> None:
-        val = _logs(loop.metrics)
+        val = self._to_logs(_engine_means(loop.metrics))
         self.callbacks.on_test_end(val)
         if self._pending is None:
             return

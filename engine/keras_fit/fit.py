@@ -113,7 +113,7 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, *, epochs: int = 1
         keras_callbacks = callbacks_lib.KerasCallbacks(
             [history, *callbacks], model=model, steps_per_epoch=steps_per_epoch, epochs=epochs,
             validates=validation_data is not None, is_chief=plan.role.is_chief,
-            strategy=strategy if plan.spec.agrees_to_stop else None)
+            strategy=strategy if plan.spec.agrees_to_stop else None, to_logs=task.keras_logs)
         driven.append(keras_callbacks)
         return RunActions(train=[keras_callbacks.train_action],
                           eval=[keras_callbacks.eval_action])
