@@ -63,17 +63,24 @@ class CompiledModelTask(Task):
 
     def build_model(self):
         model = checked_model(self.model_fn)
-        if not model.built:  # keras.Sequential() with no Input: built here, in the scope
-            model.build(self._input_shape())
+        if not model.built or not model.variables:
+            # keras.Sequential() with no Input, a subclassed keras.Model (built()
+            # or not): Keras's fit makes its variables on the first batch; here,
+            # in the scope, on one batch of zeros shaped as the data's.
+            model(self._zeros(), training=False)
+        if not model.trainable_variables:
+            raise ConfigError(f"fit: the model of {_name(self.model_fn)} has no trainable "
+                              "variables after a call on a batch of the training data")
         self.model, self._compiled = model, CompiledLoss(model, keras_logs=True)
         return model
 
-    def _input_shape(self):
+    def _zeros(self):
         if not isinstance(self._train, tf.data.Dataset):
             raise ConfigError("fit: the model is not built (no keras.Input) and the training "
                               "data is a function; give the model a keras.Input(shape)")
         x, _, _ = epochs.split_element(self._train.element_spec)
-        return tf.nest.map_structure(lambda spec: spec.shape, x)
+        return tf.nest.map_structure(
+            lambda spec: tf.zeros([1, *spec.shape[1:]], spec.dtype), x)
 
     def build_optimizer(self):
         return self.model.optimizer
@@ -116,6 +123,45 @@ def checked_model(model_fn: Callable[[], Any]) -> keras.Model:
     return model
 
 
+def _named_metrics(model: keras.Model) -> list:
+    """[(Keras's log name, per-example function, weighted)] of the compiled
+    `metrics` (not weighted) then `weighted_metrics`, named as Keras names
+    them: a repeated name gets `_1`, `_2`; a weighted one whose name is
+    taken becomes `weighted_<name>`."""
+    named, taken = [], {}
+    for argument, weighted in (("metrics", False), ("weighted_metrics", True)):
+        metrics = _compiled_metrics(model, argument)
+        if isinstance(metrics, dict):
+            raise ConfigError(f"fit: {argument} per output (a dict) are not supported; give a "
+                              "list")
+        for metric in metrics:
+            name, fn = _per_example_metric(metric, model.loss)
+            if name in taken:
+                if weighted:
+                    name = f"weighted_{name}"
+                if name in taken:
+                    taken[name] += 1
+                    name = f"{name}_{taken[name] - 1}"
+            taken.setdefault(name, 1)
+            named.append((name, fn, weighted))
+    return named
+
+
+def _compiled_metrics(model: keras.Model, argument: str) -> Any:
+    """The `metrics=` (or `weighted_metrics=`) given to `compile`, as given:
+    Keras keeps them on `_compile_config` (functions included, which
+    `get_compile_config()` serializes to configs that `keras.metrics.deserialize`
+    cannot read back); without it, the public config, deserialized one by one."""
+    kept = getattr(getattr(model, "_compile_config", None), "config", None)
+    if isinstance(kept, dict) and argument in kept:
+        return kept[argument] or []
+    metrics = model.get_compile_config().get(argument) or []
+    if isinstance(metrics, dict):
+        return metrics
+    return [keras.saving.deserialize_keras_object(m) if isinstance(m, dict) else m
+            for m in metrics]
+
+
 def _name(fn: Any) -> str:
     return f"{getattr(fn, '__name__', type(fn).__name__)}()"
 
@@ -146,10 +192,9 @@ class CompiledLoss:
 
     def __init__(self, model: keras.Model, *, keras_logs: bool = False):
         self._loss_fn = _per_example_loss(model.loss)
-        metrics = model.get_compile_config().get("metrics") or []
-        if isinstance(metrics, dict):
-            raise ConfigError("fit: metrics per output (a dict) are not supported; give a list")
-        self._metrics = dict(_per_example_metric(metric, model.loss) for metric in metrics)
+        # (name, per-example function, weighted): `metrics=` are not weighted by
+        # sample_weight (nor class_weight), `weighted_metrics=` are, as in Keras.
+        self._metrics = _named_metrics(model)
         self._keras_logs = keras_logs
 
     def __call__(self, model, x, y, weight, *, training: bool, real=None) -> LossOutput:
@@ -162,10 +207,10 @@ class CompiledLoss:
         y_pred = tf.nest.map_structure(lambda t: tf.cast(t, tf.float32), y_pred)
         y = _aligned(y, y_pred)
         loss = _per_row(self._loss_fn(y, y_pred))
-        values = {name: _per_row(fn(y, y_pred)) for name, fn in self._metrics.items()}
         weight = tf.ones_like(loss) if weight is None else tf.cast(weight, tf.float32)
+        values = {name: _per_row(fn(y, y_pred)) * (weight if weighted else 1.0)
+                  for name, fn, weighted in self._metrics}
         loss = loss * weight
-        values = {name: value * weight for name, value in values.items()}
         per_example = loss
         if real is not None:
             # Keras's step: sum(w * loss) / n on this replica; the engine divides
@@ -197,8 +242,9 @@ class CompiledLoss:
         logs = {name: value for name, value in means.items() if name not in _SUMS}
         examples, weights = means[KERAS_EXAMPLES], means[KERAS_WEIGHTS]
         logs["loss"] = means[KERAS_LOSS] / examples if examples else 0.0
-        for name in self._metrics:
-            logs[name] = means[name] / weights if weights else 0.0
+        for name, _, weighted in self._metrics:
+            over = weights if weighted else examples
+            logs[name] = means[name] / over if over else 0.0
         return logs
 
 

@@ -47,6 +47,7 @@ import tensorflow as tf
 
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
+from tfloop.engine.keras_fit import arrays
 from tfloop.engine.keras_fit import callbacks as callbacks_lib
 from tfloop.engine.keras_fit import epochs as epochs_lib
 from tfloop.engine.keras_fit.compiled import CompiledModelTask
@@ -56,11 +57,13 @@ from tfloop.engine.run import run
 logger = logging.getLogger(__name__)
 
 
-def fit(model_fn: Callable[[], keras.Model], train_data: Any, *, epochs: int = 1,
-        steps_per_epoch: Optional[int] = None, validation_data: Any = None,
+def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
+        epochs: int = 1, steps_per_epoch: Optional[int] = None, validation_data: Any = None,
         validation_steps: Optional[int] = None, callbacks: Sequence[Any] = (),
         batch_size: Optional[int] = None, config: Optional[RunConfig] = None,
-        verbose: bool = True) -> keras.callbacks.History:
+        verbose: bool = True, shuffle: bool = True, sample_weight: Any = None,
+        class_weight: Optional[dict] = None, initial_epoch: int = 0, validation_freq: int = 1,
+        validation_batch_size: Optional[int] = None) -> keras.callbacks.History:
     """Trains the model `model_fn` builds and compiles on `train_data`, as
     `model.fit` would, through the engine; see the module docstring.
 
@@ -83,13 +86,32 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, *, epochs: int = 1
     callbacks = callbacks_lib.check(callbacks)
     if not isinstance(epochs, int) or epochs < 1:
         raise ConfigError(f"fit: epochs={epochs!r} must be a positive integer")
+    if not isinstance(initial_epoch, int) or not 0 <= initial_epoch < epochs:
+        raise ConfigError(f"fit: initial_epoch={initial_epoch!r} must be an integer from 0 to "
+                          f"epochs - 1 ({epochs - 1})")
+    if not isinstance(validation_freq, int) or validation_freq < 1:
+        raise ConfigError(f"fit: validation_freq={validation_freq!r} must be a positive "
+                          "integer (validate every that many epochs)")
+    seed = config.seed
+    train_data = arrays.training_data(train_data, y, sample_weight, batch_size=batch_size,
+                                      shuffle=shuffle, seed=seed)
+    train_data = arrays.class_weighted(train_data, class_weight)
+    validation_data = arrays.validation_data(validation_data,
+                                             batch_size=validation_batch_size or batch_size)
     global_batch, steps_per_epoch = _batch_and_epoch(train_data, steps_per_epoch, batch_size,
                                                      config)
     in_cluster = bool(os.environ.get("TF_CONFIG"))
-    changes = dict(global_batch_size=global_batch, per_replica_batch_size=0, epochs=epochs,
-                   steps_per_epoch=steps_per_epoch, train_steps=epochs * steps_per_epoch,
-                   mode="train_and_evaluate" if validation_data is not None else "train",
-                   eval_interval=steps_per_epoch if validation_data is not None else 0,
+    validates = validation_data is not None
+    trained_epochs = epochs - initial_epoch
+    changes = dict(global_batch_size=global_batch, per_replica_batch_size=0,
+                   epochs=trained_epochs, steps_per_epoch=steps_per_epoch,
+                   train_steps=trained_epochs * steps_per_epoch,
+                   mode="train_and_evaluate" if validates else "train",
+                   # Keras validates after epochs e with (e + 1) % freq == 0; the
+                   # callbacks skip any other evaluation (initial_epoch off the beat).
+                   eval_interval=(steps_per_epoch * (validation_freq
+                                                     if initial_epoch % validation_freq == 0
+                                                     else 1)) if validates else 0,
                    eval_steps=validation_steps or -1, export=False, task="")
     if in_cluster and isinstance(train_data, tf.data.Dataset) and _has_peers():
         raise ConfigError(
@@ -111,8 +133,10 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, *, epochs: int = 1
 
     def add_actions(*, plan, strategy, model) -> RunActions:
         keras_callbacks = callbacks_lib.KerasCallbacks(
-            [history, *callbacks], model=model, steps_per_epoch=steps_per_epoch, epochs=epochs,
-            validates=validation_data is not None, is_chief=plan.role.is_chief,
+            # History last, as in Keras: it records what callbacks add to the logs.
+            [*callbacks, history], model=model, steps_per_epoch=steps_per_epoch, epochs=epochs,
+            validates=validates, validation_freq=validation_freq, initial_epoch=initial_epoch,
+            is_chief=plan.role.is_chief,
             strategy=strategy if plan.spec.agrees_to_stop else None, to_logs=task.keras_logs)
         driven.append(keras_callbacks)
         return RunActions(train=[keras_callbacks.train_action],

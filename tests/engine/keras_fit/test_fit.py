@@ -71,8 +71,8 @@ def test_the_partial_last_batch_is_trained_as_keras_fit_trains_it(tmp_path):
 
 
 def _ids_trained(n, batch, epochs_, *, start_step=0):
-    """The example ids (x) of the real rows (weight > 0) of the global batches
-    the engine's pipeline feeds the step, from `start_step`."""
+    """The example ids (x) of the real rows of the global batches the
+    engine's pipeline feeds the step, from `start_step`."""
     ids = tf.data.Dataset.range(n)
     data = tf.data.Dataset.zip((ids, ids)).shuffle(n, seed=1).batch(batch)
     task = CompiledModelTask(build_and_compile, data, global_batch_size=batch)
@@ -82,8 +82,8 @@ def _ids_trained(n, batch, epochs_, *, start_step=0):
     stream = task_inputs.train_dataset(task, context)
     steps = epochs_ * -(-n // batch) - start_step
     seen = []
-    for x, _, weight in stream.take(steps):
-        seen.append(x.numpy()[weight.numpy() > 0])
+    for x, _, _, real in stream.take(steps):
+        seen.append(x.numpy()[real.numpy() > 0])
     return seen
 
 
