@@ -208,8 +208,11 @@ class CompiledLoss:
         y = _aligned(y, y_pred)
         loss = _per_row(self._loss_fn(y, y_pred))
         weight = tf.ones_like(loss) if weight is None else tf.cast(weight, tf.float32)
-        values = {name: _per_row(fn(y, y_pred)) * (weight if weighted else 1.0)
-                  for name, fn, weighted in self._metrics}
+        # Without Keras's logs (bin/train --task), `weight` is the exact epochs'
+        # (`inputs.exact_epochs`) and weighs every per-example value.
+        values = {name: _per_row(fn(y, y_pred)) * (
+            weight if weighted or not self._keras_logs else 1.0)
+            for name, fn, weighted in self._metrics}
         loss = loss * weight
         per_example = loss
         if real is not None:

@@ -22,6 +22,8 @@ loss, metrics and optimizer run through the engine's step
   instead (the passes then run on across epochs);
 - an endless one (`.repeat()`, as the multi-worker tutorial writes it), with
   `steps_per_epoch` (required);
+- NumPy arrays `x, y` (a tuple or dict of them for several inputs), with
+  `batch_size` (32 when not given), as `model.fit(x, y)` takes them;
 - a function `(InputContext) -> dataset` of global batches of
   `context.global_batch_size` (= `batch_size=`, else `config.global_batch_size`),
   built once per input pipeline, with `steps_per_epoch`. In a cluster this is
@@ -71,8 +73,13 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
     `model_dir` (a new temporary one when left at its default outside a
     cluster; the same `model_dir` resumes, mid-epoch included), checkpoints.
     Its epoch, batch, mode and evaluation fields are set from the arguments.
-    `validation_data` (batches, the last may be partial) is evaluated at the
-    end of every epoch; `validation_steps` batches of it, or all.
+    `validation_data` (batches, the last may be partial, or a tuple of arrays)
+    is evaluated at the end of every `validation_freq`-th epoch;
+    `validation_steps` batches of it, or all. `train_data` may be arrays with
+    `y` (and `batch_size`, `shuffle`, `sample_weight`), as for `model.fit`
+    (`engine.keras_fit.arrays`); `class_weight` and `initial_epoch` are
+    Keras's. docs/keras.md lists each argument against Keras's and the
+    parity test that proves it.
 
     Returns:
       a `keras.callbacks.History`: `history.history[name]` per epoch (the
