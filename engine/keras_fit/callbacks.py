@@ -8,11 +8,13 @@ checkpoints; a Keras callback sees the run as `fit` would show it:
                                          epoch boundaries)
     on_train_batch_begin/end(batch, logs)  once per loop, not per step: a loop of N steps
                                          is one call whose `batch` is the loop's last step
-                                         in the epoch and whose logs are the loop's means,
-                                         as Keras does with `steps_per_execution=N`
+                                         in the epoch and whose logs are the epoch's so
+                                         far, as Keras does with `steps_per_execution=N`
     on_test_begin/end(logs)              around the validation at an epoch's end
-    on_epoch_end(epoch, logs)            the epoch's means (loops weighted by their
-                                         steps) and `val_<name>` of its validation
+    on_epoch_end(epoch, logs)            the epoch's logs, as Keras computes them
+                                         (`CompiledLoss.keras_logs`), and `val_<name>` of
+                                         its validation (after every `validation_freq`-th
+                                         epoch, numbered from `initial_epoch`)
     on_train_end(logs)                   after training, stopped early or not (`fit`)
 
 `model.stop_training` set by any callback ends training at that loop's or
@@ -27,7 +29,7 @@ BackupAndRestore are refused: the engine's checkpoints and resume do that job.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import keras
 
@@ -75,7 +77,7 @@ def runs_here(callback: Any, is_chief: bool) -> bool:
     return is_chief or not writes
 
 
-def _logs(metrics) -> dict:
+def _engine_means(metrics) -> dict:
     return {name: float(value) for name, value in metrics.items() if name not in _NOT_LOGGED}
 
 
@@ -85,7 +87,9 @@ class KerasCallbacks:
     validation ends there, with the val_ logs)."""
 
     def __init__(self, callbacks: Sequence[Any], *, model: Any, steps_per_epoch: int,
-                 epochs: int, validates: bool, is_chief: bool, strategy: Any = None):
+                 epochs: int, validates: bool, is_chief: bool, strategy: Any = None,
+                 to_logs: Callable[[dict], dict] = dict, validation_freq: int = 1,
+                 initial_epoch: int = 0):
         here = [c for c in callbacks if runs_here(c, is_chief)]
         self.callbacks = keras.callbacks.CallbackList(
             here, add_history=False, add_progbar=False, model=model, verbose=0,
@@ -93,6 +97,12 @@ class KerasCallbacks:
         self.model = model
         self.steps_per_epoch, self.epochs = steps_per_epoch, epochs
         self.validates = validates
+        # Keras validates after the epochs whose count is a multiple of
+        # validation_freq, and numbers epochs from initial_epoch: the engine's
+        # step 0 is the start of epoch initial_epoch.
+        self.validation_freq, self.initial_epoch = validation_freq, initial_epoch
+        # The engine's means -> Keras's logs (`CompiledModelTask.keras_logs`).
+        self._to_logs = to_logs
         # In a cluster one tiny all-reduce per loop agrees on model.stop_training
         # (strategy None: this process decides alone).
         self._agree = StopRequest(strategy)
@@ -108,8 +118,11 @@ class KerasCallbacks:
         self.model.stop_training = False
         self.callbacks.on_train_begin()
 
+    def _epoch(self, step: int) -> int:
+        return self.initial_epoch + step // self.steps_per_epoch
+
     def loop_begin(self, step: int) -> None:
-        epoch = step // self.steps_per_epoch
+        epoch = self._epoch(step)
         if self._epoch_open != epoch:
             self._epoch_open = epoch
             self._epoch_sums, self._epoch_steps = {}, 0
@@ -117,27 +130,29 @@ class KerasCallbacks:
         self.callbacks.on_train_batch_begin(step % self.steps_per_epoch)
 
     def loop_end(self, loop: LoopEnd) -> None:
-        logs = _logs(loop.metrics)
-        epoch = loop.start // self.steps_per_epoch
-        self.callbacks.on_train_batch_end(loop.step - epoch * self.steps_per_epoch - 1, logs)
+        # Every step counts the same rows, so loops weigh by their steps; the
+        # logs are the epoch's so far, as Keras's metrics are after each batch.
+        epoch = self._epoch(loop.start)
         steps = loop.step - loop.start
-        for name, value in logs.items():
+        for name, value in _engine_means(loop.metrics).items():
             self._epoch_sums[name] = self._epoch_sums.get(name, 0.0) + value * steps
         self._epoch_steps += steps
+        means = self._to_logs({k: v / self._epoch_steps for k, v in self._epoch_sums.items()})
+        self.callbacks.on_train_batch_end(
+            (loop.step - 1) % self.steps_per_epoch, dict(means))
         self._stop_if_asked("on_train_batch_end")
         if loop.step % self.steps_per_epoch == 0:  # the epoch's last loop
-            means = {k: v / self._epoch_steps for k, v in self._epoch_sums.items()}
-            if self.validates:
+            if self.validates and (epoch + 1) % self.validation_freq == 0:
                 self._pending = (epoch, means)
                 self.callbacks.on_test_begin()
             else:
                 self._end_epoch(epoch, means)
 
     def validated(self, loop: LoopEnd) -> None:
-        val = _logs(loop.metrics)
+        if self._pending is None:  # the engine's closing evaluation, after an epoch
+            return                   # Keras does not validate (validation_freq)
+        val = self._to_logs(_engine_means(loop.metrics))
         self.callbacks.on_test_end(val)
-        if self._pending is None:
-            return
         epoch, means = self._pending
         self._pending = None
         self._end_epoch(epoch, {**means, **{f"val_{k}": v for k, v in val.items()}})
