@@ -41,7 +41,8 @@ from typing import Any, Callable, Optional
 import keras
 import tensorflow as tf
 
-from tfloop.engine.loop import actions, best, preemption, step_time
+from tfloop.engine.loop import actions, best, preemption
+from tfloop.engine.observe import step_time
 from tfloop.engine.run_dir import (checkpoint_files, checkpointing, export, layout, run_identity,
                                    run_lock, run_record)
 from tfloop.engine.runtime import devices, logs
@@ -60,7 +61,7 @@ from tfloop.engine.errors import (ClusterFailure, ConfigError, ExportFailure,
 from tfloop.engine.loop.evaluator import AveragedEvaluator, Evaluator
 from tfloop.engine.plan import Plan, make_plan
 from tfloop.engine.loop.summaries import SummaryWriter
-from tfloop.engine.loop.watchers import Watchers
+from tfloop.engine.observe.watchers import Watchers
 from tfloop.engine.task import ClassificationTask, Task
 from tfloop.inputs import data_errors
 

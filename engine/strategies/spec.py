@@ -35,6 +35,7 @@ from tfloop.collectives import device_names
 from tfloop.launch import tf_config
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.loop.trainer import Trainer
+from tfloop.engine.observe import clock, step_time
 from tfloop.engine.runtime import hardware
 
 logger = logging.getLogger(__name__)
@@ -167,7 +168,10 @@ class StrategySpec(abc.ABC):
             jit_compile=config.jit_compile, accumulation_steps=config.accumulation_steps,
             clip_norm=config.clip_norm, average=average, nan_policy=config.nan_policy,
             max_skips=config.nan_max_skips,
-            peak=hardware.peak(hardware.local_devices(strategy), config.mixed_precision))
+            clock=clock.SampledClock(
+                peak=hardware.peak(hardware.local_devices(strategy), config.mixed_precision),
+                timed=step_time.timestamps_allowed()),
+            input_on_device=config.synthetic_on_device)
 
 
 def announce_open_server(role: tf_config.Role) -> None:
