@@ -579,7 +579,7 @@ def _run_controller(plan: Plan, b: _Built, trainer, manager, *, restored: Option
     run_actions.train.insert(0, actions.History("train", b.history))
     run_actions.eval.insert(0, actions.History("eval", b.history))
     # Hang dumps, stragglers, TensorBoard's restart mark, HParams and graph
-    # (engine.loop.watchers), before the stop request: the last action.
+    # (engine.observe.watchers), before the stop request: the last action.
     watchers = Watchers(
         plan=plan, strategy=strategy, trainer=trainer, train_summaries=train_summaries,
         eval_summaries=eval_summaries, start_step=start_step, run_dir=run_dir,

@@ -4,8 +4,8 @@ The trainer (`engine.loop.trainer`) calls its clock at three points and knows
 nothing else about timing (`engine.loop.runner.LoopClock`, whose base times
 nothing)::
 
-    sampled = clock.begin(start_step)    # the second loop, one in SAMPLE_EVERY after it,
-                                         # and the loop after a SIGUSR1 (`ask`)
+    sampled = clock.begin(start_step)    # loop 2 (2-4 in a cluster), one in SAMPLE_EVERY
+                                         # after, and the loop after a SIGUSR1 (`ask`)
     loop(..., stamps=clock.stamps(sampled))   # two traced loop functions at most
     metrics |= clock.end(trainer, start=, steps=, stamped=)   # the loop's wall time ends
 
@@ -21,9 +21,13 @@ comes with the clock, probed before the trainer is built.
 
 Why sample: a stamp is a host op, and one per step that waits on device
 tensors makes the host wait for the device every step
-(`engine.observe.step_time`). Wall time per loop costs nothing. One loop in
-`SAMPLE_EVERY` pays the stamps' cost; the loops the schedule samples are
-the same on every worker (the straggler table is a collective).
+(`engine.observe.step_time`). Wall time per loop costs nothing. The
+schedule: the `first_samples` loops after the first (the breakdown's first
+line; in a cluster that compares its workers, the straggler table's
+`PERSISTENT` loops in a row, so a worker slow from the start is named by the
+fourth loop), then one loop in `SAMPLE_EVERY`, which alone pays the stamps'
+cost; the loops the schedule samples are the same on every worker (the
+straggler table is a collective).
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ from tfloop.engine.runtime.hardware import Peak
 
 logger = logging.getLogger(__name__)
 
-#: After the first sampled loop (the second), one loop in this many is sampled.
+#: After the first loop (which traces and compiles) and the first samples,
+#: one loop in this many is sampled.
 SAMPLE_EVERY = 10
 
 
@@ -49,13 +54,17 @@ class SampledClock(LoopClock):
       peak: the devices' peak rate (None: no `mfu`).
       timed: False where TensorFlow refuses `tf.timestamp` (op determinism):
         no loop is sampled, every loop still has its wall time.
-      sample_every: one loop in this many is sampled after the second.
+      sample_every: one loop in this many is sampled after the first samples.
+      first_samples: loops 2 to 1 + first_samples are sampled
+        (`engine.observe.stragglers.PERSISTENT` where workers are compared).
     """
 
     def __init__(self, *, peak: Optional[Peak] = None, timed: bool = True,
-                 sample_every: int = SAMPLE_EVERY):
-        if sample_every < 1:
-            raise ValueError(f"`sample_every` ({sample_every!r}) must be a positive integer")
+                 sample_every: int = SAMPLE_EVERY, first_samples: int = 1):
+        if sample_every < 1 or first_samples < 1:
+            raise ValueError(f"`sample_every` ({sample_every!r}) and `first_samples` "
+                             f"({first_samples!r}) must be positive integers")
+        self.first_samples = first_samples
         self.peak = peak
         self.timed = timed
         self.sample_every = sample_every
@@ -73,7 +82,9 @@ class SampledClock(LoopClock):
 
     def scheduled(self, loop: int) -> bool:
         """Whether the schedule samples loop number `loop` (1-based)."""
-        return loop >= 2 and (loop - 2) % self.sample_every == 0
+        last_first = 1 + self.first_samples
+        return 2 <= loop <= last_first or (
+            loop > last_first and (loop - last_first) % self.sample_every == 0)
 
     def begin(self, start_step: int) -> bool:
         number = self.loops + 1

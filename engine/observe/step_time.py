@@ -2,8 +2,9 @@
 
 Every loop is timed on the host (its wall time: free). The per-step stamps
 (`tf.timestamp()` inside the compiled loop) are taken only in *sampled*
-loops (`engine.observe.clock.SampledClock`: the second loop, one in
-`SAMPLE_EVERY` after it, and the loop after a SIGUSR1). A stamp is a host
+loops (`engine.observe.clock.SampledClock`: the second loop (2-4 in a cluster
+that compares its workers), one in `SAMPLE_EVERY` after, and the loop after
+a SIGUSR1). A stamp is a host
 op: one that waits for a device tensor makes the host wait for the device,
 and the all-reduce held until its `ready` stamp makes the device wait for
 the host, every step (on one H200, cnn at batch 256, that cost 0.64x the

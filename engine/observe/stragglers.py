@@ -24,9 +24,11 @@ pipeline is the cause. The chief also writes each worker's times to
 TensorBoard (`workers/<task>/own_seconds_per_step`, `.../input_seconds_per_step`).
 
 The times come from the trainer's *sampled* loops (`engine.observe.clock`:
-the second loop, then one in `SAMPLE_EVERY`, the same loops on every
-worker), so the table is exchanged on those loops only and "loops in a row"
-counts sampled loops. Under `--deterministic` TensorFlow refuses
+loops 2 to 1 + `PERSISTENT`, then one in `SAMPLE_EVERY`, the same loops on
+every worker), so
+the table is exchanged on those loops only and "loops in a row" counts
+sampled loops: a worker slow from the start is named at the fourth loop,
+one that slows down later within 3 x `SAMPLE_EVERY` loops. Under `--deterministic` TensorFlow refuses
 `tf.timestamp`: the loop is not timed and stragglers are not measured (one
 log line says so).
 """

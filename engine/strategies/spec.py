@@ -35,7 +35,7 @@ from tfloop.collectives import device_names
 from tfloop.launch import tf_config
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.loop.trainer import Trainer
-from tfloop.engine.observe import clock, step_time
+from tfloop.engine.observe import clock, step_time, stragglers
 from tfloop.engine.runtime import hardware
 
 logger = logging.getLogger(__name__)
@@ -78,10 +78,10 @@ class StrategySpec(abc.ABC):
     #: failure): reported as themselves in one line, exit 1, not restarted.
     unrecoverable_errors: ClassVar[tuple[type[Exception], ...]] = ()
     #: Synchronous workers, each with its own loop: their own times can be
-    #: compared once per loop to name a straggler (engine.loop.stragglers).
+    #: compared once per loop to name a straggler (engine.observe.stragglers).
     compares_workers: ClassVar[bool] = False
     #: The train loop's functions run in this process, so its graph can be
-    #: traced for TensorBoard (engine.loop.board); not where they run on
+    #: traced for TensorBoard (engine.observe.board); not where they run on
     #: other machines, whose loss would turn the trace's export into an error.
     loop_runs_here: ClassVar[bool] = True
 
@@ -170,7 +170,11 @@ class StrategySpec(abc.ABC):
             max_skips=config.nan_max_skips,
             clock=clock.SampledClock(
                 peak=hardware.peak(hardware.local_devices(strategy), config.mixed_precision),
-                timed=step_time.timestamps_allowed()),
+                timed=step_time.timestamps_allowed(),
+                # The straggler table names a worker slow for PERSISTENT sampled loops in a row.
+                first_samples=stragglers.PERSISTENT if (
+                    self.compares_workers and plan.role.num_workers > 1
+                    and config.straggler_threshold) else 1),
             input_on_device=config.synthetic_on_device)
 
 
