@@ -13,8 +13,8 @@ uint8 (the pipeline hands the device uint8 and the step casts it there: a
 quarter of the bytes of float32 per step), from uniform noise plus a
 per-class colour offset, cheaply (no per-class prototype images: 1000 of
 them at 224x224 would be 150 MB), and as many as fit in `BUDGET_BYTES`
-(668 at 224x224): the pipeline repeats and reshuffles them, which is all a
-benchmark needs. `--synthetic_on_device` goes further and keeps one batch on
+(1783 at 224x224, so a global batch up to that): the pipeline repeats and
+reshuffles them, which is all a benchmark needs. `--synthetic_on_device` goes further and keeps one batch on
 the devices (`engine.loop.trainer`).
 """
 
@@ -28,7 +28,7 @@ from tfloop.inputs.splits import Examples, Splits
 NUM_CLASSES = 10
 SHAPE = (28, 28, 1)
 #: Memory for the train split of sized images (the eval split gets a quarter).
-BUDGET_BYTES = 96 << 20
+BUDGET_BYTES = 256 << 20
 
 
 def _make(rng: np.random.Generator, prototypes: np.ndarray, count: int) -> Examples:
