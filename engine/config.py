@@ -438,6 +438,10 @@ class RunConfig:
         if self.num_classes and self.dataset != "synthetic":
             raise ConfigError(f"--num_classes={self.num_classes} applies to --dataset=synthetic "
                               f"only; --dataset={self.dataset} has its own labels: drop it")
+        if self.synthetic_on_device and self.strategy == "parameter_server":
+            raise ConfigError("--synthetic_on_device keeps one batch on the devices of a loop "
+                              "that runs in this process; --strategy=parameter_server's steps "
+                              "run on its workers: drop it, or use --strategy=multi_worker")
         self._check_recipe()
         self._check_gpu_options()
 

@@ -4,8 +4,9 @@ The trainer (`engine.loop.trainer`) calls its clock at three points and knows
 nothing else about timing (`engine.loop.runner.LoopClock`, whose base times
 nothing)::
 
-    sampled = clock.begin(start_step)    # loop 2 (2-4 in a cluster), one in SAMPLE_EVERY
-                                         # after, and the loop after a SIGUSR1 (`ask`)
+    sampled = clock.begin(start_step)    # loop 2, one in SAMPLE_EVERY after (every loop
+                                         # where the straggler table compares workers),
+                                         # and the loop after a SIGUSR1 (`ask`)
     loop(..., stamps=clock.stamps(sampled))   # two traced loop functions at most
     metrics |= clock.end(trainer, start=, steps=, stamped=)   # the loop's wall time ends
 
@@ -23,11 +24,13 @@ Why sample: a stamp is a host op, and one per step that waits on device
 tensors makes the host wait for the device every step
 (`engine.observe.step_time`). Wall time per loop costs nothing. The
 schedule: the `first_samples` loops after the first (the breakdown's first
-line; in a cluster that compares its workers, the straggler table's
-`PERSISTENT` loops in a row, so a worker slow from the start is named by the
-fourth loop), then one loop in `SAMPLE_EVERY`, which alone pays the stamps'
-cost; the loops the schedule samples are the same on every worker (the
-straggler table is a collective).
+line), then one loop in `SAMPLE_EVERY`, which alone pays the stamps' cost.
+A multi-worker cluster that compares its workers (`--straggler_threshold`,
+`engine.observe.stragglers`) samples every loop (`sample_every=1`), as
+before: the table compares each loop's own time of every worker, which a
+loop's stamps give and its wall time (the same on every worker) does not;
+`--straggler_threshold=0` turns both off. The loops the schedule samples are
+the same on every worker (the table is a collective).
 """
 
 from __future__ import annotations

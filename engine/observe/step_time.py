@@ -2,9 +2,9 @@
 
 Every loop is timed on the host (its wall time: free). The per-step stamps
 (`tf.timestamp()` inside the compiled loop) are taken only in *sampled*
-loops (`engine.observe.clock.SampledClock`: the second loop (2-4 in a cluster
-that compares its workers), one in `SAMPLE_EVERY` after, and the loop after
-a SIGUSR1). A stamp is a host
+loops (`engine.observe.clock.SampledClock`: the second loop, one in
+`SAMPLE_EVERY` after (every loop where the straggler table compares the
+workers of a cluster), and the loop after a SIGUSR1). A stamp is a host
 op: one that waits for a device tensor makes the host wait for the device,
 and the all-reduce held until its `ready` stamp makes the device wait for
 the host, every step (on one H200, cnn at batch 256, that cost 0.64x the
@@ -220,21 +220,41 @@ def pipeline_rate(dataset: tf.data.Dataset, *, batches: int = 20,
                   seconds: float = 2.0) -> Optional[float]:
     """Batches per second `dataset` delivers alone (a fresh iterator, no
     training; at most `batches` after the first, or `seconds`); None when it
-    cannot be read (an empty or failing pipeline: no claim either way)."""
+    cannot be read (an empty or failing pipeline: no claim either way).
+
+    Pulled on a thread of its own and waited for `seconds` plus the first
+    batch's `seconds`, no longer: one batch that blocks (a pipeline waiting
+    on storage) counts as a pipeline that does not keep up, and the run
+    goes on (the thread ends with its next batch)."""
     options = tf.data.Options()
     options.autotune.enabled = False  # no autotune thread to wait for when it is dropped
-    try:
-        iterator = iter(dataset.with_options(options))
-        next(iterator)
-        began, pulled = clock_time.perf_counter(), 0
-        while pulled < batches and clock_time.perf_counter() - began < seconds:
+    progress = {"pulled": 0, "began": None, "failed": False}
+
+    def pull():
+        try:
+            iterator = iter(dataset.with_options(options))
             next(iterator)
-            pulled += 1
-        elapsed = clock_time.perf_counter() - began
-    except (StopIteration, tf.errors.OpError, TypeError, ValueError) as error:
-        logger.debug("could not measure the input pipeline's own rate: %s", error)
+            progress["began"] = clock_time.perf_counter()
+            while (progress["pulled"] < batches
+                   and clock_time.perf_counter() - progress["began"] < seconds):
+                next(iterator)
+                progress["pulled"] += 1
+        except (StopIteration, tf.errors.OpError, TypeError, ValueError) as error:
+            logger.debug("could not measure the input pipeline's own rate: %s", error)
+            progress["failed"] = True
+
+    thread = threading.Thread(target=pull, name="tfloop-pipeline-rate", daemon=True)
+    thread.start()
+    thread.join(2 * seconds)
+    if progress["failed"] and not progress["pulled"]:
         return None
-    return pulled / elapsed if pulled and elapsed > 0 else None
+    began = progress["began"]
+    if began is None:
+        return 0.0  # not even the first batch in that time
+    elapsed = clock_time.perf_counter() - began if thread.is_alive() else None
+    if elapsed is None:
+        elapsed = max(min(seconds, clock_time.perf_counter() - began), 1e-9)
+    return progress["pulled"] / elapsed
 
 
 class Report(Action):

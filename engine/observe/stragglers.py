@@ -23,12 +23,11 @@ a row is named in one log line, its task and host, and whether its input
 pipeline is the cause. The chief also writes each worker's times to
 TensorBoard (`workers/<task>/own_seconds_per_step`, `.../input_seconds_per_step`).
 
-The times come from the trainer's *sampled* loops (`engine.observe.clock`:
-loops 2 to 1 + `PERSISTENT`, then one in `SAMPLE_EVERY`, the same loops on
-every worker), so
-the table is exchanged on those loops only and "loops in a row" counts
-sampled loops: a worker slow from the start is named at the fourth loop,
-one that slows down later within 3 x `SAMPLE_EVERY` loops. Under `--deterministic` TensorFlow refuses
+The times come from the trainer's sampled loops (`engine.observe.clock`),
+and where this table is kept (`--straggler_threshold` > 0, 2+ workers) every
+loop is sampled: its per-step stamps are the price of naming a straggler
+(`--straggler_threshold=0` drops both). The table is exchanged on sampled
+loops only (a SIGUSR1 sample is one worker's, and is not exchanged). Under `--deterministic` TensorFlow refuses
 `tf.timestamp`: the loop is not timed and stragglers are not measured (one
 log line says so).
 """

@@ -35,7 +35,7 @@ from tfloop.collectives import device_names
 from tfloop.launch import tf_config
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.loop.trainer import Trainer
-from tfloop.engine.observe import clock, step_time, stragglers
+from tfloop.engine.observe import clock, step_time
 from tfloop.engine.runtime import hardware
 
 logger = logging.getLogger(__name__)
@@ -171,10 +171,9 @@ class StrategySpec(abc.ABC):
             clock=clock.SampledClock(
                 peak=hardware.peak(hardware.local_devices(strategy), config.mixed_precision),
                 timed=step_time.timestamps_allowed(),
-                # The straggler table names a worker slow for PERSISTENT sampled loops in a row.
-                first_samples=stragglers.PERSISTENT if (
-                    self.compares_workers and plan.role.num_workers > 1
-                    and config.straggler_threshold) else 1),
+                # The straggler table compares every loop's own time of each worker.
+                sample_every=1 if (self.compares_workers and plan.role.num_workers > 1
+                                   and config.straggler_threshold) else clock.SAMPLE_EVERY),
             input_on_device=config.synthetic_on_device)
 
 

@@ -150,3 +150,22 @@ def test_a_sampled_cpu_loop_gives_the_breakdown(cpu_devices, caplog):
     sample = report.sample
     assert sample.stamped > 0 and sample.input >= 0 and sample.all_reduce > 0
     assert sum(sample.shares().values()) == pytest.approx(1.0)
+
+
+def test_synthetic_on_device_trains_every_step_on_one_batch_taken_once(cpu_devices):
+    """The dataset holds one batch and no more: a trainer that took a batch
+    per step would run out at the second; this one takes it once."""
+    strategy = tf.distribute.MirroredStrategy(cpu_devices[:2])
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+        step = tf.Variable(0, dtype=tf.int64,
+                           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    one_batch = tf.data.Dataset.from_tensors(
+        (tf.random.stateless_normal([8, 8], seed=[1, 2]), tf.zeros([8], tf.int64)))
+    trainer = Trainer(strategy=strategy, model=model, global_step=step,
+                      collective=collectives.create("ring", devices=cpu_devices[:2]),
+                      train_dataset=one_batch, global_batch_size=8,
+                      optimizer=keras.optimizers.SGD(0.1), input_on_device=True)
+    losses = [trainer.train(3)["loss"] for _ in range(2)]
+    assert int(step.numpy()) == 6
+    assert losses[1] < losses[0]  # the same batch, learned
