@@ -42,7 +42,8 @@ once, when a sampled loop is input-bound (input wait above `INPUT_BOUND` of
 the loop) *and* the pipeline alone cannot keep up (`pipeline_rate`: its
 batches per second, pulled without training, under `KEEPS_UP` times the
 loop's steps per second; a pipeline that can is waited on for the iterator's
-own hand-over, which no tf.data remedy shortens); and TensorBoard scalars under `time/`
+own hand-over, which no tf.data remedy shortens; in a multi-worker cluster
+the share alone decides: a probe would hold its peers); and TensorBoard scalars under `time/`
 (`step_ms` from every loop's wall time, the shares from the latest sampled
 loop; the peak memory under `memory/`) at the summaries' steps. See
 docs/performance.md, "Where the time goes".
@@ -363,6 +364,11 @@ def for_trainer(trainer, *, writer: Optional[SummaryWriter], interval: int) -> O
     if trainer is None or clock is None or not hasattr(clock, "ask"):
         return None
     dataset = getattr(trainer, "train_dataset", None)
-    return Report(clock=clock, writer=writer, interval=interval,
-                  devices=hardware.local_devices(trainer.strategy),
-                  pipeline_rate=(lambda: pipeline_rate(dataset)) if dataset is not None else None)
+    devices = hardware.local_devices(trainer.strategy)
+    # Not in a cluster: the probe would hold this worker while its peers wait
+    # in the next collective (there the share decides, and the straggler line
+    # names a worker whose input is slow).
+    alone = trainer.strategy.num_replicas_in_sync <= len(devices)
+    return Report(clock=clock, writer=writer, interval=interval, devices=devices,
+                  pipeline_rate=(lambda: pipeline_rate(dataset))
+                  if dataset is not None and alone else None)
