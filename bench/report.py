@@ -224,8 +224,8 @@ def training_table(results: Sequence[TrainBenchResult | dict]) -> str:
     """One Markdown table: a row per (device count, variant)."""
     results = _as_dicts(results)
     header = ("| devices | variant | examples/s (median) | min – max | vs fit | vs fit tuned "
-              "| vs hand loop | mfu (of matmul peak) |")
-    lines = [header, "|---:|---|---:|---:|---:|---:|---:|---:|"]
+              "| vs hand loop | mfu | of measured matmul |")
+    lines = [header, "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for result in results:
         ratios = result["ratios"]
         for row in result["rows"]:
@@ -233,16 +233,25 @@ def training_table(results: Sequence[TrainBenchResult | dict]) -> str:
             cells = [str(result["num_devices"]), row["description"], f"{row['median']:,.0f}",
                      f"{row['low']:,.0f} – {row['high']:,.0f}"]
             cells += [f"{r[b]:.2f}×" if b in r else "–" for b in ("fit", "fit_tuned", "hand_loop")]
-            cells.append(f"{row['peak_fraction']:.1%}")
+            for key in ("mfu", "peak_fraction"):
+                cells.append(f"{row[key]:.1%}" if row.get(key) is not None else "–")
             lines.append("| " + " | ".join(cells) + " |")
     first = results[0]
     lines.append("")
-    lines.append(f"model {first['config']['model']}, global batch "
-                 f"{first['config']['global_batch_size']}, optimizer "
-                 f"{first['config']['optimizer']}, collective {first['config']['collective']}; "
+    config = first["config"]
+    images = (f"{config['image_size']}x{config['image_size']} images"
+              if config.get("image_size") else "default images")
+    lines.append(f"model {config['model']}, global batch {config['global_batch_size']}, "
+                 f"{config.get('dataset', 'synthetic')} ({images}"
+                 f"{', one batch on the devices' if config.get('synthetic_on_device') else ''}), "
+                 f"optimizer {config['optimizer']}, collective {config['collective']}; "
                  f"{first['machine']}")
     for result in results:  # each device count ran in its own process
-        lines.append(f"{result['num_devices']} device(s): float32 matmul rate "
+        peaks = "; ".join(f"{precision} {peak['flops_per_second'] / 1e12:.3g} TFLOP/s "
+                          f"({peak['source']})"
+                          for precision, peak in result.get("peaks", {}).items())
+        lines.append(f"{result['num_devices']} device(s): mfu is of the peak the engine uses "
+                     f"({peaks or 'unknown'}); measured float32 matmul rate "
                      f"{result['matmul_gflops']:.1f} GFLOP/s, "
                      f"{result['machine'].rsplit(', ', 1)[-1]}")
     return "\n".join(lines)

@@ -161,7 +161,7 @@ def matmul_gflops(devices: Sequence[str] = ("/cpu:0",), size: int = 1024, iters:
 
 
 def machine_description() -> str:
-    """One line: CPU model, cores, GPUs, TensorFlow and Keras versions, intra-op threads."""
+    """One line: CPU model, cores, GPUs by name, TensorFlow and Keras versions, intra-op threads."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -169,8 +169,11 @@ def machine_description() -> str:
     except (OSError, StopIteration):
         pass
     gpus = tf.config.list_physical_devices("GPU")
+    names = [tf.config.experimental.get_device_details(gpu).get("device_name", "GPU")
+             for gpu in gpus]
+    shown = (f"{len(gpus)} GPU(s)" + (f" ({', '.join(sorted(set(names)))})" if names else ""))
     threads = tf.config.threading.get_intra_op_parallelism_threads()
-    return (f"{cpu}, {os.cpu_count()} cores, {len(gpus)} GPU(s), TensorFlow {tf.__version__}, "
+    return (f"{cpu}, {os.cpu_count()} cores, {shown}, TensorFlow {tf.__version__}, "
             f"Keras {keras.__version__}, intra-op threads {threads or 'default'}")
 
 

@@ -18,12 +18,26 @@ same model, data pipeline, strategy, devices and optimizer, it times:
                     GradientTape step, `steps` of them inside one
                     `tf.function`, the Keras optimizer's own all-reduce.
 
-Each variant runs one untimed warm-up repetition (tracing, compilation,
-autotuning) and then `repetitions` timed repetitions of `steps` steps, in
-`rounds` rounds of rotated order (`bench.timing`); the report
-(`bench.report`) gives the median examples/sec, the spread (min and max),
-ratios against each baseline, and the fraction of the machine's float32
-matmul rate (measured in the same run) the training arithmetic reaches.
+Each variant runs `warmup` untimed repetitions (2 by default: its one-time
+work is done by then: the engine's first loop traces, counts the step's
+FLOPs and warms its sampled loop, its second is that sampled loop; fit's and
+the hand loop's first traces) and then `repetitions` (5) timed repetitions
+of `steps` steps, in `rounds` rounds of rotated order (`bench.timing`); the
+report (`bench.report`) gives the median examples/sec, the spread (min and
+max), ratios against each baseline, and `mfu` by the engine's one
+definition: the step's FLOPs counted from its graph
+(`engine.observe.step_flops`) over the devices' peak
+(`engine.runtime.hardware.peak`: a GPU's datasheet dense rate in the compute
+dtype, a measured matmul rate for CPUs), the same number the progress line,
+TensorBoard and metrics.json give; and beside it the fraction of the float32
+matmul rate measured in the same run ("of measured matmul").
+
+The data is the engine's own (`--dataset`, `--image_size`, `--num_classes`):
+`--model=resnet50` and `mobilenet_v2` on synthetic data get ImageNet-sized
+images (224x224x3, 1000 classes) unless told otherwise. With
+`--synthetic_on_device` every variant trains on one batch kept on the
+devices (compute alone). `--tiny_step` times one device at global batch 8:
+the loops' per-step overhead alone.
 Logical CPU devices can be configured once per process, so a sweep over
 device counts runs one subprocess per count (`bench.sweep`) and plots
 examples/sec against them.
@@ -43,11 +57,20 @@ import tensorflow as tf
 
 from tfloop.bench import report, sweep, timing
 from tfloop.engine.loop import iterators
+from tfloop.engine.loop.replica_step import replica_gradients
+from tfloop.engine.loop.trainer import INPUT_OPTIONS
+from tfloop.engine.observe import step_flops
 from tfloop.bench.timing import Progress
 from tfloop.bench.variants import VARIANTS
 from tfloop.collectives import device_names
 from tfloop.engine.runtime import devices as engine_devices
+from tfloop.engine.runtime import hardware
 from tfloop.engine.errors import ConfigError
+from tfloop.engine.losses import classification_loss
+
+#: Models whose synthetic data defaults to ImageNet's size (they need >= 32x32).
+IMAGENET_MODELS = ("resnet50", "mobilenet_v2")
+IMAGENET_SIZE, IMAGENET_CLASSES = 224, 1000
 
 
 def check_names(*, variants: Sequence[str], mixed_precision: str, model: str,
@@ -82,6 +105,7 @@ class TrainBenchConfig:
     learning_rate: float = 1e-3
     steps: int = 100
     repetitions: int = 5
+    warmup: int = 2
     rounds: int = 1
     steps_per_execution: int = 100
     jit_compile: bool = False
@@ -90,9 +114,13 @@ class TrainBenchConfig:
     variants: tuple[str, ...] = VARIANTS
     output_dir: str = ""
     seed: int = 0
+    image_size: int = 0
+    num_classes: int = 0
+    synthetic_on_device: bool = False
 
     def __post_init__(self):
-        for name in ("global_batch_size", "steps", "repetitions", "rounds", "steps_per_execution"):
+        for name in ("global_batch_size", "steps", "repetitions", "rounds", "steps_per_execution",
+                     "warmup"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name}={getattr(self, name)} must be a positive integer")
 
@@ -127,18 +155,33 @@ class VariantRow:
 # --- model arithmetic ---------------------------------------------------------------------
 
 
-def train_flops_per_example(model: keras.Model, input_shape: Sequence[int]) -> float:
-    """Forward FLOPs of one example (TensorFlow's graph profiler) × 3: the
-    backward pass costs about twice the forward (input and weight gradients)."""
-    @tf.function
-    def forward(x):
-        return model(x, training=False)
+def train_flops_per_example(config: "TrainBenchConfig", splits) -> Optional[float]:
+    """FLOPs of one example's training step, as the engine counts them for
+    `mfu` (`engine.observe.step_flops`: the replica's forward and backward
+    pass traced at the per-replica batch), divided by that batch."""
+    from tfloop import models
 
-    graph = forward.get_concrete_function(tf.TensorSpec([1, *input_shape], tf.float32)).graph
-    options = (tf.compat.v1.profiler.ProfileOptionBuilder(
-        tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()).with_empty_output().build())
-    flops = tf.compat.v1.profiler.profile(graph=graph, options=options).total_float_ops
-    return 3.0 * flops
+    per_replica = config.global_batch_size // len(config.devices)
+    model = models.build(config.model, input_shape=splits.input_shape,
+                         num_classes=splits.num_classes)
+    spec = (tf.TensorSpec([per_replica, *splits.input_shape], tf.uint8),
+            tf.TensorSpec([per_replica], tf.int64))
+
+    def loss(model, batch, *, training):
+        images, labels = batch
+        return classification_loss(model, (_to_float(images), labels), training=training)
+
+    optimizer = keras.optimizers.SGD()  # made outside the traced function
+    flops = step_flops.count(lambda batch: replica_gradients(
+        loss, model, batch, model.trainable_variables, optimizer=optimizer,
+        global_batch_size=config.global_batch_size), spec)
+    return flops / per_replica if flops else None
+
+
+def _to_float(images):
+    from tfloop import inputs
+
+    return inputs.to_float(images)
 
 
 # --- the variants ---------------------------------------------------------------------------
@@ -163,12 +206,22 @@ def baseline_strategy(config: TrainBenchConfig) -> tf.distribute.Strategy:
     return tf.distribute.MirroredStrategy(list(config.devices), cross_device_ops=ops)
 
 
-def _train_dataset(config: TrainBenchConfig):
+def _splits(config: TrainBenchConfig):
     from tfloop import inputs
 
-    splits = inputs.load(config.dataset, seed=config.seed)
+    return inputs.load(config.dataset, seed=config.seed, image_size=config.image_size,
+                       num_classes=config.num_classes)
+
+
+def _train_dataset(config: TrainBenchConfig, image_dtype: str = "float32"):
+    """The engine's pipeline over the same data: float32 for `Model.fit` (as
+    a Keras user feeds it), uint8 cast on the device for the hand loop (as
+    the engine does)."""
+    from tfloop import inputs
+
+    splits = _splits(config)
     return splits, inputs.train_batches(splits.train, global_batch_size=config.global_batch_size,
-                                        seed=config.seed)
+                                        seed=config.seed, image_dtype=image_dtype)
 
 
 def _build(config: TrainBenchConfig, splits):
@@ -192,8 +245,11 @@ def time_engine(config: TrainBenchConfig, *, jit_compile: bool = False,
         run_config = RunConfig(
             strategy="mirrored", devices=device_names.short_list(config.devices), collective=config.collective,
             model=config.model, dataset=config.dataset, model_dir=model_dir,
+            image_size=config.image_size, num_classes=config.num_classes,
+            synthetic_on_device=config.synthetic_on_device,
             global_batch_size=config.global_batch_size,
-            train_steps=config.steps * (config.repetitions + 1), steps_per_loop=config.steps,
+            train_steps=config.steps * (config.repetitions + config.warmup),
+            steps_per_loop=config.steps,
             checkpoint_interval=0, summary_interval=0, mode="train",
             optimizer=config.optimizer, learning_rate=config.learning_rate, seed=config.seed,
             jit_compile=jit_compile, mixed_precision=mixed_precision,
@@ -202,7 +258,9 @@ def time_engine(config: TrainBenchConfig, *, jit_compile: bool = False,
             intra_op_threads=tf.config.threading.get_intra_op_parallelism_threads(),
         )
         run(run_config, on_loop_end=lambda step, metrics: ends.append(time.perf_counter()))
-    return [b - a for a, b in zip(ends, ends[1:])]
+    # Loop k's seconds: from the end of loop k-1 (the first loop, which
+    # traces, has no start here and is always warm-up).
+    return [b - a for a, b in zip(ends, ends[1:])][config.warmup - 1:]
 
 
 class _EpochTimer(keras.callbacks.Callback):
@@ -215,8 +273,12 @@ class _EpochTimer(keras.callbacks.Callback):
 
 
 def time_fit(config: TrainBenchConfig, steps_per_execution: int) -> list[float]:
-    """Seconds per timed epoch of `Model.fit` (one epoch = `steps` steps)."""
+    """Seconds per timed epoch of `Model.fit` (one epoch = `steps` steps).
+    With `synthetic_on_device`, one batch repeated from memory: Keras has no
+    way to keep its input on the device."""
     splits, dataset = _train_dataset(config)
+    if config.synthetic_on_device:
+        dataset = dataset.take(1).cache().repeat()
     strategy = baseline_strategy(config)
     with strategy.scope():
         model, optimizer = _build(config, splits)
@@ -224,22 +286,25 @@ def time_fit(config: TrainBenchConfig, steps_per_execution: int) -> list[float]:
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"], steps_per_execution=steps_per_execution)
     timer = _EpochTimer()
-    model.fit(dataset, epochs=config.repetitions + 1, steps_per_epoch=config.steps, verbose=0,
-              callbacks=[timer])
-    return [b - a for a, b in zip(timer.ends, timer.ends[1:])]
+    model.fit(dataset, epochs=config.repetitions + config.warmup, steps_per_epoch=config.steps,
+              verbose=0, callbacks=[timer])
+    return [b - a for a, b in zip(timer.ends, timer.ends[1:])][config.warmup - 1:]
 
 
 def time_hand_loop(config: TrainBenchConfig) -> list[float]:
     """Seconds per repetition of a minimal custom loop: `steps` steps in one tf.function."""
-    splits, dataset = _train_dataset(config)
+    splits, dataset = _train_dataset(config, image_dtype="uint8")
     strategy = baseline_strategy(config)
     with strategy.scope():
         model, optimizer = _build(config, splits)
-    iterator = iterators.distributed(strategy.experimental_distribute_dataset(dataset))
+    iterator = iterators.distributed(
+        strategy.experimental_distribute_dataset(dataset, options=INPUT_OPTIONS))
+    on_device = next(iterator) if config.synthetic_on_device else None
     batch_size = config.global_batch_size
 
     def step(batch):
         images, labels = batch
+        images = _to_float(images)  # on the device, as the engine's task does
         with tf.GradientTape() as tape:
             logits = model(images, training=True)
             loss = tf.nn.compute_average_loss(
@@ -251,14 +316,15 @@ def time_hand_loop(config: TrainBenchConfig) -> list[float]:
     @tf.function
     def loop(iterator, steps):
         for _ in tf.range(steps):
-            strategy.run(step, args=(next(iterator),))
+            strategy.run(step, args=(on_device if on_device is not None else next(iterator),))
+        return optimizer.iterations
 
     steps = tf.constant(config.steps)
     seconds = []
-    for repetition in range(config.repetitions + 1):
+    for repetition in range(config.repetitions + config.warmup):
         began = time.perf_counter()
-        loop(iterator, steps)
-        if repetition:  # the first traces and warms up
+        loop(iterator, steps).numpy()  # on a GPU the call returns before its kernels end
+        if repetition >= config.warmup:  # the first traces
             seconds.append(time.perf_counter() - began)
     return seconds
 
@@ -273,8 +339,10 @@ class TrainBenchResult:
     config: TrainBenchConfig
     rows: list[VariantRow]
     matmul_gflops: float
-    train_flops_per_example: float
+    train_flops_per_example: Optional[float]
     machine: str
+    #: precision -> the devices' peak (`engine.runtime.hardware.peak`): what mfu divides by.
+    peaks: dict = dataclasses.field(default_factory=dict)
 
     def row(self, variant: str) -> Optional[VariantRow]:
         return next((r for r in self.rows if r.variant == variant), None)
@@ -285,7 +353,23 @@ class TrainBenchResult:
         return {r.variant: {b.variant: r.median / b.median for b in baselines}
                 for r in self.rows}
 
-    def peak_fraction(self, row: VariantRow) -> float:
+    def precision(self, row: VariantRow) -> str:
+        """The compute dtype policy the row trained in."""
+        return self.config.mixed_precision if row.variant == "engine+features" else "float32"
+
+    def mfu(self, row: VariantRow) -> Optional[float]:
+        """The engine's mfu (`engine.observe.step_flops.mfu`) of the row's median."""
+        peak = self.peaks.get(self.precision(row))
+        if not self.train_flops_per_example or peak is None:
+            return None
+        return step_flops.mfu(self.train_flops_per_example * self.config.global_batch_size,
+                              1, self.config.global_batch_size / row.median,
+                              peak.flops_per_second)
+
+    def peak_fraction(self, row: VariantRow) -> Optional[float]:
+        """Of the float32 matmul rate measured in this run ("of measured matmul")."""
+        if not self.train_flops_per_example:
+            return None
         return row.median * self.train_flops_per_example / (self.matmul_gflops * 1e9)
 
     def as_dict(self) -> dict:
@@ -295,8 +379,11 @@ class TrainBenchResult:
             "num_devices": len(self.config.devices),
             "matmul_gflops": self.matmul_gflops,
             "train_flops_per_example": self.train_flops_per_example,
-            "rows": [dict(dataclasses.asdict(r), peak_fraction=self.peak_fraction(r))
-                     for r in self.rows],
+            "peaks": {precision: {"flops_per_second": peak.flops_per_second,
+                                  "source": peak.source}
+                      for precision, peak in self.peaks.items()},
+            "rows": [dict(dataclasses.asdict(r), mfu=self.mfu(r),
+                          peak_fraction=self.peak_fraction(r)) for r in self.rows],
             "ratios": self.ratios(),
         }
 
@@ -330,7 +417,8 @@ def _time_rounds(config: TrainBenchConfig, progress: Progress) -> list[VariantRo
         for variant in timing.rotated(config.variants, round_index):
             description, measure = plans[variant]
             timing.collect_garbage(progress)
-            progress(f"[round {round_index + 1}/{config.rounds}] {description}: 1 warm-up + "
+            progress(f"[round {round_index + 1}/{config.rounds}] {description}: "
+                     f"{config.warmup} warm-up + "
                      f"{config.repetitions} x {config.steps} steps on {len(config.devices)} "
                      "device(s) ...")
             began = time.perf_counter()
@@ -344,22 +432,24 @@ def _time_rounds(config: TrainBenchConfig, progress: Progress) -> list[VariantRo
 
 def run(config: TrainBenchConfig, *, progress: Progress = print) -> TrainBenchResult:
     """Times every variant in `config.variants`; writes JSON and prints the table."""
-    from tfloop import inputs
-    from tfloop import models
-
     tf.get_logger().setLevel("ERROR")
-    splits = inputs.load(config.dataset, seed=config.seed)
-    flops = train_flops_per_example(
-        models.build(config.model, input_shape=splits.input_shape, num_classes=splits.num_classes),
-        splits.input_shape)
+    splits = _splits(config)
+    flops = train_flops_per_example(config, splits)
+    progress(f"{timing.machine_description()}")
     progress("measuring the float32 matmul rate ...")
-    peak = timing.matmul_gflops(config.devices)
-    progress(f"  {peak:.1f} GFLOP/s; {config.model} trains at {flops / 1e6:.2f} MFLOP/example")
+    matmul = timing.matmul_gflops(config.devices)
+    peaks = {precision: hardware.peak(config.devices, precision)
+             for precision in sorted({"float32", config.mixed_precision})}
+    progress(f"  {matmul:.1f} GFLOP/s; {config.model} on {'x'.join(map(str, splits.input_shape))} "
+             f"images trains at {(flops or 0) / 1e6:.2f} MFLOP/example; mfu against "
+             + "; ".join(f"{p}: {peak.flops_per_second / 1e12:.3g} TFLOP/s ({peak.source})"
+                         for p, peak in peaks.items()))
     rows = _time_rounds(config, progress)
     # Measured again at the end, best kept: on a shared machine one measurement
     # can land in someone else's busy second.
-    peak = max(peak, timing.matmul_gflops(config.devices))
-    result = TrainBenchResult(config, rows, peak, flops, timing.machine_description())
+    matmul = max(matmul, timing.matmul_gflops(config.devices))
+    result = TrainBenchResult(config, rows, matmul, flops, timing.machine_description(),
+                              peaks=peaks)
     progress(report.training_table([result]))
     if config.output_dir:
         path = report.write_training_result(result, config.output_dir)
@@ -367,20 +457,47 @@ def run(config: TrainBenchConfig, *, progress: Progress = print) -> TrainBenchRe
     return result
 
 
+def imagenet_defaults(options: dict, progress: Progress = print) -> dict:
+    """`options` with ImageNet-sized synthetic data for the models that need
+    it (`IMAGENET_MODELS`), where no size was asked for."""
+    if (options.get("dataset") == "synthetic" and options.get("model") in IMAGENET_MODELS
+            and not options.get("image_size")):
+        options = dict(options, image_size=IMAGENET_SIZE,
+                       num_classes=options.get("num_classes") or IMAGENET_CLASSES)
+        progress(f"--model={options['model']}: synthetic {IMAGENET_SIZE}x{IMAGENET_SIZE}x3 "
+                 f"images of {options['num_classes']} classes (--image_size, --num_classes "
+                 "say otherwise)")
+    return options
+
+
+#: `--tiny_step`: one device, this global batch: the per-step overhead alone.
+TINY_BATCH = 8
+
+
 def main(*, devices: str, device_counts: Sequence[str] = (), intra_op_threads: int = -1,
          argv: Sequence[str] = (), script: str = "", progress: Progress = print,
-         plot: bool = True, **options: Any) -> None:
+         plot: bool = True, tiny_step: bool = False, **options: Any) -> None:
     """What `bin/bench_train` does with its flags' values.
 
     `options` are `TrainBenchConfig`'s fields but `devices`. With
     `device_counts`, runs `script argv` once per count instead (`bench.sweep`);
     otherwise times the variants on `devices` ("cpu:0,cpu:1") in this process.
     `plot`: draw `bench_train.png` after a sweep; without matplotlib that is
-    refused before the sweep starts (`report.NO_PLOT`).
+    refused before the sweep starts (`report.NO_PLOT`). `tiny_step`: the
+    first device of `devices` only, global batch `TINY_BATCH` (overrides
+    both): a step so small that the loops' own per-step cost is what is timed.
     """
     check_names(variants=options["variants"], mixed_precision=options["mixed_precision"],
                 model=options["model"], optimizer=options["optimizer"])
     names = engine_devices.parse_devices(devices)
+    if tiny_step:
+        if device_counts:
+            raise ConfigError("--tiny_step times one device; drop --device_counts")
+        names = names[:1]
+        options = dict(options, global_batch_size=TINY_BATCH)
+        progress(f"tiny step: 1 device ({device_names.short_list(names)}), global batch "
+                 f"{TINY_BATCH}: the per-step overhead of each loop")
+    options = imagenet_defaults(options, progress)
     global_batch_size = options["global_batch_size"]
     if device_counts:
         counts = sweep.parse_device_counts(device_counts, global_batch_size=global_batch_size)

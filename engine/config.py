@@ -40,6 +40,8 @@ SEED_MAX = 2**32 - 1
 MAX_THREADS = 1024
 #: Larger square images are refused: one 8192x8192 RGB float image is 800 MB.
 MAX_IMAGE_SIZE = 8192
+#: --num_classes at most (a logits layer wider than this is a typo).
+MAX_CLASSES = 1_000_000
 #: --virtual_gpus: logical GPUs per physical GPU (each takes its share of the memory).
 MAX_VIRTUAL_GPUS = 64
 #: A packing bucket above 1 TiB is no bucket at all.
@@ -139,13 +141,15 @@ def check_model_dir_text(path: str) -> None:
 
 #: Integer fields and their ranges (`check_field`): a step count past int32
 #: would wrap inside the compiled loop, a seed past 32 bits fails deep in NumPy.
-_POSITIVE = ("global_batch_size", "steps_per_loop", "max_checkpoints", "image_size",
+_POSITIVE = ("global_batch_size", "steps_per_loop", "max_checkpoints",
              "accumulation_steps", "nan_max_skips")
-_NON_NEGATIVE = ("train_steps", "checkpoint_interval", "summary_interval", "eval_interval",
+_NON_NEGATIVE = ("image_size", "num_classes", "train_steps", "checkpoint_interval",
+                 "summary_interval", "eval_interval",
                  "seed", "epochs", "steps_per_epoch", "per_replica_batch_size", "warmup_steps",
                  "max_per_replica_batch_size", "local_checkpoint_interval",
                  "early_stopping_patience", "check_collective", "virtual_gpus")
-_CEILINGS = {"seed": SEED_MAX, "image_size": MAX_IMAGE_SIZE, "virtual_gpus": MAX_VIRTUAL_GPUS}
+_CEILINGS = {"seed": SEED_MAX, "image_size": MAX_IMAGE_SIZE, "virtual_gpus": MAX_VIRTUAL_GPUS,
+             "num_classes": MAX_CLASSES}
 #: Fields that take one of a few words: (the words, what the error calls one).
 _CHOICES = {"auto_shard_policy": (SHARD_POLICIES, "policy"),
             "cluster_from": (platforms.SOURCES, "cluster source"),
@@ -286,7 +290,15 @@ class RunConfig:
         "bin/convert_to_tfrecord's output; image_folder: one sub-folder of JPEG/PNG images "
         "per class).")
     image_size: int = option(
-        224, "image_folder: images are resized to this square size (others ignore it).")
+        0, "Square image size. image_folder: images are resized to it (0: 224). synthetic: "
+        "0 is MNIST-shaped 28x28x1; N makes NxNx3 images (e.g. 224 with --num_classes=1000: "
+        "ImageNet-sized, generated as uint8). Others ignore it.")
+    num_classes: int = option(
+        0, "synthetic: the number of classes (0: 10). Other datasets have their own labels.")
+    synthetic_on_device: bool = option(
+        False, "Measure compute alone, the way tf_cnn_benchmarks does: take one batch of the "
+        "training data once, keep it on the devices and train every step on it (no input "
+        "pipeline runs per step; the model sees the same batch every step). For benchmarks.")
     eval_fraction: float = option(
         0.2, "image_folder without a validation/ folder: fraction of images kept for eval.")
     # The loop (SECTIONS).
@@ -467,6 +479,13 @@ class RunConfig:
                 self.epochs * self.steps_per_epoch > INT32_MAX:
             raise ConfigError(f"--epochs={self.epochs} x --steps_per_epoch={self.steps_per_epoch} "
                               f"is beyond the last step a run can reach ({INT32_MAX})")
+        if self.num_classes and self.dataset != "synthetic":
+            raise ConfigError(f"--num_classes={self.num_classes} applies to --dataset=synthetic "
+                              f"only; --dataset={self.dataset} has its own labels: drop it")
+        if self.synthetic_on_device and self.strategy == "parameter_server":
+            raise ConfigError("--synthetic_on_device keeps one batch on the devices of a loop "
+                              "that runs in this process; --strategy=parameter_server's steps "
+                              "run on its workers: drop it, or use --strategy=multi_worker")
         self._check_recipe()
         self._check_gpu_options()
 
@@ -568,7 +587,8 @@ SECTIONS = {
     "Distribution": ("strategy", "tpu", "devices", "virtual_gpus", "gpu_memory_growth",
                      "collective", "num_packs", "pack_bytes", "gradient_dtype", "reduce_device",
                      "collective_timeout", "check_collective"),
-    "Model and data": ("task", "model", "dataset", "data_dir", "image_size", "eval_fraction"),
+    "Model and data": ("task", "model", "dataset", "data_dir", "image_size", "num_classes",
+                       "synthetic_on_device", "eval_fraction"),
     "The loop": ("model_dir", "summaries_dir", "global_batch_size", "per_replica_batch_size",
                  "max_per_replica_batch_size", "train_steps", "epochs", "steps_per_epoch",
                  "steps_per_loop", "checkpoint_interval", "local_checkpoint_dir",

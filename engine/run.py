@@ -41,7 +41,8 @@ from typing import Any, Callable, Optional
 import keras
 import tensorflow as tf
 
-from tfloop.engine.loop import actions, best, preemption, step_time
+from tfloop.engine.loop import actions, best, preemption
+from tfloop.engine.observe import step_time
 from tfloop.engine.run_dir import (checkpoint_files, checkpointing, export, layout,
                                    local_checkpoints, run_identity, run_lock, run_record)
 from tfloop.engine.runtime import devices, logs, script_exit
@@ -59,7 +60,7 @@ from tfloop.engine.errors import ConfigError, ExportFailure
 from tfloop.engine.loop.evaluator import AveragedEvaluator, Evaluator
 from tfloop.engine.plan import Plan, make_plan
 from tfloop.engine.loop.summaries import SummaryWriter
-from tfloop.engine.loop.watchers import Watchers
+from tfloop.engine.observe.watchers import Watchers
 from tfloop.engine.task import ClassificationTask, Task
 from tfloop.inputs import data_errors
 
@@ -585,7 +586,7 @@ def _run_controller(plan: Plan, b: _Built, trainer, manager, *, restored: Option
     run_actions.train.insert(0, actions.History("train", b.history))
     run_actions.eval.insert(0, actions.History("eval", b.history))
     # Hang dumps, stragglers, TensorBoard's restart mark, HParams and graph
-    # (engine.loop.watchers), before the stop request: the last action.
+    # (engine.observe.watchers), before the stop request: the last action.
     watchers = Watchers(
         plan=plan, strategy=strategy, trainer=trainer, train_summaries=train_summaries,
         eval_summaries=eval_summaries, start_step=start_step, run_dir=run_dir,

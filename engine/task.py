@@ -194,23 +194,27 @@ class ClassificationTask(Task):
     """
 
     def __init__(self, *, dataset: str = "synthetic", model: str = "mlp", data_dir: str = "",
-                 image_size: int = 224, eval_fraction: float = 0.2, seed: int = 0,
+                 image_size: int = 0, num_classes: int = 0, eval_fraction: float = 0.2,
+                 seed: int = 0,
                  model_fn: Optional[Callable[[tuple, int], Any]] = None,
                  loss_fn: Optional[LossFn] = None, exact_epochs: bool = False):
         self.dataset, self.model_name = dataset, model
         self.exact_epochs = exact_epochs
         self._data = dict(data_dir=data_dir, seed=seed, image_size=image_size,
+                          num_classes=num_classes,
                           eval_fraction=eval_fraction)
         self._model_fn, self._loss_fn = model_fn, loss_fn or classification_loss
         self.splits: Optional[inputs.Splits] = None
 
     @classmethod
     def from_config(cls, config: Any, *, model_fn=None, loss_fn=None) -> "ClassificationTask":
-        """`--dataset`, `--data_dir`, `--model`, `--image_size`, `--eval_fraction`, `--seed`;
+        """`--dataset`, `--data_dir`, `--model`, `--image_size`, `--num_classes`,
+        `--eval_fraction`, `--seed`;
         `--epochs`: exact epochs (each one pass, every example once:
         `inputs.exact_epochs`)."""
         return cls(dataset=config.dataset, model=config.model, data_dir=config.data_dir,
-                   image_size=config.image_size, eval_fraction=config.eval_fraction,
+                   image_size=config.image_size, num_classes=config.num_classes,
+                   eval_fraction=config.eval_fraction,
                    seed=config.seed, model_fn=model_fn, loss_fn=loss_fn,
                    exact_epochs=bool(config.epochs) and not config.steps_per_epoch)
 

@@ -126,6 +126,10 @@ def _log_skipped(skipped) -> None:
                        len(skipped), ", ".join(skipped[:3]))
 
 
+#: --image_size when not given (0).
+DEFAULT_SIZE = 224
+
+
 def load(*, data_dir: str, image_size: int, eval_fraction: float) -> Splits:
     """The `--dataset=image_folder` loader (plain Python: lists and checks files)."""
     if not data_dir:

@@ -1,8 +1,9 @@
 """Datasets by name: `--dataset=synthetic` → `load("synthetic", ...)`.
 
-A loader is `loader(*, data_dir, seed, image_size, eval_fraction) -> Splits`
-and takes what it needs: `image_size` and `eval_fraction` matter to
-`image_folder` only. Loaders check files in plain Python and never start
+A loader is `loader(*, data_dir, seed, image_size, num_classes, eval_fraction)
+-> Splits` and takes what it needs: `image_size` (0: the dataset's own) to
+`image_folder` and `synthetic`, `num_classes` (0: its own) to `synthetic`,
+`eval_fraction` to `image_folder`. Loaders check files in plain Python and never start
 TensorFlow's runtime (the multi-worker strategy must come first).
 """
 
@@ -17,11 +18,13 @@ from tfloop.inputs.splits import Splits
 Loader = Callable[..., Splits]
 
 _LOADERS: dict[str, Loader] = {
-    "synthetic": lambda *, seed, **_: synthetic.load(seed=seed),
+    "synthetic": lambda *, seed, image_size=0, num_classes=0, **_: synthetic.load(
+        seed=seed, image_size=image_size, num_classes=num_classes),
     "mnist": lambda *, data_dir, **_: mnist.load(data_dir=data_dir),
     "tfrecord": lambda *, data_dir, **_: tfrecord.load(data_dir=data_dir),
     "image_folder": lambda *, data_dir, image_size, eval_fraction, **_: image_folder.load(
-        data_dir=data_dir, image_size=image_size, eval_fraction=eval_fraction),
+        data_dir=data_dir, image_size=image_size or image_folder.DEFAULT_SIZE,
+        eval_fraction=eval_fraction),
 }
 
 
@@ -30,17 +33,21 @@ def available() -> list[str]:
 
 
 def register(name: str, loader: Loader) -> None:
-    """Adds a dataset: `loader(*, data_dir, seed, image_size, eval_fraction, **_) -> Splits`."""
+    """Adds a dataset: `loader(*, data_dir, seed, image_size, num_classes, eval_fraction,
+    **_) -> Splits`."""
     if name in _LOADERS:
         raise ValueError(f"dataset {name!r} is already registered")
     _LOADERS[name] = loader
 
 
-def load(name: str, *, data_dir: str = "", seed: int = 0, image_size: int = 224,
-         eval_fraction: float = 0.2) -> Splits:
+def load(name: str, *, data_dir: str = "", seed: int = 0, image_size: int = 0,
+         num_classes: int = 0, eval_fraction: float = 0.2) -> Splits:
     if name not in _LOADERS:
         raise InputError(
             f"--dataset={name!r} is not a dataset; choose one of: {', '.join(available())}"
         )
+    if num_classes and name != "synthetic":
+        raise InputError(f"--num_classes={num_classes} applies to --dataset=synthetic only; "
+                         f"--dataset={name} has its own labels: drop it")
     return _LOADERS[name](data_dir=data_dir, seed=seed, image_size=image_size,
-                          eval_fraction=eval_fraction)
+                          num_classes=num_classes, eval_fraction=eval_fraction)

@@ -53,8 +53,8 @@ def check(name: str, input_shape=None) -> None:
         height, width = input_shape[:2]
         raise ModelError(
             f"--model={name} needs images of at least {least}x{least}, and the dataset gives "
-            f"{height}x{width}; use larger images (e.g. --dataset=image_folder "
-            f"--image_size={max(least, 96)})"
+            f"{height}x{width}; use larger images (e.g. --image_size={max(least, 224)} with "
+            "--dataset=synthetic or image_folder)"
         )
 
 

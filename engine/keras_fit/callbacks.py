@@ -36,7 +36,7 @@ import keras
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.loop.actions import Action, LoopEnd, StopTraining, next_multiple
 from tfloop.engine.loop.preemption import StopRequest
-from tfloop.engine.loop.step_flops import MFU
+from tfloop.engine.observe.step_flops import MFU
 
 #: Keras callbacks that write files or send logs: the chief's job in a cluster.
 _WRITERS = (keras.callbacks.CSVLogger, keras.callbacks.TensorBoard,

@@ -376,7 +376,7 @@ def for_run(
                                steps_per_epoch=steps_per_epoch, epochs=epochs))
     train.append(TrainSummaries(writer=train_summaries, interval=summary_interval,
                                 global_batch_size=global_batch_size))
-    if step_time is not None:  # where the time goes (engine.loop.step_time)
+    if step_time is not None:  # where the time goes (engine.observe.step_time)
         train.append(step_time)
     if on_loop_end is not None:
         train.append(OnLoopEnd(on_loop_end))

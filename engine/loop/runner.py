@@ -16,6 +16,7 @@ construction instead of failing at the first loop.
 from __future__ import annotations
 
 import abc
+from typing import Any, Optional
 
 #: Mean metrics of one loop or evaluation by name (`loss`, the loss
 #: function's metrics, and `examples`, the number of examples seen).
@@ -42,3 +43,76 @@ class AbstractEvaluator(abc.ABC):
     def evaluate(self, num_steps: int = -1) -> Metrics:
         """Evaluates `num_steps` batches (all of a finite dataset when -1);
         returns mean metrics and `examples`, the number of examples seen."""
+
+
+class StepStamps:
+    """Inside the compiled loop: the points where a *sampled* loop takes its
+    per-step stamps (`engine.observe.step_time.Stamps`). This base takes none
+    and adds no op to the graph: an unsampled loop holds no `Timestamp`, and
+    nothing in it waits for the host. The trainer's loop reads::
+
+        state = stamps.start()                          # loop-carried ({} here)
+        for each step:
+            batch = next(iterator)
+            state = stamps.input(state, batch)          # the input wait
+            on each replica:  grads, ready = stamps.ready(grads)   # all-reduce after `ready`
+                              reduced = all-reduce(grads); done = stamps.done(reduced)
+            state = stamps.all_reduce(state, stamps.span(readies, dones))
+            state = stamps.step_end(state, the update's tensors)
+        return stamps.totals(state)                     # seconds by part ({} here)
+    """
+
+    def start(self) -> dict:
+        return {}
+
+    def input(self, state: dict, batch) -> dict:
+        return state
+
+    def ready(self, grads: list) -> tuple[list, Any]:
+        return grads, None
+
+    def done(self, reduced) -> Any:
+        return None
+
+    def span(self, readies, dones) -> Any:
+        return None
+
+    def all_reduce(self, state: dict, span) -> dict:
+        return state
+
+    def step_end(self, state: dict, tensors) -> dict:
+        return state
+
+    def totals(self, state: dict) -> dict:
+        return {}
+
+
+class LoopClock:
+    """How a trainer lets timing in, at its three points; this base times
+    nothing (the do-nothing default). `engine.observe.clock.SampledClock` is
+    the engine's: wall time for every loop, per-step stamps in sampled loops.
+
+        sampled = clock.begin(start_step)        # host, before the loop: stamp this one?
+        loop(..., stamps=clock.stamps(sampled))  # traced once per value of `sampled`
+        metrics |= clock.end(trainer, start=, steps=, stamped=)   # host, once the loop's
+                                                 # results are fetched: its wall time ends
+
+    The trainer knows nothing else about timing: `end` returns the metrics
+    the clock adds (`mfu`) and runs its one-time probes where it likes.
+    """
+
+    #: The devices' peak rate (`engine.runtime.hardware.Peak`), when known.
+    peak: Any = None
+    #: FLOPs of one step, once counted.
+    flops: Optional[float] = None
+    #: The last loop's time (`engine.observe.step_time.LoopTime`), when timed.
+    last: Any = None
+
+    def begin(self, start_step: int) -> bool:
+        return False
+
+    def stamps(self, sampled: bool) -> StepStamps:
+        return StepStamps()
+
+    def end(self, trainer: Any, *, start: int, steps: int, stamped: dict) -> Metrics:
+        return {}

@@ -17,7 +17,7 @@ class SummaryWriter:
         self._writer: Optional[tf.summary.SummaryWriter] = None
 
     def tf_writer(self) -> tf.summary.SummaryWriter:
-        """TensorFlow's writer, created now if not yet (`engine.loop.board` writes more kinds)."""
+        """TensorFlow's writer, created now if not yet (`engine.observe.board` writes more kinds)."""
         if self._writer is None:
             self._writer = tf.summary.create_file_writer(self.logdir)
         return self._writer

@@ -5,7 +5,7 @@ call whose body is a `tf.while_loop`, so Python runs once per loop, not once
 per step::
 
     for _ in tf.range(num_steps):                  # inside one tf.function
-        batch = next(iterator)                     # timed: the input wait (engine.loop.step_time)
+        batch = next(iterator)                     # sampled loops: the input wait (engine.observe)
         optimizer.learning_rate = schedule(global_step)    # engine.recipe.schedules.assign
         for objective in objectives:               # usually one; a GAN's two
             if global_step % objective.every == 0:
@@ -19,7 +19,7 @@ per step::
         loss = compute_average_loss(out.per_example_loss, global_batch_size)
                + scale_regularization_loss(model.losses)
         grads = tape.gradient(optimizer.scale_loss(loss), objective's variables)  # XLA's
-        grads = all-reduce(grads)                  # the one all-reduce, via the collective (timed)
+        grads = all-reduce(grads)                  # the one all-reduce, via the collective
         grad_norm = global_norm(grads)             # a train metric; --clip_norm clips to it
         objective's optimizer.apply_gradients(grads)  # applies; does not reduce again
 
@@ -76,7 +76,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 from typing import Any, Optional, Sequence
 
 import keras
@@ -84,7 +83,7 @@ import tensorflow as tf
 
 from tfloop.collectives import checked
 from tfloop.collectives.interface import Collective
-from tfloop.engine.loop import finite, iterators, step_flops, step_time
+from tfloop.engine.loop import finite, iterators
 from tfloop.engine.recipe import precision, schedules
 from tfloop.engine.recipe import objectives as objectives_lib
 from tfloop.engine.config import INT32_MAX
@@ -95,12 +94,18 @@ from tfloop.engine.loop.replica_step import (accumulated_gradients, hook_gradien
                                              replica_gradients)
 from tfloop.engine.recipe.objectives import BoundObjective
 from tfloop.engine.loop.replica_sums import EXAMPLES, ReplicaSums
-from tfloop.engine.loop.stragglers import WorkerClock
-from tfloop.engine.loop.runner import AbstractTrainer, Metrics
+from tfloop.engine.loop.step_phase import StepPhase
+from tfloop.engine.loop.runner import AbstractTrainer, LoopClock, Metrics, StepStamps
 from tfloop.engine.runtime import hardware
-from tfloop.engine.runtime.hardware import Peak
 
 logger = logging.getLogger(__name__)
+
+#: How the trainer distributes its input: each replica's batches fetched to
+#: its device ahead of the step that takes them (TensorFlow's
+#: `MultiDeviceIterator` prefetch; two batches, so the copy of the next overlaps
+#: the step). Strategies without per-device input (the default one) ignore it.
+INPUT_OPTIONS = tf.distribute.InputOptions(experimental_fetch_to_device=True,
+                                           experimental_per_replica_buffer_size=2)
 
 #: The train metric of the reduced gradients' global norm (before clipping).
 GRAD_NORM = "grad_norm"
@@ -147,11 +152,15 @@ class Trainer(AbstractTrainer):
         the module docstring).
       max_skips: with `skip_step`, raise `NonFinite` after this many skipped
         steps in a row.
-      peak: the devices' peak rate (`engine.runtime.hardware.peak`): each
-        loop's metrics but the first's (it traces) then hold `mfu`
-        (`engine.loop.step_flops`); None: not.
+      clock: times the loops (`engine.loop.runner.LoopClock`; the engine's
+        is `engine.observe.clock.SampledClock`: wall time per loop, per-step
+        stamps in sampled loops, `mfu`); None: nothing is timed.
+      input_on_device: train every step on one batch taken once from
+        `train_dataset` and kept on the devices (`--synthetic_on_device`:
+        compute alone, no input pipeline per step).
 
-    Each loop's time breakdown (`engine.loop.step_time`) is `last_loop_time`.
+    The trainer calls its clock at three points (`LoopClock`) and knows
+    nothing else about timing.
     """
 
     def __init__(
@@ -172,7 +181,8 @@ class Trainer(AbstractTrainer):
         average: Optional[WeightAverage] = None,
         nan_policy: str = finite.STOP,
         max_skips: int = 10,
-        peak: Optional[Peak] = None,
+        clock: Optional[LoopClock] = None,
+        input_on_device: bool = False,
     ):
         if global_batch_size <= 0:
             raise ValueError(f"`global_batch_size` ({global_batch_size}) must be positive")
@@ -203,12 +213,9 @@ class Trainer(AbstractTrainer):
         self.objectives = list(objectives)
         self.nan_policy = nan_policy
         self.max_skips = max_skips if nan_policy == finite.SKIP_STEP else 0
-        self.peak = peak
-        self.last_loop_time: Optional[step_time.LoopTime] = None
-        self._element_spec = train_dataset.element_spec
-        self._flops: Optional[float] = None
-        self._flops_counted = False
-        self._loops = 0
+        self.clock = clock or LoopClock()
+        self.train_dataset = train_dataset
+        self.element_spec = train_dataset.element_spec
         # Steps are skipped by the engine (skip_step) or by a LossScaleOptimizer.
         self._skipping = nan_policy == finite.SKIP_STEP or any(
             _scales_loss(o.optimizer) for o in self.objectives)
@@ -229,17 +236,18 @@ class Trainer(AbstractTrainer):
                                        step_fn=self._probe_step(o) if o.gradients else None))
             for o in self.objectives
         ]
-        # This worker's input and all-reduce time, and the step's phase (engine.loop.stragglers).
-        self.clock = WorkerClock()
-        # Whether the loop is timed (engine.loop.step_time): not under op
-        # determinism, where TensorFlow refuses tf.timestamp.
-        self.timed = step_time.timestamps_allowed()
-        # Destroyed without a stall when the trainer goes (engine.loop.iterators).
+        # The step's phase, for a hang dump (engine.loop.step_phase).
+        self.step_phase = StepPhase(hardware.local_devices(strategy)[0])
+        # Each replica's batches prefetched onto its device; destroyed without
+        # a stall when the trainer goes (engine.loop.iterators).
         self._iterator = iterators.distributed(
-            strategy.experimental_distribute_dataset(train_dataset))
+            strategy.experimental_distribute_dataset(train_dataset, options=INPUT_OPTIONS))
+        # --synthetic_on_device: one batch, taken now, on the replicas' devices.
+        self._device_batch = next(self._iterator) if input_on_device else None
         compile_fn = (lambda f: tf.function(f, jit_compile=True)) if jit_compile else (lambda f: f)
         self._gradients = [compile_fn(functools.partial(self._compute_gradients, o))
                            for o in self.objectives]
+        # Traced once per value of `sampled` (engine.observe.clock): two at most.
         self._loop = tf.function(self._train_loop)
         for objective in self.objectives:  # a plug-in's results, checked before anything is written
             checked.probe(collective, strategy, list(objective.variables))
@@ -263,27 +271,19 @@ class Trainer(AbstractTrainer):
             raise ValueError(f"`num_steps` ({num_steps!r}) must be between 0 and 2**31 - 1 "
                              "(a loop counts its steps in int32)")
         start = int(self.global_step.numpy())
-        began = time.perf_counter()
+        sampled = self.clock.begin(start)
         try:
-            results, weights_finite, waited = self._loop(self._iterator,
-                                                         tf.constant(num_steps, tf.int32))
+            results, weights_finite, stamped = self._loop(
+                self._iterator, tf.constant(num_steps, tf.int32), sampled)
         except tf.errors.InvalidArgumentError:
             mismatch = checked.mismatch(self.collective)  # --check_collective stopped the step
             if mismatch is None:
                 raise
             raise mismatch from None
         metrics = {name: float(value) for name, value in results.items()}
-        seconds = time.perf_counter() - began
         end = int(self.global_step.numpy())
-        self.last_loop_time = step_time.LoopTime(
-            start=start, steps=end - start, seconds=seconds, input=float(waited["input"]),
-            all_reduce=float(waited["all_reduce"])) if self.timed else None
-        self._loops += 1
-        if self._loops > 1:  # the first loop traces and compiles: its mfu would mean nothing
-            mfu = step_flops.mfu(self.flops_per_step(), end - start, seconds,
-                                 self.peak.flops_per_second if self.peak else None)
-            if mfu is not None:
-                metrics[step_flops.MFU] = mfu
+        metrics.update(self.clock.end(self, start=start, steps=end - start,
+                                      stamped={k: float(v) for k, v in stamped.items()}))
         if self.max_skips and int(self._skip_streak.numpy()) >= self.max_skips:
             raise NonFinite(
                 f"{self.max_skips} steps in a row had non-finite gradients (steps "
@@ -300,49 +300,44 @@ class Trainer(AbstractTrainer):
                            int(metrics[SKIPPED_STEPS]), steps_text(start, end))
         return metrics
 
-    def flops_per_step(self, *, count: bool = True) -> Optional[float]:
-        """FLOPs of one step (`engine.loop.step_flops`), counted once (from the
-        second loop on, when a peak asks for `mfu`); None without a peak, when
-        they cannot be counted, or with `count=False` when not counted yet."""
-        if self.peak is None or self._flops_counted or not count:
-            return self._flops
-        self._flops_counted = True
-        # This process's replicas: the peak is its devices' (a cluster's
-        # fraction is the same on every worker).
-        replicas = len(hardware.local_devices(self.strategy))
-        per_replica = self.global_batch_size // self.strategy.num_replicas_in_sync
-        spec = step_flops.replica_spec(self._element_spec, per_replica)
-        total = 0.0
-        for objective in self.objectives:
-            flops = step_flops.count(functools.partial(
-                replica_gradients, objective.loss, self.model, variables=list(objective.variables),
-                optimizer=objective.optimizer, global_batch_size=self.global_batch_size), spec)
-            if flops is None:
-                return None
-            total += flops * replicas / objective.every
-        self._flops = total
-        return total
+    @property
+    def peak(self):
+        """The devices' peak rate the clock measures `mfu` against (None: none)."""
+        return self.clock.peak
 
-    def _train_loop(self, iterator, num_steps):
+    def flops_per_step(self, *, count: bool = False) -> Optional[float]:
+        """FLOPs of one step as the clock counted them after the first loop
+        (`engine.observe.step_flops`); None before, or when not counted."""
+        del count  # counted by the clock, once, outside any timed loop
+        return self.clock.flops
+
+    def warm_sampled(self) -> None:
+        """Traces the sampled loop function and runs it for 0 steps (no batch
+        taken, no step counted): the clock's one-time work after the first
+        loop, so that no timed loop traces or instantiates a function."""
+        self._loop(self._iterator, tf.constant(0, tf.int32), True)
+
+    def _train_loop(self, iterator, num_steps, sampled):
+        stamps = self.clock.stamps(sampled)  # no ops at all when not sampled
         for sums in self._sums:
             sums.reset()
         skipped = tf.constant(0, tf.int64)
-        input_wait, all_reduce = step_time.zero(), step_time.zero()  # engine.loop.step_time
-        stepped = step_time.now(self.timed)  # when the previous step ended (loop-carried)
+        state = stamps.start()
         for _ in tf.range(num_steps):
-            batch = self.clock.next(iterator)  # the phase, for a hang dump
-            input_wait += step_time.stamp_after(
-                [stepped, self.strategy.experimental_local_results(batch)], self.timed) - stepped
+            if self._device_batch is not None:
+                batch = self._device_batch
+            else:
+                batch = self.step_phase.next(iterator)  # the phase, for a hang dump
+            state = stamps.input(state, self.strategy.experimental_local_results(batch))
             schedules.assign(self.objectives, self.global_step)  # the rate of this global step
             step_skipped = tf.constant(False)
             for index, objective in enumerate(self.objectives):
-                objective_skipped, reducing = self._run_objective(index, objective, batch)
+                objective_skipped, span = self._run_objective(index, objective, batch, stamps)
                 step_skipped = tf.logical_or(step_skipped, objective_skipped)
-                all_reduce += reducing
+                state = stamps.all_reduce(state, span)
             # Once the updates are applied too: read after each optimizer's step count.
-            stepped = step_time.stamp_after([step_skipped, all_reduce] + [
-                tf.identity(objective.optimizer.iterations) for objective in self.objectives],
-                self.timed)
+            state = stamps.step_end(state, [step_skipped] + [
+                tf.identity(objective.optimizer.iterations) for objective in self.objectives])
             if self.average is not None:
                 self.average.update(self.global_step)
             # After the step's updates: ops on different variables are not
@@ -364,23 +359,30 @@ class Trainer(AbstractTrainer):
             results[SKIPPED_STEPS] = skipped
         weights_finite = tf.reduce_all(tf.stack(
             [tf.reduce_all(tf.math.is_finite(v)) for v in self._weights] or [tf.constant(True)]))
-        return results, weights_finite, {"input": input_wait, "all_reduce": all_reduce}
+        return results, weights_finite, stamps.totals(state)
 
-    def _run_objective(self, index, objective, batch):
+    def _run_objective(self, index, objective, batch, stamps: StepStamps):
         """One objective's replicated step, on the steps it runs at (`every`);
-        whether its update was skipped, and its all-reduce's seconds
-        (`engine.loop.step_time`: the last replica's arrival to the last one's result)."""
-        step = functools.partial(self._replica_step, index)
+        whether its update was skipped, and in a sampled loop its all-reduce's
+        seconds (`engine.observe.step_time`: the last replica's arrival to the
+        last one's result)."""
+        step = functools.partial(self._replica_step, index, stamps)
 
         def run():
             skipped, ready, done = self.strategy.run(step, args=(batch,))
-            latest = lambda t: tf.reduce_max(tf.stack(self.strategy.experimental_local_results(t)))  # noqa: E731
-            return self._first_replica(skipped), latest(done) - latest(ready)
+            local = self.strategy.experimental_local_results
+            span = stamps.span(local(ready), local(done)) if ready is not None else None
+            return self._first_replica(skipped), span
 
         if objective.every == 1:
             return run()
-        return tf.cond(self.global_step % objective.every == 0, run,
-                       lambda: (tf.constant(False), step_time.zero()))
+
+        def ran():  # tf.cond's branches return alike: a zero span where none is taken
+            skipped, span = run()
+            return skipped, span if span is not None else tf.constant(0.0, tf.float64)
+
+        return tf.cond(self.global_step % objective.every == 0, ran,
+                       lambda: (tf.constant(False), tf.constant(0.0, tf.float64)))
 
     def _first_replica(self, value):
         """The first local replica's copy of a value every replica computed alike."""
@@ -427,19 +429,18 @@ class Trainer(AbstractTrainer):
         return gradients_fn(objective.loss, self.model, batch, list(objective.variables),
                             optimizer=objective.optimizer, global_batch_size=self.global_batch_size)
 
-    def _replica_step(self, index, batch):
+    def _replica_step(self, index, stamps, batch):
         objective = self.objectives[index]
         variables = list(objective.variables)
         grads, reported_loss, metrics = self._gradients[index](batch)
         present = [i for i, g in enumerate(grads) if g is not None]
-        # Timed (engine.loop.step_time): the all-reduce starts after `ready`.
-        ready = step_time.stamp_after([grads[i] for i in present], self.timed)
+        # Sampled loops (engine.observe.step_time): the all-reduce starts after `ready`.
+        held, ready = stamps.ready([grads[i] for i in present])
         # The one all-reduce of this objective's gradients, through the selected collective.
         reduced = tf.distribute.get_replica_context().merge_call(
-            self._all_reduce, args=(step_time.held_until([grads[i] for i in present], ready),
-                                    [variables[i] for i in present])
+            self._all_reduce, args=(held, [variables[i] for i in present])
         )
-        done = step_time.stamp_after(reduced, self.timed)
+        done = stamps.done(reduced)
         # Under mixed_float16 the reduced gradients are still multiplied by the
         # loss scale (the optimizer divides it out): norms are taken of the real ones.
         scale = precision.loss_scale(objective.optimizer)
@@ -482,5 +483,5 @@ class Trainer(AbstractTrainer):
     def _all_reduce(self, strategy, grads, destinations):
         if strategy.num_replicas_in_sync == 1:
             return grads
-        return self.clock.all_reduce(
+        return self.step_phase.all_reduce(
             strategy, lambda: self.collective.batch_all_reduce(grads, destinations), grads)

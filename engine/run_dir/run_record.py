@@ -92,7 +92,7 @@ def utilization(controller: Any) -> dict:
     """How close the run came to its hardware: `mfu` over the timed loops
     (each `train` call's first excluded, as `examples_per_second`; a run of one
     loop has none), the step's
-    FLOPs and the peak it is measured against (`engine.loop.step_flops`,
+    FLOPs and the peak it is measured against (`engine.observe.step_flops`,
     `engine.runtime.hardware`), when the trainer counts them; and
     `peak_memory` (host RSS, GPU allocation) always."""
     trainer = getattr(controller, "trainer", None)

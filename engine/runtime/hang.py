@@ -15,7 +15,7 @@ without stopping anything, one file per dump::
 
 The phase is the Controller's (train, evaluate, save, or between loops:
 actions), and inside a compiled train loop the step's own phase from the
-worker's clock (`engine.loop.stragglers.WorkerClock`: input, step,
+worker's clock (`engine.loop.step_phase.StepPhase`: input, step,
 all-reduce). It dumps again after each further `timeout` while no loop ends,
 and at once on SIGUSR2 (`bin/launch` sends it on its own `--timeout` before
 stopping the tasks; not SIGUSR1, the start-up watchdog's, which ends a task

@@ -1,6 +1,6 @@
 """How much arithmetic the run's devices can do, and how much memory it has used.
 
-`mfu` (model FLOPs utilization, `engine.loop.step_flops`) divides the FLOPs a
+`mfu` (model FLOPs utilization, `engine.observe.step_flops`) divides the FLOPs a
 loop did by its seconds and by `peak(...)`, the rate the run's devices can
 reach in the run's compute dtype:
 

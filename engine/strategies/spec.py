@@ -35,6 +35,7 @@ from tfloop.collectives import device_names
 from tfloop.launch import tf_config
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.loop.trainer import Trainer
+from tfloop.engine.observe import clock, step_time
 from tfloop.engine.runtime import hardware
 
 logger = logging.getLogger(__name__)
@@ -77,10 +78,10 @@ class StrategySpec(abc.ABC):
     #: failure): reported as themselves in one line, exit 1, not restarted.
     unrecoverable_errors: ClassVar[tuple[type[Exception], ...]] = ()
     #: Synchronous workers, each with its own loop: their own times can be
-    #: compared once per loop to name a straggler (engine.loop.stragglers).
+    #: compared once per loop to name a straggler (engine.observe.stragglers).
     compares_workers: ClassVar[bool] = False
     #: The train loop's functions run in this process, so its graph can be
-    #: traced for TensorBoard (engine.loop.board); not where they run on
+    #: traced for TensorBoard (engine.observe.board); not where they run on
     #: other machines, whose loss would turn the trace's export into an error.
     loop_runs_here: ClassVar[bool] = True
 
@@ -167,7 +168,13 @@ class StrategySpec(abc.ABC):
             jit_compile=config.jit_compile, accumulation_steps=config.accumulation_steps,
             clip_norm=config.clip_norm, average=average, nan_policy=config.nan_policy,
             max_skips=config.nan_max_skips,
-            peak=hardware.peak(hardware.local_devices(strategy), config.mixed_precision))
+            clock=clock.SampledClock(
+                peak=hardware.peak(hardware.local_devices(strategy), config.mixed_precision),
+                timed=step_time.timestamps_allowed(),
+                # The straggler table compares every loop's own time of each worker.
+                sample_every=1 if (self.compares_workers and plan.role.num_workers > 1
+                                   and config.straggler_threshold) else clock.SAMPLE_EVERY),
+            input_on_device=config.synthetic_on_device)
 
 
 def announce_open_server(role: tf_config.Role) -> None:

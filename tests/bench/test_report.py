@@ -13,16 +13,21 @@ def _train_result(num_devices, median):
         "num_devices": num_devices, "matmul_gflops": 10.0,
         "rows": [{"variant": "engine", "description": "engine (steps_per_loop=3)",
                   "median": median, "low": median - 1, "high": median + 1,
-                  "peak_fraction": 0.25}],
+                  "mfu": 0.125, "peak_fraction": 0.25}],
         "ratios": {"engine": {}},
+        "peaks": {"float32": {"flops_per_second": 8e10, "source": "measured float32 matmul rate "
+                                                                  "of 1 cpu device(s)"}},
     }
 
 
 def test_training_table_and_sweep_files(tmp_path):
     results = [_train_result(1, 1000.0), _train_result(2, 1800.0)]
     table = report.training_table(results)
-    assert "| 2 | engine (steps_per_loop=3) | 1,800 | 1,799 – 1,801 | – | – | – | 25.0% |" in table
-    assert "2 device(s): float32 matmul rate 10.0 GFLOP/s, intra-op threads 1" in table
+    assert ("| 2 | engine (steps_per_loop=3) | 1,800 | 1,799 – 1,801 | – | – | – | 12.5% | 25.0% |"
+            in table)
+    assert ("2 device(s): mfu is of the peak the engine uses (float32 0.08 TFLOP/s (measured "
+            "float32 matmul rate of 1 cpu device(s))); measured float32 matmul rate 10.0 GFLOP/s, "
+            "intra-op threads 1") in table
     json_path, png_path = report.write_training_sweep(results, str(tmp_path / "out"))
     assert json.loads(open(json_path).read()) == results
     assert open(png_path, "rb").read()[:4] == b"\x89PNG"

@@ -17,7 +17,8 @@ def test_bench_train_prints_a_table_and_writes_json(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     table = [line for line in result.stdout.splitlines() if line.startswith("| 2 |")]
     assert len(table) == 3, result.stdout
-    assert "of matmul peak" in result.stdout
+    assert "| mfu | of measured matmul |" in result.stdout
+    assert "2 warm-up + 2 x 3 steps" in result.stdout
     with open(tmp_path / "bench_train_mlp_2dev.json") as f:
         written = json.load(f)
     assert written["num_devices"] == 2 and written["matmul_gflops"] > 0
@@ -25,9 +26,28 @@ def test_bench_train_prints_a_table_and_writes_json(tmp_path):
     assert "[round 2/2] hand-written loop" in result.stdout  # rotated: engine is not first
     for row in written["rows"]:
         assert len(row["seconds"]) == 4 and row["low"] <= row["median"] <= row["high"]
-        assert 0 < row["peak_fraction"]
+        assert 0 < row["peak_fraction"] and 0 < row["mfu"]
     engine = written["rows"][0]
     assert written["ratios"]["engine"]["hand_loop"] == engine["median"] / written["rows"][2]["median"]
-    # 784·256 + 256·256 + 256·10 multiply-adds, ×2 FLOPs, ×3 for the backward pass.
-    assert written["train_flops_per_example"] >= 6 * (784 * 256 + 256 * 256 + 256 * 10)
+    # The engine's own count (engine.observe.step_flops): 784·256 + 256·256 + 256·10
+    # multiply-adds, ×2 FLOPs, ×2 for the weight gradients, ×1 for the input
+    # gradients of every layer but the first.
+    assert written["train_flops_per_example"] >= 2 * (
+        2 * 784 * 256 + 3 * (256 * 256 + 256 * 10))
+    # mfu divides by the peak the engine uses (measured on CPUs, and said so).
+    assert "matmul rate" in written["peaks"]["float32"]["source"]
+    assert engine["mfu"] == (engine["median"] * written["train_flops_per_example"]
+                             / written["peaks"]["float32"]["flops_per_second"])
+
+
+def test_the_tiny_step_times_one_device_at_batch_8(tmp_path):
+    result = run_bin(
+        "bench_train", "--tiny_step", "--steps=2", "--repetitions=1", "--warmup=2",
+        "--variants=engine,hand_loop", f"--output_dir={tmp_path}", timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "tiny step: 1 device (cpu:0), global batch 8" in result.stdout
+    with open(tmp_path / "bench_train_mlp_1dev.json") as f:
+        written = json.load(f)
+    assert written["config"]["global_batch_size"] == 8 and written["num_devices"] == 1
+    assert [len(row["seconds"]) for row in written["rows"]] == [1, 1]
 

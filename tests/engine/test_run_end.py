@@ -221,7 +221,7 @@ def test_an_empty_evaluation_is_warned_about_and_never_kept_as_the_best(tmp_path
                      task=_EmptyEval())
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
                 and r.name.startswith("tfloop")
-                and r.name != "tfloop.engine.loop.step_time"]  # a 4-step run may be input-bound
+                and r.name != "tfloop.engine.observe.step_time"]  # a 4-step run may be input-bound
     assert warnings == [f"eval  step {s}: 0 examples, so no result (the evaluation dataset is "
                         "empty; its loss 0 means nothing)" for s in (2, 4)]
     assert result["eval/examples"] == 0

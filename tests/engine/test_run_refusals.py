@@ -31,6 +31,10 @@ SMALL = dict(train_steps=20, steps_per_loop=10, global_batch_size=32)
     (dict(global_batch_size=16384), ConfigError,
      "--global_batch_size=16384 is larger than the 8192 examples ClassificationTask trains on"),
     (dict(devices="cpu:0,cpu:100000"), ConfigError, "beyond the 64 logical CPU devices"),
+    (dict(dataset="mnist", data_dir="/nonexistent", num_classes=3), ConfigError,
+     "--num_classes=3 applies to --dataset=synthetic only"),
+    (dict(strategy="parameter_server", synthetic_on_device=True), ConfigError,
+     "--synthetic_on_device keeps one batch on the devices"),
 ])
 def test_impossible_requests_are_refused_before_anything_is_written(
         tmp_path, overrides, error_type, message):

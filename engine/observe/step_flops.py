@@ -19,18 +19,26 @@ With `--accumulation_steps` the micro-batches together do the arithmetic of
 one pass over the replica's batch, which is what is traced.
 
 `mfu` (model FLOPs utilization) = FLOPs per step x steps / seconds / the
-devices' peak rate (`engine.runtime.hardware.peak`): the wall time of the
-loop, as `steps/s` takes it. The trainer reports it from its second loop on
-(the first traces and compiles) and counts the FLOPs then, once (about 0.1 s).
+devices' peak rate (`engine.runtime.hardware.peak`: one definition, a
+datasheet's dense rate for known GPUs in the compute dtype, a measured matmul
+rate elsewhere): the wall time of the loop, as `steps/s` takes it. The
+trainer's clock (`engine.observe.clock`) counts the FLOPs once, after the
+first loop (untimed: it traces and compiles), and reports `mfu` from the
+second loop on; the progress line, TensorBoard, metrics.json and
+`bin/bench_train` all divide by that same peak.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import Any, Callable, Optional
 
 import tensorflow as tf
+
+from tfloop.engine.loop.replica_step import replica_gradients
+from tfloop.engine.runtime import hardware
 
 logger = logging.getLogger(__name__)
 
@@ -87,3 +95,21 @@ def mfu(flops_per_step: Optional[float], steps: int, seconds: float,
     if not flops_per_step or not peak_flops_per_second or seconds <= 0:
         return None
     return flops_per_step * steps / seconds / peak_flops_per_second
+
+
+def of_trainer(trainer: Any) -> Optional[float]:
+    """FLOPs of one step of the engine's `Trainer` (this process's replicas:
+    the peak is its devices'; a cluster's fraction is the same on every
+    worker); None when they cannot be counted."""
+    replicas = len(hardware.local_devices(trainer.strategy))
+    per_replica = trainer.global_batch_size // trainer.strategy.num_replicas_in_sync
+    spec = replica_spec(trainer.element_spec, per_replica)
+    total = 0.0
+    for objective in trainer.objectives:
+        flops = count(functools.partial(
+            replica_gradients, objective.loss, trainer.model, variables=list(objective.variables),
+            optimizer=objective.optimizer, global_batch_size=trainer.global_batch_size), spec)
+        if flops is None:
+            return None
+        total += flops * replicas / objective.every
+    return total

@@ -4,8 +4,8 @@ In synchronous training every worker's loop takes the same wall time: the
 gradients' all-reduce waits for the slowest worker at every step. So a slow
 worker does not show in anyone's steps/s; it shows as time the *others* spend
 waiting inside the all-reduce. Each worker's trainer already times, inside
-the compiled loop, two things of its own (`engine.loop.step_time`, the
-trainer's `last_loop_time`):
+the compiled loop, two things of its own (`engine.observe.step_time`, its
+clock's `last`):
 
     input       the wait for its next batch: its tf.data pipeline
     all_reduce  from the gradients being all computed to their all-reduce
@@ -13,7 +13,7 @@ trainer's `last_loop_time`):
 
 and its *own time* per loop is the loop's wall time minus `all_reduce`:
 input, forward, backward and the update, everything it did not spend
-waiting for the others. Once per loop (`Stragglers`, an action on every
+waiting for the others. Once per sampled loop (`Stragglers`, an action on every
 worker) the workers sum a tiny table through the strategy, one row per
 worker (job, index, own seconds, input seconds): one collective of a few
 floats. The chief compares each worker's own time with the median of the
@@ -23,17 +23,20 @@ a row is named in one log line, its task and host, and whether its input
 pipeline is the cause. The chief also writes each worker's times to
 TensorBoard (`workers/<task>/own_seconds_per_step`, `.../input_seconds_per_step`).
 
-`WorkerClock` holds the loop's phase inside the compiled step (input, step,
-all-reduce), read by the hang dump (`engine.runtime.hang`). Under
-`--deterministic` TensorFlow refuses `tf.timestamp`: the loop is not timed
-and stragglers are not measured (one log line says so).
+The times come from the trainer's sampled loops (`engine.observe.clock`),
+and where this table is kept (`--straggler_threshold` > 0, 2+ workers) every
+loop is sampled: its per-step stamps are the price of naming a straggler
+(`--straggler_threshold=0` drops both). The table is exchanged on sampled
+loops only (a SIGUSR1 sample is one worker's, and is not exchanged). Under `--deterministic` TensorFlow refuses
+`tf.timestamp`: the loop is not timed and stragglers are not measured (one
+log line says so).
 """
 
 from __future__ import annotations
 
 import logging
 import statistics
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping
 
 import tensorflow as tf
 
@@ -45,56 +48,9 @@ logger = logging.getLogger(__name__)
 PERSISTENT = 3
 #: Seconds per step a straggler must lose, besides the ratio: below it, noise.
 MIN_SECONDS_PER_STEP = 0.01
-#: The phases of the compiled step, as `WorkerClock.phase` holds them.
-PHASES = {0: "not in a step", 1: "input (waiting on next(iterator), the tf.data pipeline)",
-          2: "step (forward, backward, update)", 3: "all-reduce (the gradients' collective)"}
 #: A row of the table the workers sum: job code, task index, own and input seconds.
 _ROW = 4
 _JOBS = {"chief": 0.0, "worker": 1.0}
-
-
-class WorkerClock:
-    """The phase of this worker's compiled step (input, step, all-reduce), set
-    inside the loop and read from outside by the hang dump.
-
-    A plain variable on this worker (created outside any strategy scope):
-    never reduced, each worker keeps its own. The times themselves are the
-    trainer's (`engine.loop.step_time`).
-    """
-
-    def __init__(self):
-        self.phase = tf.Variable(0, dtype=tf.int32, trainable=False, name="clock_phase")
-
-    def next(self, iterator):
-        """`next(iterator)`, its phase marked (inside the compiled loop)."""
-        self.phase.assign(1)
-        batch = next(iterator)
-        with tf.control_dependencies(_tensors(batch)):
-            self.phase.assign(2)
-        return batch
-
-    def all_reduce(self, strategy, reduce: Callable[[], Sequence], grads: Sequence):
-        """`reduce()`, the all-reduce of `grads`, its phase marked (in the
-        cross-replica context of the step's merge_call). The collective is not
-        made to wait for the mark: it may start on the first gradients while
-        the backward pass computes the others."""
-        local = [t for g in grads for t in strategy.experimental_local_results(g)]
-        with tf.control_dependencies(local):
-            self.phase.assign(3)
-        reduced = reduce()
-        done = [t for r in reduced for t in strategy.experimental_local_results(r)]
-        with tf.control_dependencies(done):
-            self.phase.assign(2)
-        return reduced
-
-    def describe_phase(self) -> str:
-        """The phase, read from outside the loop (the hang dump's thread)."""
-        return PHASES.get(int(self.phase.numpy()), "unknown")
-
-
-def _tensors(structure) -> list:
-    return [t for t in tf.nest.flatten(structure, expand_composites=True)
-            if isinstance(t, tf.Tensor)]
 
 
 class Stragglers(Action):
@@ -104,7 +60,7 @@ class Stragglers(Action):
     Args:
       strategy: the multi-worker strategy (the table's collective).
       times: `() -> LoopTime or None`: this worker's last loop, as its
-        trainer timed it (`Trainer.last_loop_time`, `engine.loop.step_time`).
+        trainer's clock timed it (`SampledClock.last`, `engine.observe.step_time`).
       role: this task's `launch.tf_config.Role` (the hosts, by task).
       threshold: a worker slower than this many times the others' median is
         a straggler; 0: no exchange at all.
@@ -127,7 +83,10 @@ class Stragglers(Action):
 
     def __call__(self, loop: LoopEnd) -> None:
         timed = self.times()
-        if not self.threshold or loop.num_steps <= 0 or timed is None:
+        # Only the loops every worker samples alike (a SIGUSR1 sample is one
+        # worker's): the table is a collective, every worker must join it.
+        if (not self.threshold or loop.num_steps <= 0 or timed is None
+                or not timed.sampled or not timed.scheduled):
             return
         own = max(timed.seconds - timed.all_reduce, 0.0)
         table = self._exchange(own, timed.input)

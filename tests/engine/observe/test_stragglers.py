@@ -1,18 +1,18 @@
-"""engine.loop.stragglers: who counts as a straggler (the 2-worker run: tests/bin/test_diagnose.py)."""
+"""engine.observe.stragglers: who counts as a straggler (the 2-worker run: tests/bin/test_diagnose.py)."""
 
 import logging
 import types
 
 from tfloop.engine.loop.actions import LoopEnd
-from tfloop.engine.loop.step_time import LoopTime
-from tfloop.engine.loop.stragglers import PERSISTENT, Stragglers
+from tfloop.engine.observe.step_time import LoopTime
+from tfloop.engine.observe.stragglers import PERSISTENT, Stragglers
 from tfloop.launch.tf_config import Role
 
 
 def _stragglers(tables, threshold=3.0):
     role = Role("worker", 0, {"worker": ("node-a:2222", "node-b:2222", "node-c:2222")})
     strategy = types.SimpleNamespace(num_replicas_in_sync=3)
-    # This worker's own last loop, as its trainer timed it (engine.loop.step_time).
+    # This worker's own last loop, as its trainer timed it (engine.observe.step_time).
     timed = LoopTime(start=0, steps=10, seconds=1.0, input=0.0, all_reduce=0.0)
     action = Stragglers(strategy=strategy, times=lambda: timed, role=role, threshold=threshold)
     action._exchange = lambda own, wait: tables.pop(0)  # what the collective would sum

@@ -2,10 +2,10 @@
 
 - the hang watch on every task (`engine.runtime.hang`, `--hang_timeout`),
   told by an action when each loop ends;
-- the straggler table in a multi-worker cluster (`engine.loop.stragglers`,
+- the straggler table in a multi-worker cluster (`engine.observe.stragglers`,
   `--straggler_threshold`), an action on every worker;
 - on the chief, TensorBoard's restart mark, HParams, the loop's graph and the
-  final metrics (`engine.loop.board`).
+  final metrics (`engine.observe.board`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
-from tfloop.engine.loop import board
+from tfloop.engine.observe import board
 from tfloop.engine.loop.actions import Action, LoopEnd
-from tfloop.engine.loop.stragglers import Stragglers
+from tfloop.engine.observe.stragglers import Stragglers
 from tfloop.engine.loop.summaries import SummaryWriter
 from tfloop.engine.run_dir import layout
 from tfloop.engine.errors import one_line
@@ -44,7 +44,7 @@ class Watchers:
     Args:
       plan: the run's plan (config, role, strategy spec).
       strategy: the run's strategy.
-      trainer: the trainer (its `clock`, where it has one).
+      trainer: the trainer (its `step_phase` and `clock`, where it has them).
       phase: `() -> (Controller.running, Controller.running_steps)`.
       train_summaries, eval_summaries: the chief's writers, else None.
       start_step: the step training starts from.
@@ -56,19 +56,21 @@ class Watchers:
                  eval_summaries: Optional[SummaryWriter], start_step: int,
                  run_dir: layout.RunDir):
         config, role = plan.config, plan.role
+        phase_marks = getattr(trainer, "step_phase", None)
         clock = getattr(trainer, "clock", None)
         self.watch = hang.HangWatch(
             timeout=config.hang_timeout, task=role.name,
             directory=hang.directory_for(run_dir.diagnostics),
             file_name=lambda number: layout.hang_dump_name(role.name, os.getpid(), number),
-            phase=phase, step_phase=clock.describe_phase if clock is not None else None)
+            phase=phase,
+            step_phase=phase_marks.describe_phase if phase_marks is not None else None)
         self.actions: list[Action] = [_LoopEnded(self.watch)]
         # Every worker decides alike (the table is a collective): same flags, same determinism.
         if (plan.spec.compares_workers and role.num_workers > 1
                 and config.straggler_threshold and clock is not None):
-            if getattr(trainer, "timed", False):
+            if getattr(clock, "timed", False):
                 self.actions.append(Stragglers(strategy=strategy,
-                                               times=lambda: trainer.last_loop_time, role=role,
+                                               times=lambda: clock.last, role=role,
                                                threshold=config.straggler_threshold,
                                                writer=train_summaries))
             elif role.is_chief:

@@ -19,7 +19,7 @@ import pytest
 import tensorflow as tf
 
 from tfloop.engine.config import RunConfig
-from tfloop.engine.loop import step_flops, step_time
+from tfloop.engine.observe import step_flops, step_time
 from tfloop.engine.loop.replica_step import replica_gradients
 from tfloop.engine.losses import LossOutput
 from tfloop.engine.run import run
@@ -156,29 +156,71 @@ def test_the_breakdown_adds_up_and_its_line_reads():
         "40%; mfu 12.3%; peak memory host 812 MB")
 
 
-def test_sigusr1_logs_the_breakdown_at_the_next_loop_end(caplog):
+def test_sigusr1_samples_the_next_loop_and_logs_its_breakdown(caplog):
     import signal
     import threading
 
     from tfloop.engine.loop.actions import LoopEnd
+    from tfloop.engine.observe.clock import SampledClock
 
     # pytest (and each xdist worker) runs tests on the main thread, where
     # signal handlers can be installed.
     assert threading.current_thread() is threading.main_thread()
     before = signal.getsignal(signal.SIGUSR1)
-    loop = step_time.LoopTime(start=0, steps=10, seconds=0.2, input=0.01, all_reduce=0.02)
-    report = step_time.Report(source=lambda: loop, writer=None, interval=0)
+    clock = SampledClock(sample_every=100, first_samples=3)
+    stamps = {"input": 0.01, "all_reduce": 0.02, "stamped": 0.2}
+    report = step_time.Report(clock=clock, writer=None, interval=0)
     end = LoopEnd(start=0, step=10, target=100, num_steps=10, seconds=0.2, metrics={})
+
+    def loop():  # what the trainer does: the clock's three points, then the actions
+        sampled = clock.begin(0)
+        clock.end(None, start=0, steps=10, stamped=stamps if sampled else {})
+        report(end)
+        return sampled
+
     report.train_begin(0)
     try:
-        with caplog.at_level(logging.INFO, logger="tfloop.engine.loop.step_time"):
-            report(end)  # the first loop traces: nothing
-            report(end)  # after warm-up: the line
-            report(end)  # nothing asked
+        with caplog.at_level(logging.INFO, logger="tfloop.engine.observe.step_time"):
+            clock._probed = True  # no trainer to probe here
+            ran = [loop() for _ in range(5)]  # the first loop traces; 2-4 are sampled
             os.kill(os.getpid(), signal.SIGUSR1)
-            report(end)  # asked
+            ran += [loop(), loop()]  # asked: the next loop is sampled, then no more
     finally:
         report.close()
+    assert ran == [False, True, True, True, False, True, False]
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step time")]
     assert len(said) == 2, said
+    assert said[0].startswith("step time, steps 1-10: 20.00 ms/step = input wait 5% + "
+                              "all-reduce 10% + compute 85%")
     assert signal.getsignal(signal.SIGUSR1) == before  # given back
+
+
+@pytest.mark.parametrize("rate, warned", [(1000.0, False), (30.0, True), (None, True)])
+def test_a_long_input_wait_warns_only_where_the_pipeline_cannot_keep_up(caplog, rate, warned):
+    """60% input wait on 10 ms steps (100 steps/s): a pipeline alone at 1000
+    batches/s keeps up (the wait is the iterator's hand-over: one info line,
+    no warning); at 30 it does not; unknown, the share decides."""
+    import types
+
+    from tfloop.engine.loop.actions import LoopEnd
+
+    loop = step_time.LoopTime(start=0, steps=10, seconds=0.1, input=0.06, all_reduce=0.0,
+                              stamped=0.1)
+    clock = types.SimpleNamespace(last=loop, ask=lambda: None)
+    asked = []
+    report = step_time.Report(clock=clock, writer=None, interval=0,
+                              pipeline_rate=lambda: asked.append(1) or rate)
+    end = LoopEnd(start=0, step=10, target=100, num_steps=10, seconds=0.1, metrics={})
+    with caplog.at_level(logging.INFO, logger="tfloop.engine.observe.step_time"):
+        for _ in range(3):
+            report(end)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    infos = [r.getMessage() for r in caplog.records if "not input-bound" in r.getMessage()]
+    assert len(asked) == 1  # measured once
+    assert len(warnings) == (1 if warned else 0), warnings
+    assert len(infos) == (0 if warned else 1), infos
+    if warned:
+        assert warnings[0].startswith("input-bound: the replicas waited on tf.data for 60% of "
+                                      "steps 1-10")
+    else:
+        assert "delivers 1000 batches/s, 10.0x the loop's 100 steps/s" in infos[0]

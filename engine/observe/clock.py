@@ -1,0 +1,133 @@
+"""The engine's clock: every loop timed on the host, per-step stamps in sampled loops only.
+
+The trainer (`engine.loop.trainer`) calls its clock at three points and knows
+nothing else about timing (`engine.loop.runner.LoopClock`, whose base times
+nothing)::
+
+    sampled = clock.begin(start_step)    # loop 2, one in SAMPLE_EVERY after (every loop
+                                         # where the straggler table compares workers),
+                                         # and the loop after a SIGUSR1 (`ask`)
+    loop(..., stamps=clock.stamps(sampled))   # two traced loop functions at most
+    metrics |= clock.end(trainer, start=, steps=, stamped=)   # the loop's wall time ends
+
+`end` keeps the loop's `LoopTime` (`last`: what the breakdown's report,
+`engine.observe.step_time.Report`, and the straggler table read), and adds
+`mfu` to the loop's metrics from its second loop on (the first traces and
+compiles). Its one-time work runs at the end of the *first* loop, which is
+never timed, so none of it lands in a timed loop: the step's FLOPs are
+counted from its graph (`engine.observe.step_flops`), and the sampled loop
+function is traced and run for 0 steps (`trainer.warm_sampled()`) so the
+first sampled loop does not trace or instantiate it either. The devices' peak rate (`engine.runtime.hardware.peak`)
+comes with the clock, probed before the trainer is built.
+
+Why sample: a stamp is a host op, and one per step that waits on device
+tensors makes the host wait for the device every step
+(`engine.observe.step_time`). Wall time per loop costs nothing. The
+schedule: the `first_samples` loops after the first (the breakdown's first
+line), then one loop in `SAMPLE_EVERY`, which alone pays the stamps' cost.
+A multi-worker cluster that compares its workers (`--straggler_threshold`,
+`engine.observe.stragglers`) samples every loop (`sample_every=1`), as
+before: the table compares each loop's own time of every worker, which a
+loop's stamps give and its wall time (the same on every worker) does not;
+`--straggler_threshold=0` turns both off. The loops the schedule samples are
+the same on every worker (the table is a collective).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Optional
+
+from tfloop.engine.loop.runner import LoopClock, Metrics, StepStamps
+from tfloop.engine.observe import step_flops, step_time
+from tfloop.engine.runtime.hardware import Peak
+
+logger = logging.getLogger(__name__)
+
+#: After the first loop (which traces and compiles) and the first samples,
+#: one loop in this many is sampled.
+SAMPLE_EVERY = 10
+
+
+class SampledClock(LoopClock):
+    """The engine's clock (see the module docstring).
+
+    Args:
+      peak: the devices' peak rate (None: no `mfu`).
+      timed: False where TensorFlow refuses `tf.timestamp` (op determinism):
+        no loop is sampled, every loop still has its wall time.
+      sample_every: one loop in this many is sampled after the first samples.
+      first_samples: loops 2 to 1 + first_samples are sampled
+        (`engine.observe.stragglers.PERSISTENT` where workers are compared).
+    """
+
+    def __init__(self, *, peak: Optional[Peak] = None, timed: bool = True,
+                 sample_every: int = SAMPLE_EVERY, first_samples: int = 1):
+        if sample_every < 1 or first_samples < 1:
+            raise ValueError(f"`sample_every` ({sample_every!r}) and `first_samples` "
+                             f"({first_samples!r}) must be positive integers")
+        self.first_samples = first_samples
+        self.peak = peak
+        self.timed = timed
+        self.sample_every = sample_every
+        self.flops: Optional[float] = None
+        self.last: Optional[step_time.LoopTime] = None
+        self.loops = 0
+        self._asked = False
+        self._sampling: tuple[bool, bool] = (False, False)  # (scheduled, asked) of this loop
+        self._probed = False
+        self._began = 0.0
+
+    def ask(self) -> None:
+        """Samples the next loop (SIGUSR1, from any thread)."""
+        self._asked = True
+
+    def scheduled(self, loop: int) -> bool:
+        """Whether the schedule samples loop number `loop` (1-based)."""
+        last_first = 1 + self.first_samples
+        return 2 <= loop <= last_first or (
+            loop > last_first and (loop - last_first) % self.sample_every == 0)
+
+    def begin(self, start_step: int) -> bool:
+        number = self.loops + 1
+        scheduled = self.timed and self.scheduled(number)
+        asked = self.timed and self._asked and number >= 2
+        if asked:
+            self._asked = False
+        self._sampling = (scheduled, asked)
+        self._began = time.perf_counter()
+        return scheduled or asked
+
+    def stamps(self, sampled: bool) -> StepStamps:
+        return step_time.Stamps() if sampled else StepStamps()
+
+    def end(self, trainer: Any, *, start: int, steps: int, stamped: dict) -> Metrics:
+        seconds = time.perf_counter() - self._began
+        self.loops += 1
+        scheduled, asked = self._sampling
+        self._sampling = (False, False)
+        if stamped:
+            self.last = step_time.LoopTime(
+                start=start, steps=steps, seconds=seconds, input=float(stamped["input"]),
+                all_reduce=float(stamped["all_reduce"]), sampled=True, scheduled=scheduled,
+                asked=asked, stamped=float(stamped["stamped"]))
+        else:
+            self.last = step_time.LoopTime(start=start, steps=steps, seconds=seconds,
+                                           sampled=False, scheduled=False)
+        if self.loops == 1:
+            self._probe(trainer)
+            return {}  # the first loop traces and compiles: its mfu would mean nothing
+        rate = step_flops.mfu(self.flops, steps, seconds,
+                              self.peak.flops_per_second if self.peak else None)
+        return {step_flops.MFU: rate} if rate is not None else {}
+
+    def _probe(self, trainer: Any) -> None:
+        """The one-time work, after the untimed first loop."""
+        if self._probed:
+            return
+        self._probed = True
+        if self.peak is not None:
+            self.flops = step_flops.of_trainer(trainer)
+        if self.timed and hasattr(trainer, "warm_sampled"):
+            trainer.warm_sampled()

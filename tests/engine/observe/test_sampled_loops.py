@@ -1,0 +1,171 @@
+"""Per-step stamps only in sampled loops (issue 30), proven on GPU device names without a GPU.
+
+The train loop is traced (never run) under a MirroredStrategy over
+"/gpu:0", "/gpu:1", which TensorFlow accepts without placing anything (as
+tests/collectives/test_gpu_paths.py traces the collectives). An unsampled
+loop must hold no `Timestamp`, no `held_until` identity, and no control
+dependency from the step's tensors (anything computed from the weights:
+forward, backward, all-reduce, update) to a host op: such an edge makes the
+host wait for the device every step. The sampled loop holds all three, and
+on the CPU it still gives the breakdown.
+"""
+
+import logging
+import types
+
+import keras
+import pytest
+import tensorflow as tf
+
+from tfloop import collectives
+from tfloop.engine.loop.actions import LoopEnd
+from tfloop.engine.loop.runner import LoopClock
+from tfloop.engine.loop.trainer import Trainer
+from tfloop.engine.observe import clock as clock_lib
+from tfloop.engine.observe import step_time
+
+GPUS = ["/gpu:0", "/gpu:1"]
+#: Ops that run on the host whatever the machine: the clock, the input
+#: iterators, Python. (Device strings are no test here: without a GPU the
+#: variables, and what is colocated with them, were created on the CPU.)
+HOST_ONLY = {"Timestamp", "IteratorGetNext", "IteratorGetNextAsOptional",
+             "MultiDeviceIteratorGetNextFromShard", "EagerPyFunc", "PyFunc", "PrintV2"}
+
+
+def _trainer(devices, clock=None, **options):
+    strategy = tf.distribute.MirroredStrategy(devices)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
+                                  keras.layers.Dense(4)])
+        step = tf.Variable(0, dtype=tf.int64,
+                           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    dataset = tf.data.Dataset.from_tensors(
+        (tf.zeros([8, 8]), tf.zeros([8], tf.int64))).repeat()
+    return Trainer(strategy=strategy, model=model, global_step=step,
+                   collective=collectives.create("ring", devices=devices),
+                   train_dataset=dataset, global_batch_size=8,
+                   optimizer=keras.optimizers.SGD(0.1), clock=clock, **options)
+
+
+def _functions(trainer, sampled: bool):
+    """Every function body of the traced loop (the while loop's body among
+    them), as {name: [NodeDef]}, from its public GraphDef."""
+    graph_def = trainer._loop.get_concrete_function(
+        trainer._iterator, tf.constant(2), sampled).graph.as_graph_def()
+    bodies = {"<top>": list(graph_def.node)}
+    bodies.update({f.signature.name: list(f.node_def) for f in graph_def.library.function})
+    return bodies
+
+
+def _is_host(node) -> bool:
+    return node.op in HOST_ONLY
+
+
+def _step_nodes(nodes) -> set:
+    """The nodes computed on a GPU and everything computed from them (data
+    edges): the step's tensors."""
+    consumers = {}
+    for node in nodes:
+        for name in node.input:
+            if not name.startswith("^"):
+                consumers.setdefault(name.split(":")[0], []).append(node.name)
+    by_name = {node.name: node for node in nodes}
+    frontier = [n.name for n in nodes if "GPU" in n.device.upper()]
+    seen = set(frontier)
+    while frontier:
+        for consumer in consumers.get(frontier.pop(), ()):
+            if consumer not in seen:
+                seen.add(consumer)
+                frontier.append(consumer)
+    return {name for name in seen if name in by_name}
+
+
+def _findings(trainer, sampled: bool) -> dict:
+    found = {"timestamps": 0, "held_until": 0, "host_waits": []}
+    for function, nodes in _functions(trainer, sampled).items():
+        step = _step_nodes(nodes)
+        found["timestamps"] += sum(n.op == "Timestamp" for n in nodes)
+        found["held_until"] += sum("held_until" in n.name for n in nodes)
+        for node in nodes:
+            waits = [name[1:] for name in node.input if name.startswith("^") and name[1:] in step]
+            if waits and _is_host(node):
+                found["host_waits"].append(f"{function}: {node.op} {node.name} after {waits[:3]}")
+    return found
+
+
+def test_an_unsampled_gpu_loop_holds_no_stamp_and_no_host_wait():
+    trainer = _trainer(GPUS, clock_lib.SampledClock())
+    quiet = _findings(trainer, sampled=False)
+    assert quiet == {"timestamps": 0, "held_until": 0, "host_waits": []}, quiet
+    # The same trainer's sampled loop has them: the check sees what it looks for.
+    stamped = _findings(trainer, sampled=True)
+    assert stamped["timestamps"] >= 4 and stamped["held_until"] >= 2, stamped
+    assert stamped["host_waits"], stamped
+    # Two traced loop functions at most, whatever the number of loops.
+    trainer._loop.get_concrete_function(trainer._iterator, tf.constant(5), False)
+    assert trainer._loop.experimental_get_tracing_count() == 2
+
+
+def test_the_do_nothing_clock_never_samples():
+    clock = LoopClock()
+    assert clock.begin(0) is False
+    assert clock.end(None, start=0, steps=1, stamped={}) == {}
+
+
+def test_the_schedule_samples_the_second_loop_then_one_in_n_and_on_request():
+    assert [n for n in range(1, 25) if clock_lib.SampledClock().scheduled(n)] == [2, 12, 22]
+    clock = clock_lib.SampledClock(sample_every=3, first_samples=3)  # a cluster's
+    assert [n for n in range(1, 12) if clock.scheduled(n)] == [2, 3, 4, 7, 10]
+    fake = types.SimpleNamespace()  # no trainer to probe: no peak, no warm_sampled
+    sampled = []
+    for loop in range(1, 8):
+        if loop == 5:
+            clock.ask()
+        sampled.append(clock.begin(0))
+        clock.end(fake, start=0, steps=1, stamped={})
+    assert sampled == [False, True, True, True, True, False, True]
+    untimed = clock_lib.SampledClock(timed=False)
+    assert not any(untimed.begin(0) or untimed.end(fake, start=0, steps=1, stamped={})
+                   for _ in range(4))
+
+
+def test_a_sampled_cpu_loop_gives_the_breakdown(cpu_devices, caplog):
+    clock = clock_lib.SampledClock(first_samples=2)
+    trainer = _trainer(cpu_devices[:2], clock)
+    report = step_time.Report(clock=clock, writer=None, interval=0)
+    report.train_begin(0)
+    try:
+        with caplog.at_level(logging.INFO, logger="tfloop.engine.observe.step_time"):
+            for loop in range(3):
+                start = loop * 4
+                trainer.train(4)
+                report(LoopEnd(start=start, step=start + 4, target=12, num_steps=4,
+                               seconds=clock.last.seconds, metrics={}))
+                assert clock.last.sampled == (loop >= 1), loop
+    finally:
+        report.close()
+    assert trainer._loop.experimental_get_tracing_count() == 2
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step time")]
+    assert len(said) == 1 and said[0].startswith("step time, steps 5-8: "), said
+    sample = report.sample
+    assert sample.stamped > 0 and sample.input >= 0 and sample.all_reduce > 0
+    assert sum(sample.shares().values()) == pytest.approx(1.0)
+
+
+def test_synthetic_on_device_trains_every_step_on_one_batch_taken_once(cpu_devices):
+    """The dataset holds one batch and no more: a trainer that took a batch
+    per step would run out at the second; this one takes it once."""
+    strategy = tf.distribute.MirroredStrategy(cpu_devices[:2])
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+        step = tf.Variable(0, dtype=tf.int64,
+                           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    one_batch = tf.data.Dataset.from_tensors(
+        (tf.random.stateless_normal([8, 8], seed=[1, 2]), tf.zeros([8], tf.int64)))
+    trainer = Trainer(strategy=strategy, model=model, global_step=step,
+                      collective=collectives.create("ring", devices=cpu_devices[:2]),
+                      train_dataset=one_batch, global_batch_size=8,
+                      optimizer=keras.optimizers.SGD(0.1), input_on_device=True)
+    losses = [trainer.train(3)["loss"] for _ in range(2)]
+    assert int(step.numpy()) == 6
+    assert losses[1] < losses[0]  # the same batch, learned
