@@ -1,0 +1,33 @@
+"""Parity with Keras's `fit` under MirroredStrategy: the plain cases (parity.py)."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import parity
+
+EXAMPLES, BATCH = 88, 16  # 5 full batches and one of 8 per epoch
+
+
+def data(n=EXAMPLES, seed=0, features=6):
+    rng = np.random.RandomState(seed)
+    x = rng.rand(n, features).astype("float32")
+    return x, (x.sum(1) > features / 2).astype("int64")
+
+
+def dataset(n=EXAMPLES, batch=BATCH, seed=0):
+    return tf.data.Dataset.from_tensor_slices(data(n, seed)).batch(batch)
+
+
+def dense():
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, activation="relu"),
+                              keras.layers.Dense(2)])
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  optimizer=keras.optimizers.SGD(0.1), metrics=["accuracy"])
+    return model
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_a_dense_model_on_full_batches(tmp_path, replicas):
+    parity.compare(dense, dataset(n=64), replicas=replicas, model_dir=tmp_path, epochs=2)
