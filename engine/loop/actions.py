@@ -209,7 +209,9 @@ class EvalSummaries(Action):
         self.writer = writer
 
     def __call__(self, loop: LoopEnd) -> None:
-        self.writer.write(loop.step, _scalars(loop.metrics))
+        scalars = _scalars(loop.metrics)
+        if scalars:  # none for an evaluation of no example: no result to draw
+            self.writer.write(loop.step, scalars)
 
 
 class Profile(Action):

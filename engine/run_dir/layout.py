@@ -15,6 +15,8 @@ and the atomic reads and writes of the run's records.
       export/.<step>.tmp-*/  one being written
       best/                  the best evaluation (loop.best): best.json, state.json,
                              ckpt-<step>, export/<step>/
+      fit_epochs.json        the last epoch whose end `fit` told its Keras callbacks
+                             (keras_fit.callbacks: told once, across kills)
       diagnostics/           hang-<task>-<pid>-<n>.txt: what a task was doing when no
                              loop ended in --hang_timeout, or when asked (runtime.hang)
 
@@ -57,6 +59,7 @@ BEST = "best"
 BEST_JSON = "best.json"
 BEST_STATE = "state.json"
 DIAGNOSTICS = "diagnostics"
+FIT_EPOCHS = "fit_epochs.json"
 #: The suffix of a file `write_text` is writing.
 TEMPORARY = ".tmp"
 #: A checkpoint's files; a save in progress (TensorFlow names it); an export
@@ -144,6 +147,10 @@ class RunDir:
     @property
     def best_state(self) -> str:
         return self.path(BEST_STATE)
+
+    @property
+    def fit_epochs_json(self) -> str:
+        return self.path(FIT_EPOCHS)
 
     @property
     def diagnostics(self) -> str:
