@@ -116,6 +116,8 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, *, epochs: int = 1
     changes.update(_checkpoints(config, backup, steps_per_epoch))
     if not config.changed("devices") and devices_lib.chosen():
         changes["devices"] = devices_lib.chosen()  # tfloop.use_devices(...)
+    if not in_cluster:
+        _check_devices_in_time(changes.get("devices", config.devices))
     temporary = None
     if not config.changed("model_dir") and "model_dir" not in changes:
         if in_cluster:
@@ -123,8 +125,6 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, *, epochs: int = 1
                               "directory every worker names alike")
         temporary = changes["model_dir"] = tempfile.mkdtemp(prefix="tfloop-fit-")
     config = dataclasses.replace(config, **changes)
-    if not in_cluster:
-        _check_devices_in_time(config.devices)
     task = CompiledModelTask(model_fn, train_data, global_batch_size=global_batch,
                              validation_data=validation_data)
     history = keras.callbacks.History()
@@ -150,7 +150,8 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, *, epochs: int = 1
     history.run_result = result
     if history.model is None:
         history.set_model(getattr(result, "model", None) or task.model)
-    if backup is not None and backup.delete_checkpoint and _finished(result):
+    chief = driven[0].is_chief if driven else True
+    if backup is not None and backup.delete_checkpoint and _finished(result) and chief:
         _remove_run_folder(config.model_dir)  # as Keras deletes its backup after training
     elif temporary is None:
         logger.info("fit: checkpoints, summaries and metrics.json are in %s", config.model_dir)
