@@ -8,8 +8,8 @@ checkpoints; a Keras callback sees the run as `fit` would show it:
                                          epoch boundaries)
     on_train_batch_begin/end(batch, logs)  once per loop, not per step: a loop of N steps
                                          is one call whose `batch` is the loop's last step
-                                         in the epoch and whose logs are the loop's means,
-                                         as Keras does with `steps_per_execution=N`
+                                         in the epoch and whose logs are the epoch's means
+                                         so far, as Keras does with `steps_per_execution=N`
     on_test_begin/end(logs)              around the validation at an epoch's end
     on_epoch_end(epoch, logs)            the epoch's means (loops weighted by their
                                          steps) and `val_<name>` of its validation
@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import keras
 import tensorflow as tf
@@ -103,8 +103,9 @@ def runs_here(callback: Any, is_chief: bool) -> bool:
     return is_chief or not writes
 
 
-def _logs(metrics) -> dict:
-    """Keras's logs of an engine loop or evaluation; none of one of no example."""
+def _engine_means(metrics) -> dict:
+    """The engine's means of a loop or evaluation that become Keras's logs
+    (`to_logs`); none of an evaluation of no example: no result to pass."""
     if metrics.get("examples", 1) == 0:
         return {}
     return {name: float(value) for name, value in metrics.items() if name not in _NOT_LOGGED}
@@ -154,7 +155,8 @@ class KerasCallbacks:
 
     def __init__(self, callbacks: Sequence[Any], *, model: Any, steps_per_epoch: int,
                  epochs: int, validates: bool, is_chief: bool, strategy: Any = None,
-                 verbose: int = 0, model_dir: Optional[str] = None,
+                 to_logs: Callable[[dict], dict] = dict, validation_freq: int = 1,
+                 initial_epoch: int = 0, verbose: int = 0, model_dir: Optional[str] = None,
                  epoch_state: Optional[EpochState] = None):
         history = [c for c in callbacks if isinstance(c, keras.callbacks.History)]
         here = [c for c in callbacks if runs_here(c, is_chief)
@@ -168,6 +170,12 @@ class KerasCallbacks:
         self.steps_per_epoch, self.epochs = steps_per_epoch, epochs
         self.validates = validates
         self.is_chief = is_chief
+        # Keras validates after the epochs whose count is a multiple of
+        # validation_freq, and numbers epochs from initial_epoch: the engine's
+        # step 0 is the start of epoch initial_epoch.
+        self.validation_freq, self.initial_epoch = validation_freq, initial_epoch
+        # The engine's means -> Keras's logs (`CompiledModelTask.keras_logs`).
+        self._to_logs = to_logs
         # In a cluster one tiny all-reduce per loop agrees on model.stop_training
         # (strategy None: this process decides alone).
         self._agree = StopRequest(strategy)
@@ -196,8 +204,11 @@ class KerasCallbacks:
                     callback.append = True
         self.callbacks.on_train_begin()
 
+    def _epoch(self, step: int) -> int:
+        return self.initial_epoch + step // self.steps_per_epoch
+
     def loop_begin(self, step: int) -> None:
-        epoch = step // self.steps_per_epoch
+        epoch = self._epoch(step)
         if self._epoch_open != epoch:
             self._epoch_open = epoch
             self._epoch_sums, self._epoch_steps = self._resumed or ({}, 0)
@@ -206,36 +217,37 @@ class KerasCallbacks:
         self.callbacks.on_train_batch_begin(step % self.steps_per_epoch)
 
     def loop_end(self, loop: LoopEnd) -> None:
-        logs = _logs(loop.metrics)
-        epoch = loop.start // self.steps_per_epoch
-        self.callbacks.on_train_batch_end(loop.step - epoch * self.steps_per_epoch - 1, logs)
-        self._add(loop, logs)
+        # Every step counts the same rows, so loops weigh by their steps; the
+        # logs are the epoch's so far, as Keras's metrics are after each batch.
+        epoch = self._epoch(loop.start)
+        means = self._add(loop)
+        self.callbacks.on_train_batch_end((loop.step - 1) % self.steps_per_epoch, dict(means))
         self._stop_if_asked("on_train_batch_end")
-        self._epoch_finished(loop.step, epoch)
-
-    def _add(self, loop: LoopEnd, logs: dict) -> None:
-        steps = loop.step - loop.start
-        for name, value in logs.items():
-            self._epoch_sums[name] = self._epoch_sums.get(name, 0.0) + value * steps
-        self._epoch_steps += steps
-        if self._epoch_state is not None:  # what the checkpoint of this step holds
-            self._epoch_state.store(loop.step, self._epoch_sums, self._epoch_steps)
-
-    def _epoch_finished(self, step: int, epoch: int) -> None:
-        if step % self.steps_per_epoch == 0:  # the epoch's last loop
-            means = {k: v / self._epoch_steps for k, v in self._epoch_sums.items()}
-            if self.validates:
+        if loop.step % self.steps_per_epoch == 0:  # the epoch's last loop
+            if self.validates and (epoch + 1) % self.validation_freq == 0:
                 self._pending = (epoch, means)
                 self.callbacks.on_test_begin()
             else:
                 self._end_epoch(epoch, means)
 
+    def _add(self, loop: LoopEnd) -> dict:
+        """Adds the loop to the epoch's sums; Keras's logs of the epoch so far."""
+        steps = loop.step - loop.start
+        for name, value in _engine_means(loop.metrics).items():
+            self._epoch_sums[name] = self._epoch_sums.get(name, 0.0) + value * steps
+        self._epoch_steps += steps
+        if self._epoch_state is not None:  # what the checkpoint of this step holds
+            self._epoch_state.store(loop.step, self._epoch_sums, self._epoch_steps)
+        return self._to_logs({k: v / self._epoch_steps for k, v in self._epoch_sums.items()})
+
     def validated(self, loop: LoopEnd) -> None:
         if self._pending is None:
             # Not an epoch's validation (a finished run called again evaluates
-            # once more): the callbacks were not told a test began.
+            # once more; an epoch off validation_freq's beat): the callbacks
+            # were not told a test began.
             return
-        val = _logs(loop.metrics)
+        means = _engine_means(loop.metrics)
+        val = self._to_logs(means) if means else {}
         self.callbacks.on_test_end(val)
         epoch, means = self._pending
         self._pending = None
@@ -269,15 +281,12 @@ class KerasCallbacks:
         shows its batch; when one sets `model.stop_training` (TerminateOnNaN),
         the epoch ends with those logs, as in Keras (without validating the
         diverged weights), and True: `fit` returns its History."""
-        logs = {name: float(value) for name, value in metrics.items()
-                if name not in _NOT_LOGGED}
-        epoch = start // self.steps_per_epoch
-        self.callbacks.on_train_batch_end(step - epoch * self.steps_per_epoch - 1, logs)
+        epoch = self._epoch(start)
+        means = self._add(LoopEnd(start=start, step=step, target=step, num_steps=step - start,
+                                  seconds=0.0, metrics=metrics))
+        self.callbacks.on_train_batch_end((step - 1) % self.steps_per_epoch, dict(means))
         if not getattr(self.model, "stop_training", False):
             return False
-        self._add(LoopEnd(start=start, step=step, target=step, num_steps=step - start,
-                          seconds=0.0, metrics=logs), logs)
-        means = {k: v / self._epoch_steps for k, v in self._epoch_sums.items()}
         self._end_epoch(epoch, means, agree=False)  # every worker saw the same numbers
         return True
 

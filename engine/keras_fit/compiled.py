@@ -70,25 +70,32 @@ class CompiledModelTask(Task):
 
     def build_model(self):
         model = checked_model(self.model_fn)
-        if not model.built:  # keras.Sequential() with no Input: built here, in the scope
-            model.build(self._input_shape())
-        self.model, self._compiled = model, CompiledLoss(model)
+        if not model.built or not model.variables:
+            # keras.Sequential() with no Input, a subclassed keras.Model (built()
+            # or not): Keras's fit makes its variables on the first batch; here,
+            # in the scope, on one batch of zeros shaped as the data's.
+            model(self._zeros(), training=False)
+        if not model.trainable_variables:
+            raise ConfigError(f"fit: the model of {_name(self.model_fn)} has no trainable "
+                              "variables after a call on a batch of the training data")
+        self.model, self._compiled = model, CompiledLoss(model, keras_logs=True)
         self.jit_compile = bool(getattr(model, "jit_compile", False))
         return model
 
-    def _input_shape(self):
+    def _zeros(self):
         if not isinstance(self._train, tf.data.Dataset):
             raise ConfigError("fit: the model is not built (no keras.Input) and the training "
                               "data is a function; give the model a keras.Input(shape)")
         x, _, _ = epochs.split_element(self._train.element_spec)
-        return tf.nest.map_structure(lambda spec: spec.shape, x)
+        return tf.nest.map_structure(
+            lambda spec: tf.zeros([1, *spec.shape[1:]], spec.dtype), x)
 
     def build_optimizer(self):
         return self.model.optimizer
 
     def train_dataset(self, context: InputContext) -> tf.data.Dataset:
         return epochs.weighted_batches(self._dataset(self._train, context),
-                                       self.global_batch_size)
+                                       self.global_batch_size, context.num_replicas)
 
     def eval_dataset(self, context: InputContext) -> Optional[tf.data.Dataset]:
         if self._validation is None:
@@ -96,8 +103,15 @@ class CompiledModelTask(Task):
         return self._dataset(self._validation, context)
 
     def loss(self, model, batch, *, training: bool) -> LossOutput:
-        x, y, weight = epochs.split_element(batch)
+        if isinstance(batch, tuple) and len(batch) == 4:  # (`epochs.weighted_batches`)
+            x, y, weight, real = batch
+            return self._compiled(model, x, y, weight, training=training, real=real)
+        x, y, weight = epochs.split_element(batch)  # validation: the user's batches
         return self._compiled(model, x, y, weight, training=training)
+
+    def keras_logs(self, means: dict) -> dict:
+        """Keras's logs from the engine's means (`CompiledLoss.keras_logs`)."""
+        return self._compiled.keras_logs(means) if self._compiled else dict(means)
 
     @staticmethod
     def _dataset(data: Any, context: InputContext) -> tf.data.Dataset:
@@ -117,31 +131,132 @@ def checked_model(model_fn: Callable[[], Any]) -> keras.Model:
     return model
 
 
+def _named_metrics(model: keras.Model) -> list:
+    """[(Keras's log name, per-example function, weighted)] of the compiled
+    `metrics` (not weighted) then `weighted_metrics`, named as Keras names
+    them: a repeated name gets `_1`, `_2`; a weighted one whose name is
+    taken becomes `weighted_<name>`."""
+    named, taken = [], {}
+    for argument, weighted in (("metrics", False), ("weighted_metrics", True)):
+        metrics = _compiled_metrics(model, argument)
+        if isinstance(metrics, dict):
+            raise ConfigError(f"fit: {argument} per output (a dict) are not supported; give a "
+                              "list")
+        for metric in metrics:
+            name, fn = _per_example_metric(metric, model.loss)
+            if name in taken:
+                if weighted:
+                    name = f"weighted_{name}"
+                if name in taken:
+                    taken[name] += 1
+                    name = f"{name}_{taken[name] - 1}"
+            taken.setdefault(name, 1)
+            named.append((name, fn, weighted))
+    return named
+
+
+def _compiled_metrics(model: keras.Model, argument: str) -> Any:
+    """The `metrics=` (or `weighted_metrics=`) given to `compile`, as given:
+    Keras keeps them on `_compile_config` (functions included, which
+    `get_compile_config()` serializes to configs that `keras.metrics.deserialize`
+    cannot read back); without it, the public config, deserialized one by one."""
+    kept = getattr(getattr(model, "_compile_config", None), "config", None)
+    if isinstance(kept, dict) and argument in kept:
+        return kept[argument] or []
+    metrics = model.get_compile_config().get(argument) or []
+    if isinstance(metrics, dict):
+        return metrics
+    return [keras.saving.deserialize_keras_object(m) if isinstance(m, dict) else m
+            for m in metrics]
+
+
 def _name(fn: Any) -> str:
     return f"{getattr(fn, '__name__', type(fn).__name__)}()"
 
 
+#: Per-example sums the compiled task reports besides its metrics, from which
+#: `keras_logs` makes Keras's logs: the loss summed as Keras's loss tracker
+#: sums it, the examples it holds, and the summed sample weights.
+KERAS_LOSS, KERAS_EXAMPLES, KERAS_WEIGHTS = "keras_loss_sum", "keras_examples", "keras_weights"
+_SUMS = (KERAS_LOSS, KERAS_EXAMPLES, KERAS_WEIGHTS)
+
+
 class CompiledLoss:
-    """A compiled model's loss and metrics as the engine's per-example `LossOutput`."""
+    """A compiled model's loss and metrics as the engine's per-example `LossOutput`.
 
-    def __init__(self, model: keras.Model):
+    Called with `real` (fit's training batches, padded to the global batch:
+    `engine.keras_fit.epochs`), the model sees this replica's real rows only,
+    so BatchNormalization's batch statistics are those of the examples Keras
+    would feed it, and the per-example loss is weighed as Keras's `fit` under
+    MirroredStrategy weighs it: each replica's `sum(w * loss) / n` over its n
+    examples (`divide_no_nan`: a replica left empty adds nothing), divided by
+    the replicas (the engine's division by the global batch does that).
+
+    With `keras_logs`, the output also holds the per-example sums Keras's
+    metrics keep (`KERAS_LOSS`, `KERAS_EXAMPLES`, `KERAS_WEIGHTS`, and each
+    metric times its sample weight), so that `keras_logs` gives the logs
+    Keras gives: the loss over examples, each metric over summed weights.
+    """
+
+    def __init__(self, model: keras.Model, *, keras_logs: bool = False):
         self._loss_fn = _per_example_loss(model.loss)
-        metrics = model.get_compile_config().get("metrics") or []
-        if isinstance(metrics, dict):
-            raise ConfigError("fit: metrics per output (a dict) are not supported; give a list")
-        self._metrics = dict(_per_example_metric(metric, model.loss) for metric in metrics)
+        # (name, per-example function, weighted): `metrics=` are not weighted by
+        # sample_weight (nor class_weight), `weighted_metrics=` are, as in Keras.
+        self._metrics = _named_metrics(model)
+        self._keras_logs = keras_logs
 
-    def __call__(self, model, x, y, weight, *, training: bool) -> LossOutput:
+    def __call__(self, model, x, y, weight, *, training: bool, real=None) -> LossOutput:
+        rows = None
+        if real is not None:  # only the rows the data holds (the padding comes out)
+            rows = tf.where(real > 0)[:, 0]
+            x, y, weight = (tf.nest.map_structure(lambda t: tf.gather(t, rows), part)
+                            for part in (x, y, weight))
         y_pred = model(x, training=training)
         y_pred = tf.nest.map_structure(lambda t: tf.cast(t, tf.float32), y_pred)
         y = _aligned(y, y_pred)
-        per_example = _per_row(self._loss_fn(y, y_pred))
-        values = {name: _per_row(fn(y, y_pred)) for name, fn in self._metrics.items()}
-        if weight is not None:
-            weight = tf.cast(weight, tf.float32)
-            per_example = per_example * weight
-            values = {name: value * weight for name, value in values.items()}
+        loss = _per_row(self._loss_fn(y, y_pred))
+        weight = tf.ones_like(loss) if weight is None else tf.cast(weight, tf.float32)
+        # Without Keras's logs (bin/train --task), `weight` is the exact epochs'
+        # (`inputs.exact_epochs`) and weighs every per-example value.
+        values = {name: _per_row(fn(y, y_pred)) * (
+            weight if weighted or not self._keras_logs else 1.0)
+            for name, fn, weighted in self._metrics}
+        loss = loss * weight
+        per_example = loss
+        if real is not None:
+            # Keras's step: sum(w * loss) / n on this replica; the engine divides
+            # the sum by the global batch, b (this replica's padded rows) times the replicas.
+            held = tf.cast(tf.shape(rows)[0], tf.float32)
+            per_example = loss * tf.math.divide_no_nan(tf.cast(tf.shape(real)[0], tf.float32),
+                                                       held)
+        if self._keras_logs:
+            regularization = getattr(model, "losses", None)
+            tracked = loss + (tf.add_n([tf.cast(r, tf.float32) for r in regularization])
+                              if regularization else 0.0)
+            values.update({KERAS_LOSS: tracked, KERAS_EXAMPLES: tf.ones_like(loss),
+                           KERAS_WEIGHTS: weight})
+        if rows is not None:  # back to the padded rows: the engine counts them all
+            size = tf.shape(real, out_type=tf.int64)
+            put_back = lambda t: tf.scatter_nd(rows[:, None], t, size)  # noqa: E731
+            per_example = put_back(per_example)
+            values = {name: put_back(value) for name, value in values.items()}
         return LossOutput(per_example_loss=per_example, metrics=values)
+
+    def keras_logs(self, means: dict) -> dict:
+        """Keras's logs from the engine's means of the sums above (all means
+        over the same rows, so their ratios are ratios of sums): `loss` over
+        the examples held, each metric over the summed sample weights, as
+        Keras's loss tracker and `MeanMetricWrapper`s compute them. Other
+        names (the engine's own) pass as they are."""
+        if KERAS_EXAMPLES not in means:
+            return dict(means)
+        logs = {name: value for name, value in means.items() if name not in _SUMS}
+        examples, weights = means[KERAS_EXAMPLES], means[KERAS_WEIGHTS]
+        logs["loss"] = means[KERAS_LOSS] / examples if examples else 0.0
+        for name, _, weighted in self._metrics:
+            over = weights if weighted else examples
+            logs[name] = means[name] / over if over else 0.0
+        return logs
 
 
 class CompiledClassificationTask(ClassificationTask):

@@ -7,12 +7,14 @@ pass, every example once, and the last batch of a pass, when partial, trained
 as a smaller step whose loss is the mean over the examples it holds.
 
 Both hold here. A finite batched dataset of known cardinality C is one epoch
-of C steps; every batch is padded to the global batch B with rows of weight 0,
-and the n real rows of a batch get weight B/n (`inputs.exact_epochs`), so
-`sum(weight * loss) / B` (the engine's division) is the mean over those n
-examples: a partial last batch is exactly `fit`'s smaller step, and a full
-one is unchanged (weight 1). The weight is the element's third component (Keras's `sample_weight`; a
-user's own weights are multiplied in). The stream repeats the user's
+of C steps; every batch is padded to the global batch B with zero rows,
+and each row carries whether it is real (`weighted_batches`). The
+compiled loss (`engine.keras_fit.compiled`) runs the model on each
+replica's real rows only (BatchNormalization's batch statistics never see
+the padding) and weighs them so that the step is the one Keras's `fit`
+takes under MirroredStrategy: each replica's mean over the examples it
+holds, divided by the replicas. The user's `sample_weight` (the element's
+third component) rides along. The stream repeats the user's
 pipeline once per epoch (its seeded shuffle reshuffles as `fit`'s would), so
 skipping `start_step` batches (`engine.loop.task_inputs`) resumes exactly,
 mid-epoch included, when that pipeline is deterministic (a seeded shuffle).
@@ -73,18 +75,46 @@ def steps_in_one_pass(dataset: tf.data.Dataset) -> Optional[int]:
     return cardinality
 
 
-def weighted_batches(dataset: tf.data.Dataset, global_batch_size: int) -> tf.data.Dataset:
-    """Endless (x, y, weight) batches of exactly `global_batch_size` (see the
-    module docstring): a finite dataset padded and repeated pass after pass
-    (repeating an endless one changes nothing; and under parameter servers
-    this runs traced, where the size is not known)."""
+def weighted_batches(dataset: tf.data.Dataset, global_batch_size: int,
+                     replicas: int = 1) -> tf.data.Dataset:
+    """Endless (x, y, sample_weight, real) batches of exactly `global_batch_size`
+    (see the module docstring): a finite dataset padded and repeated pass after
+    pass (repeating an endless one changes nothing; and under parameter servers
+    this runs traced, where the size is not known). `sample_weight` is the
+    user's (1 where none is given) and 0 on the padding; `real` is 1 on the rows
+    the data holds and 0 on the padding. The rows are laid out over `replicas`
+    as `tf.distribute` splits a partial batch (`replica_layout`)."""
 
-    def merge(*element):  # (x, y[, sample_weight], weight) -> (x, y, weight [* sample_weight])
-        *batch, weight = element
+    def merge(*element):  # (x, y[, sample_weight], pad weight) -> (x, y, sample_weight, real)
+        *batch, pad_weight = element
         x, y, sample_weight = split_element(tuple(batch))
+        real = tf.cast(pad_weight > 0, tf.float32)
+        weight = real
         if sample_weight is not None:
-            weight *= tf.cast(tf.reshape(sample_weight, tf.shape(weight)), tf.float32)
-        return x, y, weight
+            weight *= tf.cast(tf.reshape(sample_weight, tf.shape(real)), tf.float32)
+        rows, real = replica_layout(tf.cast(tf.reduce_sum(real), tf.int32), global_batch_size,
+                                    replicas)
+        return tf.nest.map_structure(lambda t: tf.gather(t, rows), (x, y, weight)) + (real,)
 
     dataset = exact_epochs.pad_to_global_batch(dataset, global_batch_size).map(merge)
     return dataset.repeat()
+
+
+def replica_layout(held: tf.Tensor, global_batch_size: int, replicas: int):
+    """(rows, real): which row of a padded batch (its `held` real rows first,
+    then zero rows) goes to each of the global batch's places, and whether
+    that place is real. `tf.distribute` gives each replica its slice of
+    `global_batch_size / replicas` places, and splits a partial batch of n
+    rows as ceil(n / replicas) per replica in order, the last ones fewer or
+    none (6 rows over 4 replicas: 2, 2, 2, 0): Keras's `fit` under
+    MirroredStrategy trains exactly those per-replica batches, and so does
+    the engine with this layout. A full batch keeps its order."""
+    size, slots = global_batch_size, global_batch_size // replicas
+    place = tf.range(size)
+    replica, within = place // slots, place % slots
+    each = (held + replicas - 1) // replicas
+    source = replica * each + within
+    real = tf.logical_and(within < each, source < held)
+    # A place that is not real takes a zero row (the first padded one, `held`).
+    rows = tf.where(real, source, tf.minimum(held, size - 1))
+    return rows, tf.cast(real, tf.float32)

@@ -22,6 +22,8 @@ loss, metrics and optimizer run through the engine's step
   instead (the passes then run on across epochs);
 - an endless one (`.repeat()`, as the multi-worker tutorial writes it), with
   `steps_per_epoch` (required);
+- NumPy arrays `x, y` (a tuple or dict of them for several inputs), with
+  `batch_size` (32 when not given), as `model.fit(x, y)` takes them;
 - a function `(InputContext) -> dataset` of global batches of
   `context.global_batch_size` (= `batch_size=`, else `config.global_batch_size`),
   built once per input pipeline, with `steps_per_epoch`. In a cluster this is
@@ -48,6 +50,7 @@ import tensorflow as tf
 
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError, NonFinite
+from tfloop.engine.keras_fit import arrays
 from tfloop.engine.keras_fit import callbacks as callbacks_lib
 from tfloop.engine.keras_fit import epochs as epochs_lib
 from tfloop.engine.keras_fit.compiled import CompiledModelTask
@@ -60,11 +63,13 @@ from tfloop.collectives import device_names
 logger = logging.getLogger(__name__)
 
 
-def fit(model_fn: Callable[[], keras.Model], train_data: Any, *, epochs: int = 1,
-        steps_per_epoch: Optional[int] = None, validation_data: Any = None,
+def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
+        epochs: int = 1, steps_per_epoch: Optional[int] = None, validation_data: Any = None,
         validation_steps: Optional[int] = None, callbacks: Sequence[Any] = (),
         batch_size: Optional[int] = None, config: Optional[RunConfig] = None,
-        verbose: Any = "auto") -> keras.callbacks.History:
+        verbose: Any = "auto", shuffle: bool = True, sample_weight: Any = None,
+        class_weight: Optional[dict] = None, initial_epoch: int = 0, validation_freq: int = 1,
+        validation_batch_size: Optional[int] = None) -> keras.callbacks.History:
     """Trains the model `model_fn` builds and compiles on `train_data`, as
     `model.fit` would, through the engine; see the module docstring.
 
@@ -74,8 +79,13 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, *, epochs: int = 1
     is one; left at its default outside a cluster, a temporary folder removed
     when `fit` returns), checkpoints (by default at least once per epoch).
     Its epoch, batch, mode and evaluation fields are set from the arguments.
-    `validation_data` (batches, the last may be partial) is evaluated at the
-    end of every epoch; `validation_steps` batches of it, or all.
+    `validation_data` (batches, the last may be partial, or a tuple of arrays)
+    is evaluated at the end of every `validation_freq`-th epoch;
+    `validation_steps` batches of it, or all. `train_data` may be arrays with
+    `y` (and `batch_size`, `shuffle`, `sample_weight`), as for `model.fit`
+    (`engine.keras_fit.arrays`); `class_weight` and `initial_epoch` are
+    Keras's. docs/keras.md lists each argument against Keras's and the
+    parity test that proves it.
     `verbose`: as Keras's ("auto" and 1: a progress bar, 2: one line per
     epoch, 0: silent); the engine's own lines go to the `tfloop` logger.
     A model compiled with `jit_compile=True` trains with XLA (--jit_compile).
@@ -97,13 +107,32 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, *, epochs: int = 1
     verbose = _verbosity(verbose)
     if not isinstance(epochs, int) or epochs < 1:
         raise ConfigError(f"fit: epochs={epochs!r} must be a positive integer")
+    if not isinstance(initial_epoch, int) or not 0 <= initial_epoch < epochs:
+        raise ConfigError(f"fit: initial_epoch={initial_epoch!r} must be an integer from 0 to "
+                          f"epochs - 1 ({epochs - 1})")
+    if not isinstance(validation_freq, int) or validation_freq < 1:
+        raise ConfigError(f"fit: validation_freq={validation_freq!r} must be a positive "
+                          "integer (validate every that many epochs)")
+    seed = config.seed
+    train_data = arrays.training_data(train_data, y, sample_weight, batch_size=batch_size,
+                                      shuffle=shuffle, seed=seed)
+    train_data = arrays.class_weighted(train_data, class_weight)
+    validation_data = arrays.validation_data(validation_data,
+                                             batch_size=validation_batch_size or batch_size)
     global_batch, steps_per_epoch = _batch_and_epoch(train_data, steps_per_epoch, batch_size,
                                                      config)
     in_cluster = bool(os.environ.get("TF_CONFIG"))
-    changes = dict(global_batch_size=global_batch, per_replica_batch_size=0, epochs=epochs,
-                   steps_per_epoch=steps_per_epoch, train_steps=epochs * steps_per_epoch,
-                   mode="train_and_evaluate" if validation_data is not None else "train",
-                   eval_interval=steps_per_epoch if validation_data is not None else 0,
+    validates = validation_data is not None
+    trained_epochs = epochs - initial_epoch
+    changes = dict(global_batch_size=global_batch, per_replica_batch_size=0,
+                   epochs=trained_epochs, steps_per_epoch=steps_per_epoch,
+                   train_steps=trained_epochs * steps_per_epoch,
+                   mode="train_and_evaluate" if validates else "train",
+                   # Keras validates after epochs e with (e + 1) % freq == 0; the
+                   # callbacks skip any other evaluation (initial_epoch off the beat).
+                   eval_interval=(steps_per_epoch * (validation_freq
+                                                     if initial_epoch % validation_freq == 0
+                                                     else 1)) if validates else 0,
                    eval_steps=validation_steps or -1, export=False, task="")
     if in_cluster and isinstance(train_data, tf.data.Dataset) and _has_peers():
         raise ConfigError(
@@ -132,10 +161,12 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, *, epochs: int = 1
 
     def add_actions(*, plan, strategy, model) -> RunActions:
         keras_callbacks = callbacks_lib.KerasCallbacks(
+            # History last, as in Keras: it records what callbacks add to the logs.
             [*callbacks, history], model=model, steps_per_epoch=steps_per_epoch, epochs=epochs,
-            validates=validation_data is not None, is_chief=plan.role.is_chief,
-            strategy=strategy if plan.spec.agrees_to_stop else None, verbose=verbose,
-            model_dir=plan.config.model_dir, epoch_state=task.epoch_state)
+            validates=validates, validation_freq=validation_freq, initial_epoch=initial_epoch,
+            is_chief=plan.role.is_chief,
+            strategy=strategy if plan.spec.agrees_to_stop else None, to_logs=task.keras_logs,
+            verbose=verbose, model_dir=plan.config.model_dir, epoch_state=task.epoch_state)
         driven.append(keras_callbacks)
         return RunActions(train=[keras_callbacks.train_action],
                           eval=[keras_callbacks.eval_action])
