@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import math
+
 import numpy as np
 import tensorflow as tf
 
@@ -116,3 +118,29 @@ def class_weighted(data: Any, class_weight: Optional[dict]) -> Any:
         return x, y, weights
 
     return data.map(weigh)
+
+
+def split_for_validation(x: Any, y: Any, sample_weight: Any, validation_split: float,
+                         validation_data: Any) -> tuple:
+    """`validation_split` as Keras takes it: the last fraction of the arrays
+    (before any shuffle) becomes `validation_data`. Returns (x, y,
+    sample_weight, validation_data)."""
+    if not validation_split:
+        return x, y, sample_weight, validation_data
+    if not 0 < validation_split < 1:
+        raise ConfigError(f"fit: validation_split={validation_split!r} must be between 0 and 1")
+    if _is_data(x):
+        raise ConfigError("fit: validation_split= needs arrays (x, y); with a dataset give "
+                          "validation_data=")
+    if validation_data is not None:
+        raise ConfigError("fit: give validation_split= or validation_data=, not both")
+    size = len(tf.nest.flatten(_slices(x))[0])
+    split_at = int(math.floor(size * (1.0 - validation_split)))
+    if split_at in (0, size):
+        raise ConfigError(f"fit: validation_split={validation_split} leaves no example on "
+                          f"one side of {size}")
+    train, held = ([tf.nest.map_structure(lambda t: t[part], _slices(v)) if v is not None
+                    else None for v in (x, y, sample_weight)]
+                   for part in (slice(None, split_at), slice(split_at, None)))
+    validation = tuple(v for v in held if v is not None)
+    return (*train, validation)

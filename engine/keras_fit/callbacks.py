@@ -8,11 +8,13 @@ checkpoints; a Keras callback sees the run as `fit` would show it:
                                          epoch boundaries)
     on_train_batch_begin/end(batch, logs)  once per loop, not per step: a loop of N steps
                                          is one call whose `batch` is the loop's last step
-                                         in the epoch and whose logs are the epoch's means
-                                         so far, as Keras does with `steps_per_execution=N`
+                                         in the epoch and whose logs are the epoch's so
+                                         far, as Keras does with `steps_per_execution=N`
     on_test_begin/end(logs)              around the validation at an epoch's end
-    on_epoch_end(epoch, logs)            the epoch's means (loops weighted by their
-                                         steps) and `val_<name>` of its validation
+    on_epoch_end(epoch, logs)            the epoch's logs, as Keras computes them
+                                         (`CompiledLoss.keras_logs`), and `val_<name>` of
+                                         its validation (after every `validation_freq`-th
+                                         epoch, numbered from `initial_epoch`)
     on_train_end(logs)                   after training, stopped early or not (`fit`)
 
 The callbacks are the user's in their order, then `History` (so it sees

@@ -5,12 +5,15 @@ the engine runs it as it runs any task (one all-reduce, exact resume, every
 strategy). What maps to what:
 
 - the compiled loss (a `keras.losses.Loss`, a name, or a function) gives the
-  per-example loss (`Loss.call`, before its reduction), times the batch's
-  weights (`engine.keras_fit.epochs`: padding and `sample_weight`);
+  per-example loss (`Loss.call`, before its reduction), times `sample_weight`,
+  on each replica's real rows, weighed as Keras's `fit` under MirroredStrategy
+  weighs them (`CompiledLoss`; the padding of a partial batch never reaches
+  the model: `engine.keras_fit.epochs`);
 - each compiled metric that is a mean of per-example values (`"accuracy"`,
   `"mae"`, `SparseCategoricalAccuracy()`, any function) is reported under its
-  Keras name, averaged over the examples by the engine; a metric that is not
-  (AUC, Precision) is refused in one line;
+  Keras name: `metrics=` over the examples, `weighted_metrics=` over the summed
+  sample weights, as Keras logs them (`CompiledLoss.keras_logs`); a metric
+  that is not a mean (AUC, Precision) is refused in one line;
 - the compiled optimizer is the run's optimizer (its learning rate is its
   own: `--learning_rate` and the schedule flags do not apply);
 - model losses (`kernel_regularizer`) are added by the engine's step, as by `fit`.
@@ -194,8 +197,9 @@ class CompiledLoss:
 
     With `keras_logs`, the output also holds the per-example sums Keras's
     metrics keep (`KERAS_LOSS`, `KERAS_EXAMPLES`, `KERAS_WEIGHTS`, and each
-    metric times its sample weight), so that `keras_logs` gives the logs
-    Keras gives: the loss over examples, each metric over summed weights.
+    `weighted_metrics` entry times its sample weight), so that `keras_logs`
+    gives the logs Keras gives. The engine's own records (metrics.json,
+    summaries) show these sums' means under their names.
     """
 
     def __init__(self, model: keras.Model, *, keras_logs: bool = False):
@@ -244,10 +248,11 @@ class CompiledLoss:
 
     def keras_logs(self, means: dict) -> dict:
         """Keras's logs from the engine's means of the sums above (all means
-        over the same rows, so their ratios are ratios of sums): `loss` over
-        the examples held, each metric over the summed sample weights, as
-        Keras's loss tracker and `MeanMetricWrapper`s compute them. Other
-        names (the engine's own) pass as they are."""
+        over the same rows, so their ratios are ratios of sums): `loss` and
+        each `metrics` entry over the examples held, each `weighted_metrics`
+        entry over the summed sample weights, as Keras's loss tracker and
+        `MeanMetricWrapper`s compute them. Other names (the engine's own)
+        pass as they are."""
         if KERAS_EXAMPLES not in means:
             return dict(means)
         logs = {name: value for name, value in means.items() if name not in _SUMS}

@@ -69,7 +69,8 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
         batch_size: Optional[int] = None, config: Optional[RunConfig] = None,
         verbose: Any = "auto", shuffle: bool = True, sample_weight: Any = None,
         class_weight: Optional[dict] = None, initial_epoch: int = 0, validation_freq: int = 1,
-        validation_batch_size: Optional[int] = None) -> keras.callbacks.History:
+        validation_batch_size: Optional[int] = None,
+        validation_split: float = 0.0) -> keras.callbacks.History:
     """Trains the model `model_fn` builds and compiles on `train_data`, as
     `model.fit` would, through the engine; see the module docstring.
 
@@ -114,6 +115,8 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
         raise ConfigError(f"fit: validation_freq={validation_freq!r} must be a positive "
                           "integer (validate every that many epochs)")
     seed = config.seed
+    train_data, y, sample_weight, validation_data = arrays.split_for_validation(
+        train_data, y, sample_weight, validation_split, validation_data)
     train_data = arrays.training_data(train_data, y, sample_weight, batch_size=batch_size,
                                       shuffle=shuffle, seed=seed)
     train_data = arrays.class_weighted(train_data, class_weight)

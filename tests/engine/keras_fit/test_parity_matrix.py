@@ -130,6 +130,14 @@ def test_numpy_arrays_with_batch_size_and_a_validation_tuple(tmp_path):
                    validation_data=data(n=40, seed=1))
 
 
+def test_validation_split_of_numpy_arrays(tmp_path):
+    """The last 25% (22 of 88) held out before training, as Keras holds them out."""
+    x, y = data()
+    theirs, ours = parity.compare(dense, x, y=y, batch_size=BATCH, shuffle=False,
+                                  validation_split=0.25, model_dir=tmp_path, epochs=2)
+    assert ours.returned.run_result["step"] == 2 * -(-66 // BATCH)
+
+
 def test_numpy_arrays_shuffled_see_every_example_once_per_epoch(tmp_path):
     """`shuffle=True` (Keras's default for arrays) shuffles each epoch with the
     run's seed, not Keras's own random stream: one pass per epoch (the
