@@ -54,7 +54,7 @@ from tfloop.engine.keras_fit import arrays
 from tfloop.engine.keras_fit import callbacks as callbacks_lib
 from tfloop.engine.keras_fit import epochs as epochs_lib
 from tfloop.engine.keras_fit.compiled import CompiledModelTask
-from tfloop.engine.loop.actions import RunActions
+from tfloop.engine.loop.actions import RunActions, progress_logger
 from tfloop.engine.run import run
 from tfloop.engine.run_dir import layout
 from tfloop.engine.runtime import devices as devices_lib
@@ -88,7 +88,10 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
     Keras's. docs/keras.md lists each argument against Keras's and the
     parity test that proves it.
     `verbose`: as Keras's ("auto" and 1: a progress bar, 2: one line per
-    epoch, 0: silent); the engine's own lines go to the `tfloop` logger.
+    epoch, 0: silent); with 2 (as Keras advises where nobody watches a
+    terminal: a cluster, a log file) the engine's lines too (set-up, resume,
+    checkpoints, an early stop) but not its per-loop progress lines; with 1
+    only its warnings, which would otherwise break the bar.
     A model compiled with `jit_compile=True` trains with XLA (--jit_compile).
 
     Called again with the same `model_dir` after it finished, it trains
@@ -174,9 +177,13 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
         return RunActions(train=[keras_callbacks.train_action],
                           eval=[keras_callbacks.eval_action])
 
+    level = progress_logger.level
+    if verbose == 2:  # Keras's epoch lines, and the engine's other lines (set-up, resume, stop)
+        progress_logger.setLevel(logging.WARNING)
     try:
-        result = _run(config, task, add_actions, driven)
+        result = _run(config, task, add_actions, driven, verbose=verbose == 2)
     finally:
+        progress_logger.setLevel(level)
         if temporary is not None:  # nobody can resume it: its name was never given
             _remove_run_folder(temporary)
     if driven:
@@ -192,13 +199,14 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
     return history
 
 
-def _run(config: RunConfig, task: CompiledModelTask, add_actions, driven) -> Any:
+def _run(config: RunConfig, task: CompiledModelTask, add_actions, driven, *,
+         verbose: bool) -> Any:
     """`run`; a loss that is not finite while a callback such as TerminateOnNaN
     wants to see it ends training the Keras way (`KerasCallbacks.stopped_by_non_finite`):
     the History has the epoch, `fit` returns; the record is metrics.json's
     (`status` "failed", the newest checkpoint the last finite one)."""
     try:
-        return run(config, task=task, add_actions=add_actions)
+        return run(config, task=task, add_actions=add_actions, verbose=verbose)
     except NonFinite as error:
         loop = getattr(error, "loop", None)
         if not (driven and loop and driven[0].stopped_by_non_finite(*loop)):
