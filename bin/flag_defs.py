@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import types
 from typing import Iterable, Mapping, Optional
 
 from absl import flags
@@ -98,10 +99,14 @@ def remembered_run_values(names: Iterable[str]) -> dict:
     """`run_flag_values`, with the task/model/data flags not given on the
     command line taken from what trained `--model_dir` (its run.json), so
     resuming, evaluating and exporting need only `--model_dir`."""
-    from tfloop.engine.run_dir import run_identity  # loads TensorFlow: not at flag definition
+    from tfloop.engine import strategies  # loads TensorFlow: not at flag definition
+    from tfloop.engine.run_dir import run_identity
 
     values = run_flag_values(names)
     given = {name for name in values if flags.FLAGS[name].present}
+    # Hardware the strategy must find (--strategy=tpu) is asked for before the
+    # model_dir's storage: without a TPU the refusal is that, whatever the storage.
+    strategies.get(values["strategy"]).connect(types.SimpleNamespace(**values))
     return run_identity.fill(values, given, run_identity.load(values["model_dir"]))
 
 

@@ -317,7 +317,8 @@ def _restore_checkpoints(plan: Plan, b: _Built, write_dir: Optional[str]):
     checkpoint, manager = checkpointing.create(
         model=b.model, optimizer=parts["optimizer"], global_step=b.global_step,
         directory=write_dir, max_to_keep=config.max_checkpoints if plan.role.is_chief else 1,
-        averages=b.average.averages if b.average else None)
+        averages=b.average.averages if b.average else None,
+        extra=getattr(b.task, "checkpointed", dict)())
     restored = _restore(plan, checkpoint, parts, b.average)
     start_step = int(b.global_step.numpy())
     if restored:

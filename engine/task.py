@@ -170,6 +170,11 @@ class Task:
         """Whether the task evaluates (it overrides `eval_dataset`)."""
         return type(self).eval_dataset is not Task.eval_dataset
 
+    def checkpointed(self) -> dict:
+        """Trackables the run's checkpoints hold beside the model, optimizer and
+        step, by name (`fit`'s task: its epoch's running sums); none here."""
+        return {}
+
     def describe(self) -> str:
         """The task's line in the start-up log (what it trains on, say)."""
         return f"task {type(self).__name__}" + (f": {self.name}" if self.name else "")

@@ -62,11 +62,19 @@ def _check_output_dir(output_dir: str) -> str:
                 "(the converter never overwrites a dataset)"
             )
     if _is_local(output_dir):
-        parent = os.path.dirname(output_dir)
-        if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
-            raise InputError(f"--output_dir={output_dir} cannot be created: {parent} is not a "
+        existing = _nearest_existing(os.path.dirname(output_dir))
+        if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
+            raise InputError(f"--output_dir={output_dir} cannot be created: {existing} is not a "
                              "writable directory")
     return output_dir
+
+
+def _nearest_existing(path: str) -> str:
+    """`path` or its nearest ancestor that exists: missing parents are
+    created when the conversion writes (`_make_staging`), as --model_dir's are."""
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
 
 
 _LOCK = ".writing"  # in a local staging folder, locked while its converter runs
@@ -119,6 +127,7 @@ def _make_staging(output_dir: str):
     (`.<name>.tmp-<random>`), and, when local, its held lock (or None)."""
     if _is_local(output_dir):
         try:  # os.access passes what the filesystem still refuses (root, read-only, /proc)
+            os.makedirs(os.path.dirname(output_dir), exist_ok=True)  # data/ in a fresh clone
             staging = tempfile.mkdtemp(prefix=os.path.basename(_staging_prefix(output_dir)),
                                        dir=os.path.dirname(output_dir))
         except OSError as error:

@@ -19,6 +19,7 @@ What is here (`help(tfloop.RunConfig)` lists every field with its flag's help):
 
     run, RunConfig, RunResult          one run (bin/train's), its settings, its result
     fit                                a compiled Keras model, its callbacks, exact epochs
+    use_devices                        the devices (logical CPUs too), set before the data
     Task, Objective, LossOutput        your model, data and loss; several losses (a GAN)
     Gradients, ReplicaStep             your own per-replica step (Task.gradients)
     ClassificationTask                 the built-in --model/--dataset task
@@ -73,6 +74,7 @@ _EXPORTS = {
     "Preempted": "tfloop.engine.loop.preemption",
     "StopTraining": "tfloop.engine.loop.actions",
     "fit": "tfloop.engine.keras_fit.fit",
+    "use_devices": "tfloop.engine.runtime.devices",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -30,7 +30,7 @@ import keras
 import tensorflow as tf
 
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.keras_fit import epochs
+from tfloop.engine.keras_fit import callbacks, epochs
 from tfloop.engine.losses import LossOutput
 from tfloop.engine.recipe import keras_bridge
 from tfloop import inputs
@@ -55,6 +55,13 @@ class CompiledModelTask(Task):
         self.global_batch_size = global_batch_size
         self.model: Optional[keras.Model] = None
         self._compiled: Optional[CompiledLoss] = None
+        #: `compile(jit_compile=True)`: the engine's step compiles with XLA (--jit_compile).
+        self.jit_compile = False
+        #: The epoch's running sums, checkpointed (`engine.keras_fit.callbacks`).
+        self.epoch_state = callbacks.EpochState()
+
+    def checkpointed(self) -> dict:
+        return {"fit_epoch": self.epoch_state.variable}
 
     def describe(self) -> str:
         name = getattr(self.model_fn, "__name__", type(self.model_fn).__name__)
@@ -75,6 +82,7 @@ class CompiledModelTask(Task):
             raise ConfigError(f"fit: the model of {_name(self.model_fn)} has no trainable "
                               "variables after a call on a batch of the training data")
         self.model, self._compiled = model, CompiledLoss(model, keras_logs=True)
+        self.jit_compile = bool(getattr(model, "jit_compile", False))
         return model
 
     def _zeros(self):
@@ -285,6 +293,7 @@ class CompiledClassificationTask(ClassificationTask):
         if not model.built:
             model.build((None, *self.splits.input_shape))
         self._compiled, self._optimizer = CompiledLoss(model), model.optimizer
+        self.jit_compile = bool(getattr(model, "jit_compile", False))
         return model
 
     def build_optimizer(self):

@@ -41,20 +41,25 @@ import dataclasses
 import json
 import logging
 import os
+import posixpath
 import tempfile
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import keras
 import tensorflow as tf
 
 from tfloop.engine.config import RunConfig
-from tfloop.engine.errors import ConfigError
+from tfloop.engine.errors import ConfigError, NonFinite
 from tfloop.engine.keras_fit import arrays
 from tfloop.engine.keras_fit import callbacks as callbacks_lib
 from tfloop.engine.keras_fit import epochs as epochs_lib
 from tfloop.engine.keras_fit.compiled import CompiledModelTask
-from tfloop.engine.loop.actions import RunActions
+from tfloop.engine.loop.actions import RunActions, progress_logger
 from tfloop.engine.run import run
+from tfloop.engine.run_dir import layout
+from tfloop.engine.runtime import devices as devices_lib
+from tfloop.engine.runtime import files
+from tfloop.collectives import device_names
 
 logger = logging.getLogger(__name__)
 
@@ -63,16 +68,18 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
         epochs: int = 1, steps_per_epoch: Optional[int] = None, validation_data: Any = None,
         validation_steps: Optional[int] = None, callbacks: Sequence[Any] = (),
         batch_size: Optional[int] = None, config: Optional[RunConfig] = None,
-        verbose: bool = True, shuffle: bool = True, sample_weight: Any = None,
+        verbose: Any = "auto", shuffle: bool = True, sample_weight: Any = None,
         class_weight: Optional[dict] = None, initial_epoch: int = 0, validation_freq: int = 1,
         validation_batch_size: Optional[int] = None,
         validation_split: float = 0.0) -> keras.callbacks.History:
     """Trains the model `model_fn` builds and compiles on `train_data`, as
     `model.fit` would, through the engine; see the module docstring.
 
-    `config` (`RunConfig`) says the rest: strategy, devices, collective,
-    `model_dir` (a new temporary one when left at its default outside a
-    cluster; the same `model_dir` resumes, mid-epoch included), checkpoints.
+    `config` (`RunConfig`) says the rest: strategy, devices (by default
+    those `use_devices` named), collective, `model_dir` (the same `model_dir`
+    resumes, mid-epoch included; a `BackupAndRestore` callback's `backup_dir`
+    is one; left at its default outside a cluster, a temporary folder removed
+    when `fit` returns), checkpoints (by default at least once per epoch).
     Its epoch, batch, mode and evaluation fields are set from the arguments.
     `validation_data` (batches, the last may be partial, or a tuple of arrays)
     is evaluated at the end of every `validation_freq`-th epoch;
@@ -81,6 +88,16 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
     (`engine.keras_fit.arrays`); `class_weight` and `initial_epoch` are
     Keras's. docs/keras.md lists each argument against Keras's and the
     parity test that proves it.
+    `verbose`: as Keras's ("auto" and 1: a progress bar, 2: one line per
+    epoch, 0: silent); with 2 (as Keras advises where nobody watches a
+    terminal: a cluster, a log file) the engine's lines too (set-up, resume,
+    checkpoints, an early stop) but not its per-loop progress lines; with 1
+    only its warnings, which would otherwise break the bar.
+    A model compiled with `jit_compile=True` trains with XLA (--jit_compile).
+
+    Called again with the same `model_dir` after it finished, it trains
+    nothing (the epochs are the run's total, as Keras's `initial_epoch`
+    equal to `epochs`) and returns an empty History: the documented resume.
 
     Returns:
       a `keras.callbacks.History`: `history.history[name]` per epoch (the
@@ -92,6 +109,7 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
     """
     config = config or RunConfig()
     callbacks = callbacks_lib.check(callbacks)
+    verbose = _verbosity(verbose)
     if not isinstance(epochs, int) or epochs < 1:
         raise ConfigError(f"fit: epochs={epochs!r} must be a positive integer")
     if not isinstance(initial_epoch, int) or not 0 <= initial_epoch < epochs:
@@ -130,11 +148,18 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
             "TensorFlow, and a multi-worker strategy must set up its collectives first")
     if in_cluster and not config.changed("strategy") and _has_peers():
         changes["strategy"] = "multi_worker"  # the tutorial's MultiWorkerMirroredStrategy
-    if not config.changed("model_dir"):
+    backup = callbacks_lib.backup_for(callbacks)
+    changes.update(_checkpoints(config, backup, steps_per_epoch))
+    if not config.changed("devices") and devices_lib.chosen():
+        changes["devices"] = devices_lib.chosen()  # tfloop.use_devices(...)
+    if not in_cluster:
+        _check_devices_in_time(changes.get("devices", config.devices))
+    temporary = None
+    if not config.changed("model_dir") and "model_dir" not in changes:
         if in_cluster:
             raise ConfigError("fit in a cluster needs config=RunConfig(model_dir=...), one "
                               "directory every worker names alike")
-        changes["model_dir"] = tempfile.mkdtemp(prefix="tfloop-fit-")
+        temporary = changes["model_dir"] = tempfile.mkdtemp(prefix="tfloop-fit-")
     config = dataclasses.replace(config, **changes)
     task = CompiledModelTask(model_fn, train_data, global_batch_size=global_batch,
                              validation_data=validation_data)
@@ -147,19 +172,110 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
             [*callbacks, history], model=model, steps_per_epoch=steps_per_epoch, epochs=epochs,
             validates=validates, validation_freq=validation_freq, initial_epoch=initial_epoch,
             is_chief=plan.role.is_chief,
-            strategy=strategy if plan.spec.agrees_to_stop else None, to_logs=task.keras_logs)
+            strategy=strategy if plan.spec.agrees_to_stop else None, to_logs=task.keras_logs,
+            verbose=verbose, model_dir=plan.config.model_dir, epoch_state=task.epoch_state)
         driven.append(keras_callbacks)
         return RunActions(train=[keras_callbacks.train_action],
                           eval=[keras_callbacks.eval_action])
 
-    result = run(config, task=task, add_actions=add_actions, verbose=verbose)
+    level = progress_logger.level
+    if verbose == 2:  # Keras's epoch lines, and the engine's other lines (set-up, resume, stop)
+        progress_logger.setLevel(logging.WARNING)
+    try:
+        result = _run(config, task, add_actions, driven, verbose=verbose == 2)
+    finally:
+        progress_logger.setLevel(level)
+        if temporary is not None:  # nobody can resume it: its name was never given
+            _remove_run_folder(temporary)
     if driven:
         driven[0].train_end()
     history.run_result = result
     if history.model is None:
-        history.set_model(result.model)
-    logger.info("fit: checkpoints, summaries and metrics.json are in %s", config.model_dir)
+        history.set_model(getattr(result, "model", None) or task.model)
+    chief = driven[0].is_chief if driven else True
+    if backup is not None and backup.delete_checkpoint and _finished(result) and chief:
+        _remove_run_folder(config.model_dir)  # as Keras deletes its backup after training
+    elif temporary is None:
+        logger.info("fit: checkpoints, summaries and metrics.json are in %s", config.model_dir)
     return history
+
+
+def _run(config: RunConfig, task: CompiledModelTask, add_actions, driven, *,
+         verbose: bool) -> Any:
+    """`run`; a loss that is not finite while a callback such as TerminateOnNaN
+    wants to see it ends training the Keras way (`KerasCallbacks.stopped_by_non_finite`):
+    the History has the epoch, `fit` returns; the record is metrics.json's
+    (`status` "failed", the newest checkpoint the last finite one)."""
+    try:
+        return run(config, task=task, add_actions=add_actions, verbose=verbose)
+    except NonFinite as error:
+        loop = getattr(error, "loop", None)
+        if not (driven and loop and driven[0].stopped_by_non_finite(*loop)):
+            raise
+        logger.warning("fit: %s", error)
+        return layout.read_json(layout.RunDir(config.model_dir).metrics_json) or {}
+
+
+def _finished(result: Any) -> bool:
+    return isinstance(result, Mapping) and result.get("status") in ("finished", "stopped_early")
+
+
+def _verbosity(verbose: Any) -> int:
+    """Keras's `verbose`: "auto" is 1; True/False (this function's older form) 1/0."""
+    if verbose == "auto" or verbose is True:
+        return 1
+    if verbose is False or verbose in (0, 1, 2):
+        return int(verbose)
+    raise ConfigError(f"fit: verbose={verbose!r} must be \"auto\", 0, 1 or 2, as for Keras")
+
+
+def _checkpoints(config: RunConfig, backup: Any, steps_per_epoch: int) -> dict:
+    """`model_dir` and `checkpoint_interval` from a BackupAndRestore callback
+    (its `backup_dir`, its `save_freq`), else at least once per epoch: a
+    short fit killed after an epoch does not start again from step 0."""
+    changes: dict = {}
+    if backup is not None:
+        if config.changed("model_dir") and (os.path.abspath(config.model_dir)
+                                            != os.path.abspath(backup.backup_dir)):
+            raise ConfigError(
+                f"fit: BackupAndRestore(backup_dir={backup.backup_dir!r}) and "
+                f"RunConfig(model_dir={config.model_dir!r}) name two places to resume from; "
+                "give one (the backup_dir is the run's model_dir)")
+        changes["model_dir"] = backup.backup_dir
+        save_freq = backup.save_freq
+        if save_freq is False:
+            raise ConfigError("fit: BackupAndRestore(save_freq=False) saves nothing to resume "
+                              "from; give save_freq=\"epoch\" or a number of steps")
+        if not config.changed("checkpoint_interval"):
+            changes["checkpoint_interval"] = (steps_per_epoch if save_freq == "epoch"
+                                              else int(save_freq))
+    if "checkpoint_interval" not in changes and not config.changed("checkpoint_interval"):
+        changes["checkpoint_interval"] = min(config.checkpoint_interval, steps_per_epoch)
+    return changes
+
+
+def _check_devices_in_time(devices: str) -> None:
+    """Logical CPU devices exist only if set before TensorFlow starts: a fit
+    whose dataset was made first says so in one line, naming the call that
+    comes in time."""
+    cpu_ids = [device_names.index(name) for name in devices_lib.parse_devices(devices)
+               if device_names.kind(name) == "cpu"] if devices else []
+    try:
+        if cpu_ids:
+            devices_lib.ensure_logical_cpus(max(cpu_ids) + 1)
+    except ConfigError:
+        raise ConfigError(
+            f"fit: devices={devices!r} came after TensorFlow started with fewer devices (a "
+            f"dataset built before fit starts it); call tfloop.use_devices({devices!r}) at the "
+            "top of the script, before anything else uses TensorFlow") from None
+
+
+def _remove_run_folder(path: str) -> None:
+    """Removes a run folder `fit` made or was told to remove, through the
+    engine's one remover (`runtime.files`): a link is unlinked, never followed."""
+    parent = posixpath.dirname(path.rstrip("/")) if "://" in path else os.path.dirname(
+        os.path.abspath(path))
+    files.remove_quietly(path, within=parent)
 
 
 def _has_peers() -> bool:

@@ -41,6 +41,9 @@ from tfloop.engine.loop.preemption import Preempted, StopRequest
 from tfloop.engine.loop.summaries import SummaryWriter
 
 logger = logging.getLogger(__name__)
+#: The per-loop progress lines (TrainProgress, EvalProgress): `fit` with
+#: Keras's progress bar quiets this one logger, not the run's other lines.
+progress_logger = logging.getLogger(f"{__name__}.progress")
 
 #: A user's hook, as `engine.run.run(on_loop_end=...)` takes it.
 LoopHook = Callable[[int, dict], None]
@@ -146,7 +149,7 @@ class TrainProgress(Action):
         epoch = ""
         if self.steps_per_epoch and self.epochs:
             epoch = f" (epoch {-(-loop.step // self.steps_per_epoch)}/{self.epochs})"
-        logger.info("train step %d/%d%s  %s  %.1f steps/s  %.0f examples/s",
+        progress_logger.info("train step %d/%d%s  %s  %.1f steps/s  %.0f examples/s",
                     loop.step, loop.target, epoch, _format_metrics(loop.metrics),
                     steps_per_sec, steps_per_sec * self.global_batch_size)
 
@@ -158,10 +161,10 @@ class EvalProgress(Action):
 
     def __call__(self, loop: LoopEnd) -> None:
         if loop.metrics.get("examples", 1) == 0:
-            logger.warning("eval  step %d: 0 examples, so no result (the evaluation dataset "
+            progress_logger.warning("eval  step %d: 0 examples, so no result (the evaluation dataset "
                            "is empty; its loss 0 means nothing)", loop.step)
             return
-        logger.info("eval  step %d  %s  (%d examples, %.1fs)", loop.step,
+        progress_logger.info("eval  step %d  %s  (%d examples, %.1fs)", loop.step,
                     _format_metrics(loop.metrics), int(loop.metrics.get("examples", 0)),
                     loop.seconds)
 
@@ -210,7 +213,9 @@ class EvalSummaries(Action):
         self.writer = writer
 
     def __call__(self, loop: LoopEnd) -> None:
-        self.writer.write(loop.step, _scalars(loop.metrics))
+        scalars = _scalars(loop.metrics)
+        if scalars:  # none for an evaluation of no example: no result to draw
+            self.writer.write(loop.step, scalars)
 
 
 class Profile(Action):

@@ -196,7 +196,9 @@ class Controller:
             self.running = None
             finite.check_metrics(metrics, start, self.step)  # any runner's, before any save
         except NonFinite as error:
-            raise NonFinite(f"{error}; stopped without saving: {self._last_good()}") from None
+            stopped = NonFinite(f"{error}; stopped without saving: {self._last_good()}")
+            stopped.loop = getattr(error, "loop", None)  # (start, step, metrics): the loop's
+            raise stopped from None
         seconds = time.perf_counter() - began
         if first_loop:
             self._first_loop = (num_steps, seconds)
@@ -228,6 +230,9 @@ class Controller:
         metrics = self.evaluator.evaluate(steps)
         self.running = None
         seconds = time.perf_counter() - began
+        if metrics.get("examples", 1) == 0:
+            # No example, no result: its means (0) reach no record, summary or callback.
+            metrics = {"examples": 0}
         step = self.step
         end = LoopEnd(start=step, step=step, target=step, num_steps=steps, seconds=seconds,
                       metrics=metrics)

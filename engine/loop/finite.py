@@ -47,7 +47,9 @@ def check_metrics(metrics: Mapping[str, float], start: int, end: int) -> None:
     bad = non_finite(metrics)
     if bad:
         values = ", ".join(f"{name} {value}" for name, value in bad.items())
-        raise NonFinite(
+        error = NonFinite(
             f"{values} in {steps_text(start, end)}: the numbers diverged (lower "
             "--learning_rate or set --clip_norm, check the data for NaN or huge values, or "
             "skip such steps with --nan_policy=skip_step)")
+        error.loop = (start, end, dict(metrics))  # what Keras's TerminateOnNaN sees (fit)
+        raise error

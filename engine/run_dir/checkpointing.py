@@ -66,12 +66,15 @@ class Manager(tf.train.CheckpointManager):
 
 def create(
     *, model: Any, optimizer: Any, global_step: tf.Variable, directory: Optional[str],
-    max_to_keep: int, averages: Optional[dict] = None,
+    max_to_keep: int, averages: Optional[dict] = None, extra: Optional[dict] = None,
 ) -> tuple[tf.train.Checkpoint, Optional[Manager]]:
     """The run's checkpoint and its manager (None without a `directory`: a
     run that only reads); `averages`: the weights' moving averages by
-    `named_weights` key (`engine.recipe.ema`), saved under `ema/`."""
-    extra = {AVERAGES: averages} if averages is not None else {}
+    `named_weights` key (`engine.recipe.ema`), saved under `ema/`; `extra`:
+    the task's own trackables by name (`Task.checkpointed`)."""
+    extra = dict(extra or {})
+    if averages is not None:
+        extra[AVERAGES] = averages
     checkpoint = tf.train.Checkpoint(**parts(model, optimizer, global_step), **extra)
     if directory is None:
         return checkpoint, None

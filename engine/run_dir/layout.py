@@ -15,6 +15,8 @@ and the atomic reads and writes of the run's records.
       export/.<step>.tmp-*/  one being written
       best/                  the best evaluation (loop.best): best.json, state.json,
                              ckpt-<step>, export/<step>/
+      fit_epochs.json        the last epoch whose end `fit` told its Keras callbacks
+                             (keras_fit.callbacks: told once, across kills)
       diagnostics/           hang-<task>-<pid>-<n>.txt: what a task was doing when no
                              loop ended in --hang_timeout, or when asked (runtime.hang)
 
@@ -58,6 +60,7 @@ BEST = "best"
 BEST_JSON = "best.json"
 BEST_STATE = "state.json"
 DIAGNOSTICS = "diagnostics"
+FIT_EPOCHS = "fit_epochs.json"
 #: A file `write_text` is writing: `<name>.tmp-<16 hex>` (`engine.runtime.files`).
 RECORD_TEMP = re.compile(rf"^.+{re.escape(files.TEMPORARY_INFIX)}[0-9a-f]{{16}}$")
 #: A checkpoint's files; a save in progress (TensorFlow names it); an export
@@ -147,6 +150,10 @@ class RunDir:
         return self.path(BEST_STATE)
 
     @property
+    def fit_epochs_json(self) -> str:
+        return self.path(FIT_EPOCHS)
+
+    @property
     def diagnostics(self) -> str:
         return self.path(DIAGNOSTICS)
 
@@ -165,7 +172,8 @@ class RunDir:
         symbolic link is refused: the run would write or remove through it."""
         best = self.best
         records = [self.run_json, self.metrics_json, self.evaluations_json,
-                   self.checkpoint_state, self.damaged, self.exports, self.diagnostics]
+                   self.checkpoint_state, self.damaged, self.exports, self.diagnostics,
+                   self.fit_epochs_json]
         kept = [*records, best.root, best.best_json, best.best_state, best.exports]
         summaries = [self.summaries("train"), self.summaries("eval")]
         return kept + ([self.summaries()] if self.summaries_root is None else []) + summaries

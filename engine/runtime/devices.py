@@ -116,6 +116,33 @@ def ensure_logical_cpus(count: int) -> None:
         ) from None
 
 
+#: The devices `use_devices` set up in this process ("" until it is called).
+_CHOSEN = ""
+
+
+def use_devices(devices: str, *, intra_op_threads: int = -1) -> None:
+    """Sets up `devices` ("cpu:0,cpu:1", "gpu:0,gpu:1") now, before a script
+    builds its data, and makes them what `fit` trains on by default.
+
+    A tutorial's `strategy = tf.distribute.MirroredStrategy()` comes before
+    its dataset for this reason: TensorFlow fixes its device list (and the
+    logical CPU devices the CPU is split into) the first time anything
+    touches it, and a `tf.data.Dataset` does. Call this at the top of the
+    script (`tfloop.use_devices("cpu:0,cpu:1")`); one after TensorFlow
+    started with fewer devices is a `ConfigError` (one line).
+    `intra_op_threads` is `RunConfig.intra_op_threads` (-1: the engine's choice).
+    """
+    global _CHOSEN
+    names = prepare_devices(parse_devices(devices))
+    configure_threads(names, intra_op_threads)
+    _CHOSEN = devices
+
+
+def chosen() -> str:
+    """What `use_devices` named ("" when it was not called)."""
+    return _CHOSEN
+
+
 #: Memory of each virtual GPU when the GPUs' own cannot be read (nvidia-smi).
 FALLBACK_VIRTUAL_GPU_MB = 2048
 

@@ -60,6 +60,9 @@ class ParameterServer(ReducesItself):
     def build_trainer(self, plan, *, strategy, model, objectives, global_step, start_step,
                       task, average=None):
         config = plan.config
+        if getattr(task, "jit_compile", False):  # a compiled Keras model's (fit)
+            raise ConfigError("the model was compiled with jit_compile=True, which "
+                              "--strategy=parameter_server does not run; compile without it")
         if len(objectives) > 1:
             raise ConfigError(
                 f"--strategy=parameter_server trains one objective, and {type(task).__name__} "

@@ -165,7 +165,8 @@ class StrategySpec(abc.ABC):
             strategy=strategy, model=model, objectives=objectives, collective=plan.collective,
             train_dataset=task_inputs.train_dataset(task, context),
             global_batch_size=config.global_batch_size, global_step=global_step,
-            jit_compile=config.jit_compile, accumulation_steps=config.accumulation_steps,
+            jit_compile=config.jit_compile or getattr(task, "jit_compile", False),
+            accumulation_steps=config.accumulation_steps,
             clip_norm=config.clip_norm, average=average, nan_policy=config.nan_policy,
             max_skips=config.nan_max_skips,
             clock=clock.SampledClock(

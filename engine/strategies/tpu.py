@@ -105,6 +105,16 @@ def connect(tpu: str = "", *, environ: Mapping[str, str] = os.environ,
     if not address:
         raise _refuse("no --tpu and no TPU_NAME in the environment (name the TPU: "
                       "--tpu=NAME, --tpu=grpc://HOST:PORT, or --tpu=local on a TPU VM)")
+    if address not in _CONNECTED:  # bin/train asks before it reads --model_dir, then the plan
+        _CONNECTED[address] = _connect(address, timeout_s)
+    return _CONNECTED[address]
+
+
+#: The TPUs this process initialized, by address: a TPU system is initialized once.
+_CONNECTED: dict = {}
+
+
+def _connect(address: str, timeout_s: float):
     resolver = _resolve(address, timeout_s)
     try:
         if address != "local":

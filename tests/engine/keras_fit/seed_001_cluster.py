@@ -9,7 +9,9 @@ context: mnist_dataset(global_batch_size), batch_size=global_batch_size, ...)`
 in place of `strategy = MultiWorkerMirroredStrategy()` / `with strategy.scope():
 model = build...()` / `model.fit(multi_worker_dataset, ...)` (the dataset is
 made by fit, after the strategy, as the tutorial makes it after its
-strategy), and smaller numbers (batch, steps) so the test stays cheap.
+strategy), smaller numbers (batch, steps) so the test stays cheap, and
+`verbose=2` (one line per epoch, and the engine's lines the test reads, as
+Keras advises for runs nobody watches in a terminal).
 """
 
 import json
@@ -113,6 +115,6 @@ if __name__ == "__main__":
                keras.callbacks.EarlyStopping(monitor="loss", patience=1, min_delta=10),
                Recorder(os.path.join(out, f"logs-{me}.json"))]
   history = fit(build_and_compile_cnn_model, lambda context: mnist_dataset(global_batch_size),
-                batch_size=global_batch_size, epochs=3, steps_per_epoch=4, callbacks=callbacks, config=RunConfig(model_dir=os.path.join(out, "model"),
+                batch_size=global_batch_size, epochs=3, steps_per_epoch=4, callbacks=callbacks, verbose=2, config=RunConfig(model_dir=os.path.join(out, "model"),
                                                       steps_per_loop=2, seed=1))
   print(f"{me} history epochs {history.epoch} loss {len(history.history['loss'])}")

@@ -181,18 +181,6 @@ def test_csv_logger_early_stopping_and_a_custom_callback_under_mirrored(tmp_path
     assert {"loss", "accuracy", "val_loss", "val_accuracy"} <= set(epoch_logs[0])
 
 
-def test_callbacks_that_would_fight_the_engine_are_refused_in_one_line(tmp_path):
-    for callback, instead in ((keras.callbacks.ModelCheckpoint(str(tmp_path / "m.keras")),
-                               "checkpoints model_dir"),
-                              (keras.callbacks.BackupAndRestore(str(tmp_path / "b")),
-                               "resumes from model_dir")):
-        with pytest.raises(ConfigError, match=instead) as error:
-            fit(build_and_compile, _dataset(), callbacks=[callback],
-                config=_config(tmp_path / "x"), verbose=False)
-        assert "\n" not in str(error.value)
-    assert not (tmp_path / "x").exists()
-
-
 def test_an_endless_dataset_needs_steps_per_epoch(tmp_path):
     with pytest.raises(ConfigError, match="steps_per_epoch"):
         fit(build_and_compile, _dataset().repeat(), config=_config(tmp_path), verbose=False)

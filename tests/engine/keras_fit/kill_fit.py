@@ -1,0 +1,57 @@
+"""A `fit` of 3 epochs of 4 steps that SIGKILLs itself as epoch KILL_AT begins
+(after the epoch before it ended and was logged), for test_fit_kill.py.
+
+    python kill_fit.py MODEL_DIR CSV KILL_AT CHECKPOINT_INTERVAL
+
+KILL_AT -1: no kill. CHECKPOINT_INTERVAL 0: fit's default. Prints the run's
+start step and History as one JSON line at the end.
+"""
+
+import json
+import os
+import signal
+import sys
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfloop.engine import RunConfig, fit
+
+
+def dataset():
+    rng = np.random.RandomState(0)
+    x = rng.rand(64, 6).astype("float32")
+    return tf.data.Dataset.from_tensor_slices((x, (x.sum(1) > 3).astype("int64"))).batch(16)
+
+
+def dense():
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, activation="relu"),
+                              keras.layers.Dense(2)])
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  optimizer=keras.optimizers.SGD(0.1), metrics=["accuracy"])
+    return model
+
+
+class KillAt(keras.callbacks.Callback):
+    def __init__(self, epoch):
+        super().__init__()
+        self.at = epoch
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch == self.at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def config(model_dir, interval=0):
+    extra = {"checkpoint_interval": interval} if interval else {}
+    return RunConfig(strategy="one_device", devices="cpu:0", model_dir=model_dir, seed=3,
+                     steps_per_loop=2, **extra)
+
+
+if __name__ == "__main__":
+    model_dir, log, kill_at, interval = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    history = fit(dense, dataset(), epochs=3, verbose=0, config=config(model_dir, interval),
+                  callbacks=[keras.callbacks.CSVLogger(log), KillAt(kill_at)])
+    print(json.dumps({"start_step": history.run_result["start_step"],
+                      "history": history.history, "epoch": history.epoch}))
