@@ -7,6 +7,8 @@ import io
 import re
 import sys
 
+import pytest
+
 from helpers import launcher_endings
 from tfloop.launch import launcher
 
@@ -14,6 +16,7 @@ from tfloop.launch import launcher
 #: later and exits 138 on its own; its variables say who it is.
 _TASK = """
 import os, sys, time
+import pytest
 print("ROLE=" + os.environ["ROLE"], "TF_CONFIG" in os.environ, flush=True)
 if os.environ["ROLE"] == "worker:1":
     sys.exit(137)
@@ -22,6 +25,7 @@ sys.exit(138)
 """
 
 
+@pytest.mark.process  # the Launcher, in this process, starts the tasks
 def test_own_variables_and_the_survivors_statuses():
     seen = []
 
