@@ -9,6 +9,12 @@ The suite runs on CPUs whatever the machine: GPUs are hidden from it (and from
 the binaries it starts) before TensorFlow imports. Tests that need a GPU carry
 `@pytest.mark.gpu`; pyproject.toml deselects them by default, and
 `TFLOOP_TEST_GPUS=1 pytest -m gpu` runs them with the GPUs visible.
+
+Two tiers (tests/tiers.py): every test that starts a process (a binary, a
+cluster, a helper script) is marked `process` at collection, found by reading
+the test, its fixtures and the suite's helpers they use; `pytest --fast`
+(`./dev test --fast`) runs only the others, and fails any of them that starts
+a process, naming the missing mark.
 """
 
 import os
@@ -19,6 +25,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # of the suite's own, not the user's ~/.cache, for this process and the binaries it runs.
 os.environ.setdefault("TFLOOP_CACHE_DIR", tempfile.mkdtemp(prefix="tfloop-test-cache-"))
 
+import tiers  # noqa: E402  (imports no TensorFlow)
 from helpers import COMPARED_THREADS, hide_gpus  # noqa: E402  (imports no TensorFlow)
 
 hide_gpus(os.environ)
@@ -40,3 +47,57 @@ engine_devices.configure_threads([f"/cpu:{i}" for i in range(NUM_LOGICAL_CPUS)])
 def cpu_devices():
     """The canonical names of the session's logical CPU devices."""
     return [f"/cpu:{i}" for i in range(NUM_LOGICAL_CPUS)]
+
+
+# -- the two tiers (tests/tiers.py) ----------------------------------------------------------
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--fast", action="store_true",
+        help="the fast tier: only the tests that start no process (not marked "
+             f"`{tiers.PROCESS}`); one that starts a process anyway fails, naming the mark")
+
+
+def _fast(config) -> bool:
+    """The fast tier: `--fast`, or a `-m` expression that leaves out `process`."""
+    return config.getoption("--fast") or f"not {tiers.PROCESS}" in (config.option.markexpr or "")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by marks
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if not item.get_closest_marker(tiers.PROCESS) and tiers.starts_a_process(item):
+            item.add_marker(tiers.PROCESS)
+    if config.getoption("--fast"):
+        slow = [item for item in items if item.get_closest_marker(tiers.PROCESS)]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if not item.get_closest_marker(tiers.PROCESS)]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """In the fast tier, a test (its fixtures' set-up and tear-down included)
+    cannot start a process unseen: `tiers.guard`."""
+    if not _fast(item.config) or item.get_closest_marker(tiers.PROCESS):
+        return (yield)
+    item.stash[_REFUSED] = []
+    with tiers.guard(item.nodeid, item.stash[_REFUSED]):
+        return (yield)
+
+
+_REFUSED = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A refused process fails its test even where the test's code caught the error."""
+    report = yield
+    refused = item.stash.get(_REFUSED, None)
+    if refused:
+        if report.passed:
+            report.outcome = "failed"
+            report.longrepr = refused[0]
+        refused.clear()  # reported once, in the phase it happened in
+    return report

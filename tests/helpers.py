@@ -7,6 +7,7 @@ only once per process, and because that is how users run them.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -156,6 +157,33 @@ def assert_one_line_error(result, *, contains: str = "") -> str:
     assert len(error_lines) == 1, result.stderr
     assert contains in error_lines[0], error_lines[0]
     return error_lines[0]
+
+
+#: One task's end as bin/launch reports it: "worker:0 died with signal 9
+#: (SIGKILL)", "chief:0 exited with status 138" (`launcher.describe_exit`).
+_TASK_ENDING = re.compile(r"\b((?:chief|worker|ps):\d+|evaluator) "
+                          r"(?:exited with status (\d+)|died with signal (\d+))")
+
+
+def launcher_endings(text: str) -> dict[str, int]:
+    """How each task of a `bin/launch` cluster ended, read from the
+    launcher's own lines (`launch: ...`, not the tasks' `[role] ...`), as
+    `Popen.returncode` says it: the exit status, or -N for a death by signal N.
+
+    Which task the launcher names first (`launch: X <ending> (...)`) and which
+    after it (`launch: after X <ending>: Y <ending> (...)`) depends on which
+    process the scheduler let end first: a survivor may notice a lost peer
+    before the launcher's poll sees the kill. A test asserts each task's
+    ending, never the order of the lines."""
+    endings: dict[str, int] = {}
+    for line in text.splitlines():
+        if not line.startswith("launch: "):
+            continue
+        for label, status, signum in _TASK_ENDING.findall(line):
+            code = int(status) if status else -int(signum)
+            assert endings.setdefault(label, code) == code, (
+                f"{label} reported ending two ways: {endings[label]} and {code}\n{text[-3000:]}")
+    return endings
 
 
 def process_alive(pid: int) -> bool:

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from tfloop.bench import report
 
 
@@ -76,6 +78,7 @@ def test_the_plot_extra_is_declared():
     assert extras["plot"] == ["matplotlib"]
 
 
+@pytest.mark.process  # bench.sweep runs the benchmark per device count
 def test_a_training_sweep_without_the_plot_writes_its_json(tmp_path):
     """bench.sweep after its device counts, with --noplot (a plain `pip install .`):
     the JSON and the table, no unpacking of a plot that was never drawn."""

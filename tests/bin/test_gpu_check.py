@@ -149,6 +149,7 @@ def test_a_result_must_have_a_known_status_and_a_reason_unless_it_passed():
     assert check_report.STATUSES == ("pass", "fail", "skipped")
 
 
+@pytest.mark.process  # bench.gpu_check.run_child starts the check's process
 def test_a_check_whose_process_dies_fails_with_its_last_line(tmp_path):
     status, reason, numbers = gpu_check.run_child(
         [sys.executable, "-c", "import sys; print('NCCL WARN boom'); sys.exit(134)"],

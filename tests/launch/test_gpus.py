@@ -66,6 +66,7 @@ def test_assign_refuses_more_gpus_than_exist():
     assert "4 are available" in message
 
 
+@pytest.mark.process  # launch.gpus runs nvidia-smi
 def test_visible_gpu_ids_follow_the_launchers_own_restriction(tmp_path, monkeypatch):
     assert gpus.visible_gpu_ids({"CUDA_VISIBLE_DEVICES": "2, 5"}) == ["2", "5"]
     assert gpus.visible_gpu_ids({}, num_gpus=3) == ["0", "1", "2"]

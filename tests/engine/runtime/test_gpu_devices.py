@@ -173,6 +173,7 @@ def test_no_nvidia_smi_no_reason(monkeypatch):
     assert devices.missing_gpu_reason() is None
 
 
+@pytest.mark.process  # the engine runs the stand-in nvidia-smi
 def test_nvidia_smi_sees_gpus_tensorflow_does_not(tmp_path, monkeypatch, log_lines):
     _fake_nvidia_smi(tmp_path, monkeypatch, 2)
     # This suite hides the GPUs itself: said so first.
@@ -297,6 +298,7 @@ def test_the_reduce_device_is_renumbered_with_the_gpus_and_a_hidden_one_refused(
         renumber_reduce_device(hidden, renamed)
 
 
+@pytest.mark.process  # the engine runs the stand-in nvidia-smi
 def test_the_gpus_memory_and_details_are_read_through_the_one_nvidia_smi_runner(
         tmp_path, monkeypatch):
     folder = tmp_path / "querybin"

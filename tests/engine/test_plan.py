@@ -1,0 +1,97 @@
+"""`engine.plan.make_plan`: every check before anything is built or written.
+
+The plan's contract: it reads and decides, it never writes (a refused request
+leaves no `model_dir`, an accepted one finds it as it was); it settles the
+replicas, the mode and the checkpoint to resume from once, for everything
+built after it; its `describe` is the run's start-up line. Each refusal of an
+impossible request: tests/engine/test_run_refusals.py; `--epochs` and the
+batch arithmetic: tests/engine/test_run_length.py; which role locks:
+tests/engine/run_dir/test_run_lock.py. In process, on the session's 4
+logical CPUs; nothing is trained.
+"""
+
+import os
+
+import keras
+import pytest
+import tensorflow as tf
+
+from tfloop.engine.config import RunConfig
+from tfloop.engine.errors import ConfigError
+from tfloop.engine.losses import LossOutput
+from tfloop.engine.plan import make_plan
+from tfloop.engine.run_dir import run_lock
+from tfloop.engine.task import Task
+
+FOUR = "cpu:0,cpu:1,cpu:2,cpu:3"
+
+
+def _config(model_dir, **flags):
+    return RunConfig(**{"model_dir": str(model_dir), "devices": FOUR,
+                        "collective": "reduce_to_one_device", "global_batch_size": 32, **flags})
+
+
+def test_a_plan_settles_the_run_and_writes_nothing(tmp_path):
+    plan = make_plan(_config(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+    assert (plan.devices, plan.replicas) == (["/cpu:0", "/cpu:1", "/cpu:2", "/cpu:3"], 4)
+    # The built-in synthetic dataset has an eval split: outside a cluster the default
+    # mode trains and evaluates; the single process is its own chief and locks model_dir.
+    assert plan.mode == "train_and_evaluate" and plan.lock == run_lock.TRAIN
+    assert not plan.role.in_cluster and plan.input_workers == 1
+    assert plan.latest_checkpoint is None and plan.config.global_batch_size == 32
+    assert plan.describe(plan.replicas).startswith(
+        "mirrored over 4 replica(s) [cpu:0,cpu:1,cpu:2,cpu:3], collective "
+        "reduce_to_one_device, global batch 32 (8 per replica)")
+
+
+def _checkpoints(model_dir, steps):
+    """A run's checkpoints `ckpt-<step>` (what a model_dir holds after training)."""
+    step = tf.Variable(0, dtype=tf.int64)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(global_step=step),
+                                         str(model_dir), max_to_keep=5, step_counter=step)
+    for value in steps:
+        step.assign(value)
+        manager.save(checkpoint_number=value)
+
+
+def test_a_plan_resumes_from_the_newest_checkpoint_and_leaves_the_folder_as_it_was(tmp_path):
+    model_dir = tmp_path / "run"
+    _checkpoints(model_dir, [3, 6])
+    before = {name: (model_dir / name).stat().st_mtime_ns for name in os.listdir(model_dir)}
+    plan = make_plan(_config(model_dir, mode="evaluate"))
+    assert plan.latest_checkpoint == str(model_dir / "ckpt-6")
+    assert plan.lock == run_lock.EVALUATE  # --mode=evaluate locks against a second evaluator
+    assert {name: (model_dir / name).stat().st_mtime_ns
+            for name in os.listdir(model_dir)} == before
+
+
+def test_evaluate_without_a_checkpoint_is_one_line_and_writes_nothing(tmp_path):
+    with pytest.raises(ConfigError, match=r"--mode=evaluate found no checkpoint in "
+                       r"--model_dir=.*; train first or point --model_dir at a trained run"):
+        make_plan(_config(tmp_path / "run", mode="evaluate"))
+    assert not (tmp_path / "run").exists()
+
+
+class TrainOnly(Task):
+    """A task with no eval split (it does not override `eval_dataset`)."""
+
+    def build_model(self):
+        return keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+
+    def train_dataset(self, context):
+        return tf.data.Dataset.from_tensors(
+            (tf.zeros([context.global_batch_size, 2]), tf.zeros([context.global_batch_size]))
+        ).repeat()
+
+    def loss(self, model, batch, *, training):
+        features, target = batch
+        return LossOutput(per_example_loss=(model(features)[:, 0] - target) ** 2)
+
+
+def test_the_mode_follows_the_tasks_eval_split(tmp_path):
+    assert make_plan(_config(tmp_path / "run"), TrainOnly()).mode == "train"
+    with pytest.raises(ConfigError, match=r"--mode=train_and_evaluate needs an eval split, and "
+                       r"task TrainOnly has none; use --mode=train"):
+        make_plan(_config(tmp_path / "run", mode="train_and_evaluate"), TrainOnly())
+    assert not (tmp_path / "run").exists()
