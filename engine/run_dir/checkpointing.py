@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import collections
 import glob
-import hashlib
 import logging
 import os
 import posixpath
@@ -204,9 +203,7 @@ def worker_save_dir(model_dir: str, role_name: str) -> str:
     start of the same task of the same run: the name carries the task and a
     digest of `model_dir`, and one task of one run cannot run twice at once.
     """
-    where = model_dir if "://" in model_dir else os.path.abspath(model_dir)
-    digest = hashlib.sha1(where.encode()).hexdigest()[:10]
-    prefix = f"tfloop-{role_name.replace(':', '')}-{digest}-"
+    prefix = f"tfloop-{role_name.replace(':', '')}-{layout.run_digest(model_dir)}-"
     for stale in glob.glob(os.path.join(tempfile.gettempdir(), prefix + "*")):
         logger.info("removing %s, left by an earlier %s of this run", stale, role_name)
         # In a shared folder: a link there (anyone's) goes as a link, never its target.

@@ -33,8 +33,10 @@ refused before anything is written.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
+import os
 import posixpath
 import re
 import uuid
@@ -69,6 +71,15 @@ CHECKPOINT_FILE = re.compile(rf"^{CHECKPOINT_PREFIX}-(\d+)\.(index|data-\d+-of-\
 CHECKPOINT_TEMP = re.compile(rf"^{CHECKPOINT_PREFIX}-\d+_temp$")
 EXPORT_STAGING = re.compile(r"^\.\d+\.tmp-[0-9a-f]{8}$")
 
+
+
+def run_digest(model_dir: str) -> str:
+    """A short name for one run, from where its `model_dir` is: folders the run
+    keeps outside `model_dir` (a worker's share of saving in the temporary
+    directory, local checkpoints) carry it, so a restart of the same run
+    finds them and another run's are left alone."""
+    where = model_dir if "://" in model_dir else os.path.abspath(model_dir)
+    return hashlib.sha1(where.encode()).hexdigest()[:10]
 
 @dataclasses.dataclass(frozen=True)
 class RunDir:

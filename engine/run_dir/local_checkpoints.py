@@ -29,7 +29,6 @@ parameter-server cluster is refused (`check`).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from typing import Any, Optional
@@ -38,6 +37,7 @@ import tensorflow as tf
 
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.run_dir import checkpoint_files, checkpointing, layout
+from tfloop.engine.runtime import files
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +47,7 @@ TO_KEEP = 2
 
 def folder(local_checkpoint_dir: str, model_dir: str, task: str = "") -> str:
     """This run's (and cluster `task`'s) folder under `local_checkpoint_dir`."""
-    where = model_dir if "://" in model_dir else os.path.abspath(model_dir)
-    name = "tfloop-" + hashlib.sha1(where.encode()).hexdigest()[:10]
+    name = "tfloop-" + layout.run_digest(model_dir)
     return os.path.join(local_checkpoint_dir, name + (f"-{task.replace(':', '')}" if task else ""))
 
 
@@ -152,6 +151,6 @@ def create(config: Any, checkpoint: tf.train.Checkpoint, global_step: tf.Variabl
     if not config.local_checkpoint_dir:
         return None
     directory = folder(config.local_checkpoint_dir, config.model_dir, task)
-    tf.io.gfile.makedirs(directory)
+    files.make_dirs(directory)  # at most 0755, whatever the umask
     return checkpointing.Manager(checkpoint, directory=directory, max_to_keep=TO_KEEP,
                                  step_counter=global_step)

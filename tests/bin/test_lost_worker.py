@@ -6,12 +6,9 @@ import os
 import re
 import sys
 
-import numpy as np
 import pytest
-import tensorflow as tf
 
 from helpers import REPO, run_bin
-from tfloop.engine import run
 from tfloop.launch import LaunchConfig, LaunchError
 
 ENGINE_TESTS = os.path.join(REPO, "tests", "engine")
@@ -22,12 +19,6 @@ import counting_task  # noqa: E402
 BATCH, STEPS = 12, 10
 FLAGS = [*counting_task.flags(steps=STEPS), "--steps_per_loop=2", "--checkpoint_interval=2",
          f"--global_batch_size={BATCH}", "--max_per_replica_batch_size=4"]
-
-
-def _weights(model_dir):
-    reader = tf.train.load_checkpoint(str(model_dir))
-    return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map()
-            if n.startswith("model_weights/")}
 
 
 def test_a_lost_worker_is_left_out_and_the_run_finishes_on_two_exactly(tmp_path):
@@ -51,16 +42,9 @@ def test_a_lost_worker_is_left_out_and_the_run_finishes_on_two_exactly(tmp_path)
     record = json.loads((model_dir / "run.json").read_text())
     (change,) = record["replica_changes"]
     assert (change["from"], change["to"], change["accumulation_steps"]) == (3, 2, [1, 2])
-    weights = _weights(model_dir)
-    assert counting_task.steps_seen(counting_task.counts_of(weights), steps=STEPS) == \
-        counting_task.expected_steps(batch=BATCH, steps=STEPS)
-    reference_dir = tmp_path / "uninterrupted"
-    run(counting_task.reference_config(str(reference_dir), batch=BATCH, steps=STEPS,
-                                       devices="cpu:0", steps_per_loop=2),
-        task=counting_task.Counting(BATCH))
-    for name, value in _weights(reference_dir).items():
-        difference = np.linalg.norm(weights[name] - value) / max(np.linalg.norm(value), 1e-12)
-        assert difference <= 1e-5, (name, difference)
+    counting_task.assert_exact_against_uninterrupted(
+        counting_task.model_weights(model_dir), tmp_path / "uninterrupted", batch=BATCH,
+        steps=STEPS, steps_per_loop=2)
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -106,13 +90,6 @@ def test_a_killed_worker_resumes_the_cluster_from_a_local_checkpoint_every_worke
     assert sorted(agreed) == [("worker:0", agreed[0][1]), ("worker:1", agreed[0][1])], \
         result.stdout[-4000:]
     assert int(agreed[0][1]) >= 4
-    weights = _weights(model_dir)
-    assert counting_task.steps_seen(counting_task.counts_of(weights), steps=steps) == \
-        counting_task.expected_steps(batch=batch, steps=steps)
-    reference_dir = tmp_path / "uninterrupted"
-    run(counting_task.reference_config(str(reference_dir), batch=batch, steps=steps,
-                                       devices="cpu:0", steps_per_loop=4),
-        task=counting_task.Counting(batch))
-    for name, value in _weights(reference_dir).items():
-        difference = np.linalg.norm(weights[name] - value) / max(np.linalg.norm(value), 1e-12)
-        assert difference <= 1e-5, (name, difference)
+    counting_task.assert_exact_against_uninterrupted(
+        counting_task.model_weights(model_dir), tmp_path / "uninterrupted", batch=batch,
+        steps=steps, steps_per_loop=4)

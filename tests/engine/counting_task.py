@@ -89,3 +89,25 @@ def reference_config(model_dir: str, *, batch: int, steps: int, **overrides):
         lr_schedule="step", lr_decay_rate=0.5,
         lr_decay_steps=",".join(str(s) for s in range(1, steps)), train_steps=steps,
         mode="train", export=False, **overrides)
+
+
+def model_weights(model_dir) -> dict:
+    """The model's weights in `model_dir`'s latest checkpoint, by name."""
+    reader = tf.train.load_checkpoint(str(model_dir))
+    return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map()
+            if n.startswith("model_weights/")}
+
+
+def assert_exact_against_uninterrupted(weights: dict, reference_dir, *, batch: int, steps: int,
+                                       steps_per_loop: int) -> None:
+    """`weights` trained every step on the stream's examples, and equal (1e-5
+    relative) an uninterrupted one-device run's, trained here into `reference_dir`."""
+    import numpy as np
+    from tfloop.engine.run import run
+
+    assert steps_seen(counts_of(weights), steps=steps) == expected_steps(batch=batch, steps=steps)
+    run(reference_config(str(reference_dir), batch=batch, steps=steps, devices="cpu:0",
+                         steps_per_loop=steps_per_loop), task=Counting(batch))
+    for name, value in model_weights(reference_dir).items():
+        difference = np.linalg.norm(weights[name] - value) / max(np.linalg.norm(value), 1e-12)
+        assert difference <= 1e-5, (name, difference)

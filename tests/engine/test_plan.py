@@ -12,16 +12,14 @@ logical CPUs; nothing is trained.
 
 import os
 
-import keras
 import pytest
 import tensorflow as tf
 
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.losses import LossOutput
 from tfloop.engine.plan import make_plan
 from tfloop.engine.run_dir import run_lock
-from tfloop.engine.task import Task
+from train_only_task import TrainOnly
 
 FOUR = "cpu:0,cpu:1,cpu:2,cpu:3"
 
@@ -71,22 +69,6 @@ def test_evaluate_without_a_checkpoint_is_one_line_and_writes_nothing(tmp_path):
                        r"--model_dir=.*; train first or point --model_dir at a trained run"):
         make_plan(_config(tmp_path / "run", mode="evaluate"))
     assert not (tmp_path / "run").exists()
-
-
-class TrainOnly(Task):
-    """A task with no eval split (it does not override `eval_dataset`)."""
-
-    def build_model(self):
-        return keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-
-    def train_dataset(self, context):
-        return tf.data.Dataset.from_tensors(
-            (tf.zeros([context.global_batch_size, 2]), tf.zeros([context.global_batch_size]))
-        ).repeat()
-
-    def loss(self, model, batch, *, training):
-        features, target = batch
-        return LossOutput(per_example_loss=(model(features)[:, 0] - target) ** 2)
 
 
 def test_the_mode_follows_the_tasks_eval_split(tmp_path):

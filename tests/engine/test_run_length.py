@@ -10,10 +10,9 @@ import tensorflow as tf
 from tfloop.engine.loop.actions import LoopEnd, TrainProgress
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.losses import LossOutput
 from tfloop.engine.plan import make_plan
 from tfloop.engine.run import run
-from tfloop.engine.task import Task
+from train_only_task import TrainOnly
 
 SYNTHETIC_TRAIN_EXAMPLES = 8192
 
@@ -34,31 +33,14 @@ def test_steps_per_epoch_sets_an_epoch_for_data_of_unknown_size(tmp_path):
     assert plan.config.train_steps == 14
 
 
-class Endless(Task):
-    """A task that does not say how large its data is."""
-
-    def build_model(self):
-        import keras
-        return keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-
-    def train_dataset(self, context):
-        return tf.data.Dataset.from_tensors(
-            (tf.zeros([context.global_batch_size, 2]), tf.zeros([context.global_batch_size]))
-        ).repeat()
-
-    def loss(self, model, batch, *, training):
-        features, target = batch
-        return LossOutput(per_example_loss=(model(features)[:, 0] - target) ** 2)
-
-
 def test_epochs_of_a_task_of_unknown_size_are_refused_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match=r"needs the size of the train split, and "
-                       r"Endless.train_examples is None; define it, give --steps_per_epoch"):
+                       r"TrainOnly.train_examples is None; define it, give --steps_per_epoch"):
         run(RunConfig(model_dir=str(tmp_path / "run"), epochs=2, global_batch_size=8),
-            task=Endless())
+            task=TrainOnly())
     assert not (tmp_path / "run").exists()
     result = run(RunConfig(model_dir=str(tmp_path / "run"), epochs=2, steps_per_epoch=3,
-                           global_batch_size=8, export=False), task=Endless())
+                           global_batch_size=8, export=False), task=TrainOnly())
     assert result["step"] == 6
 
 
