@@ -107,6 +107,13 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
     Raises:
       ConfigError: a model, data or callback `fit` cannot take (one line).
     """
+    if isinstance(model_fn, keras.Model) or not callable(model_fn):
+        # A model built outside the strategy's scope has its variables on one
+        # device: the engine must build it, under the scope, on every replica.
+        raise ConfigError(
+            f"fit: the first argument is a {type(model_fn).__name__}; give the function that "
+            "builds and compiles the model (fit calls it under the strategy's scope, as "
+            "`with strategy.scope(): model = ...` does), e.g. tfloop.fit(build_model, x, y)")
     config = config or RunConfig()
     callbacks = callbacks_lib.check(callbacks)
     verbose = _verbosity(verbose)

@@ -38,3 +38,11 @@ def test_arrays_with_arguments_that_cannot_work(tmp_path, arguments, says):
         fit(dense, X, config=parity.config(tmp_path / "run"), verbose=False, **arguments)
     assert "\n" not in str(error.value)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_built_model_instead_of_the_function_that_builds_it_is_one_line(tmp_path):
+    with pytest.raises(ConfigError, match=r"the first argument is a Sequential; give the "
+                       r"function that builds and compiles the model") as error:
+        fit(dense(), X, Y, batch_size=8, config=parity.config(tmp_path / "run"), verbose=False)
+    assert "\n" not in str(error.value)
+    assert not (tmp_path / "run").exists()
