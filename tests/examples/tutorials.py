@@ -6,10 +6,11 @@ trailing `# tfloop` (issue 31: at most two per tutorial section); lines that
 differ only because nothing downloads here are marked otherwise and say so.
 """
 
+import os
 import subprocess
 import sys
 
-from helpers import bin_env
+from helpers import REPO, bin_env
 
 #: Runs the script as `python script.py` would (sys.path[0] its folder,
 #: `__main__`), with the engine's INFO lines (the strategy and its replicas)
@@ -21,10 +22,14 @@ _RUNNER = ("import logging, os, runpy, sys; script = sys.argv[1]; sys.argv = sys
            "runpy.run_path(script, run_name='__main__')")
 
 
-def run_script(script: str, cwd, *, env: dict | None = None, timeout: float = 400):
-    """Runs `script` in `cwd` in a fresh process; returns the CompletedProcess."""
-    return subprocess.run([sys.executable, "-c", _RUNNER, script], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout,
+def run_script(script: str, cwd, *, env: dict | None = None, timeout: float = 400,
+               launch: tuple[str, ...] = ()):
+    """Runs `script` in `cwd` in a fresh process, or with `launch` (bin/launch's
+    flags) once per task of a local cluster; returns the CompletedProcess."""
+    command = [sys.executable, "-c", _RUNNER, script]
+    if launch:
+        command = [sys.executable, os.path.join(REPO, "bin", "launch"), *launch, "--", *command]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           env=bin_env(env or {}))
 
 
