@@ -10,7 +10,7 @@ The tutorial's code as written, with two lines changed (each marked `# tfloop`):
    build_and_compile_cnn_model>, ...)`, which builds and compiles the model
    under the engine's strategy and trains it with the tutorial's arguments;
    `steps_per_epoch` is read from the environment variable TUTORIAL_STEPS
-   (70, the tutorial's, when unset: the test sets 4, to stay cheap).
+   (70, the tutorial's, when unset: the test sets 3, to stay cheap).
 
 mnist_setup.py reads a local mnist.npz in place of the MNIST download (see
 there). Run from this folder, with an mnist.npz in it:
