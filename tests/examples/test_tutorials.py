@@ -49,8 +49,8 @@ def test_mwms_tutorial_main_trains_on_two_workers_under_launch(tmp_path):
     changed = changed_lines(script)
     assert len(changed) == 4, changed  # two more than the goal: main.py's docstring says why
     assert changed[0].startswith("strategy = tf.distribute.get_strategy()")
-    assert changed[1].startswith("multi_worker_dataset = lambda context: mnist_setup.mnist_dataset(")
-    assert changed[2].strip().startswith("multi_worker_model = mnist_setup.build_and_compile_cnn_model ")
+    assert changed[1].startswith("multi_worker_dataset = lambda context: mnist_setup.")
+    assert changed[2].strip().startswith("multi_worker_model = mnist_setup.build_and_compile_cnn")
     assert changed[3].startswith("tfloop.fit(multi_worker_model, multi_worker_dataset, ")
     write_digits_npz(str(tmp_path))
     (tmp_path / "tmp").mkdir()
