@@ -107,6 +107,18 @@ logger = logging.getLogger(__name__)
 INPUT_OPTIONS = tf.distribute.InputOptions(experimental_fetch_to_device=True,
                                            experimental_per_replica_buffer_size=2)
 
+
+
+def _input_options(strategy: tf.distribute.Strategy):
+    """`INPUT_OPTIONS`, or None for `CentralStorageStrategy`, whose
+    `experimental_distribute_dataset` reads a misspelt attribute of any
+    options it is given (TF 2.21: `options.experimental_replication_moden`,
+    an AttributeError): it trains on TF's default input options."""
+    if isinstance(strategy, tf.distribute.experimental.CentralStorageStrategy):
+        return None
+    return INPUT_OPTIONS
+
+
 #: The train metric of the reduced gradients' global norm (before clipping).
 GRAD_NORM = "grad_norm"
 #: The train metric of the loop's steps whose update was skipped (non-finite
@@ -241,7 +253,8 @@ class Trainer(AbstractTrainer):
         # Each replica's batches prefetched onto its device; destroyed without
         # a stall when the trainer goes (engine.loop.iterators).
         self._iterator = iterators.distributed(
-            strategy.experimental_distribute_dataset(train_dataset, options=INPUT_OPTIONS))
+            strategy.experimental_distribute_dataset(train_dataset,
+                                                     options=_input_options(strategy)))
         # --synthetic_on_device: one batch, taken now, on the replicas' devices.
         self._device_batch = next(self._iterator) if input_on_device else None
         compile_fn = (lambda f: tf.function(f, jit_compile=True)) if jit_compile else (lambda f: f)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 from helpers import REPO, bin_env
+from tutorials import changed_lines
 
 SCRIPT = os.path.join(REPO, "examples", "keras_multi_gpu_guide.py")
 
@@ -36,8 +37,7 @@ def test_the_guide_runs_with_two_changed_lines_and_resumes_from_its_keras_checkp
 
 
 def test_the_changed_lines_are_two_and_marked():
-    source = open(SCRIPT).read()
-    changed = [line for line in source.splitlines() if line.rstrip().endswith("# tfloop")]
+    changed = changed_lines(SCRIPT)
     assert len(changed) == 3  # use_devices, fit in the guide, fit in its fault-tolerance part
     assert changed[0].startswith("import tfloop; tfloop.use_devices(")
     assert all("tfloop.fit(" in line for line in changed[1:])

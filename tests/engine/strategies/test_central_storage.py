@@ -115,3 +115,14 @@ def test_central_storage_refuses_collectives_it_would_silently_replace(collectiv
     assert "silently reduce onto it" in message and "--collective=auto" in message
     assert strategies.get("central_storage").collective_name(
         "reduce_to_one_device", devices) == "reduce_to_one_device"
+
+
+def test_bin_train_central_storage_trains_on_a_dataset(cpu_devices, tmp_path):
+    """The README tour's line: the default task's `tf.data.Dataset` through
+    `experimental_distribute_dataset` (TF's CentralStorageStrategy fails on any
+    input options it is given: engine.loop.trainer gives it none)."""
+    from tfloop.engine import RunConfig, run
+
+    result = run(RunConfig(strategy="central_storage", devices=",".join(cpu_devices[:2]),
+                           train_steps=2, steps_per_loop=1, model_dir=str(tmp_path)))
+    assert result.model is not None and tf.train.latest_checkpoint(str(tmp_path))
