@@ -106,7 +106,8 @@ def remembered_run_values(names: Iterable[str]) -> dict:
     given = {name for name in values if flags.FLAGS[name].present}
     # Hardware the strategy must find (--strategy=tpu) is asked for before the
     # model_dir's storage: without a TPU the refusal is that, whatever the storage.
-    strategies.get(values["strategy"]).connect(types.SimpleNamespace(**values))
+    if "strategy" in values:  # bin/export names no strategy: nothing to connect to
+        strategies.get(values["strategy"]).connect(types.SimpleNamespace(**values))
     return run_identity.fill(values, given, run_identity.load(values["model_dir"]))
 
 

@@ -142,6 +142,7 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
         config, device_names)
     _prepare_task(config, task)
     check_model_dir(config.model_dir)
+    check_run_directories(config)  # before run.json is read: a link there is refused, not read
     local_checkpoints.check(config, asynchronous_cluster=role.in_cluster
                             and not spec.compares_workers and not role.is_evaluator)
     exists = tf.io.gfile.isdir(config.model_dir)
@@ -163,7 +164,6 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
         check_directory(config.summaries_dir, "--summaries_dir")
     if config.init_from:  # gs:// out of reach: 138 now, not a traceback at the warm start
         storage.check_reachable(config.init_from, "--init_from")
-    check_run_directories(config)
     if config.model_dir.startswith(IN_MEMORY):
         logger.warning("--model_dir=%s is in memory: its checkpoints, metrics.json and export "
                        "vanish when this process ends; use a local path or gs:// to keep them",

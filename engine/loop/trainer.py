@@ -121,6 +121,8 @@ def _input_options(strategy: tf.distribute.Strategy):
 
 #: The train metric of the reduced gradients' global norm (before clipping).
 GRAD_NORM = "grad_norm"
+#: Ops that stop a step by failing (`tf.debugging.assert_*`, `check_numerics`).
+_CHECKS = ("Assert", "CheckNumerics", "CheckNumericsV2")
 #: The train metric of the loop's steps whose update was skipped (non-finite
 #: gradients), reported when steps can be skipped.
 SKIPPED_STEPS = "skipped_steps"
@@ -342,6 +344,8 @@ class Trainer(AbstractTrainer):
             else:
                 batch = self.step_phase.next(iterator)  # the phase, for a hang dump
             state = stamps.input(state, self.strategy.experimental_local_results(batch))
+            graph = tf.compat.v1.get_default_graph()  # the loop body's: its checks, below
+            first_op = len(graph.get_operations())
             schedules.assign(self.objectives, self.global_step)  # the rate of this global step
             step_skipped = tf.constant(False)
             for index, objective in enumerate(self.objectives):
@@ -356,7 +360,10 @@ class Trainer(AbstractTrainer):
             # After the step's updates: ops on different variables are not
             # ordered in a tf.function, so a step whose batch or loss failed
             # could still be counted (unsaved_step 31 where 30 trained).
-            with tf.control_dependencies([step_skipped] + [
+            # The step's own checks too (a task's tf.debugging.assert_*: nothing
+            # the update reads depends on them, so a failing one raced the count).
+            checks = [op for op in graph.get_operations()[first_op:] if op.type in _CHECKS]
+            with tf.control_dependencies([step_skipped] + checks + [
                     tf.identity(objective.optimizer.iterations)
                     for objective in self.objectives]):
                 self.global_step.assign_add(1)

@@ -171,7 +171,7 @@ INT32_MAX = 2**31 - 1
     (dict(seed=2**32), "--seed=4294967296 must be 0 or more, at most 4294967295"),
     (dict(seed=-1), "--seed=-1 must be 0 or more"),
     (dict(intra_op_threads=100000), "--intra_op_threads=100000 must be -1"),
-    (dict(image_size=10**6), "--image_size=1000000 must be a positive integer, at most 8192"),
+    (dict(image_size=10**6), "--image_size=1000000 must be 0 or more, at most 8192"),
     (dict(num_packs=2**31), "--num_packs=2147483648 must be at most 2147483647"),
     (dict(pack_bytes=2**41), "--pack_bytes=2199023255552 must be at most 1099511627776"),
     # Timeouts: nan, inf and negative are refused alike.

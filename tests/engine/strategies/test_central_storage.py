@@ -56,8 +56,9 @@ def test_collective_choice_for_strategies_that_reduce_themselves(cpu_devices):
     assert name("parameter_server", "auto", ["/cpu:0"]) == "strategy"
     assert name("tpu", "auto", ["/cpu:0"]) == "strategy"
     assert strategies.get("central_storage").num_replicas(cpu_devices) == 4
-    workers = tf_config.parse(json.dumps({"cluster": {"chief": ["h:1"], "worker": ["h:2", "h:3"],
-                                                    "ps": ["h:4"]}, "task": {"type": "chief"}}))
+    workers = tf_config.parse(json.dumps({
+        "cluster": {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"]},
+        "task": {"type": "chief", "index": 0}}))
     assert strategies.get("parameter_server").num_replicas(["/cpu:0"], role=workers) == 1
     assert strategies.get("tpu").num_replicas(["/cpu:0"], connection=(None, 8)) == 8
 
