@@ -27,16 +27,6 @@ BEST = dict(mode="train_and_evaluate", best_metric="eval/loss", eval_interval=2,
             checkpoint_interval=2)
 
 
-@pytest.fixture
-def victim(tmp_path):
-    folder = tmp_path / "victim"
-    (folder / "sub").mkdir(parents=True)
-    (folder / "thesis.tex").write_bytes(b"precious\n")
-    (folder / "sub" / "data.bin").write_bytes(b"\x00\x01")
-    (folder / "saved_model.pb").write_bytes(b"not yours")
-    return folder
-
-
 def _snapshot(folder):
     return {str(p.relative_to(folder)): (None if p.is_dir() else p.read_bytes())
             for p in sorted(folder.rglob("*"))}

@@ -17,16 +17,6 @@ from tfloop.engine.errors import ConfigError, RunFailure
 from tfloop.engine.runtime import files
 
 
-@pytest.fixture
-def victim(tmp_path):
-    """A folder outside the run, with a file, a subfolder and a precious byte string."""
-    folder = tmp_path / "victim"
-    (folder / "sub").mkdir(parents=True)
-    (folder / "thesis.tex").write_bytes(b"precious\n")
-    (folder / "sub" / "data.bin").write_bytes(b"\x00\x01")
-    return folder
-
-
 def _snapshot(folder):
     """Every path under `folder` with its bytes (None for a folder)."""
     return {str(p.relative_to(folder)): (None if p.is_dir() else p.read_bytes())
