@@ -367,8 +367,10 @@ class TrainBenchResult:
                               peak.flops_per_second)
 
     def peak_fraction(self, row: VariantRow) -> Optional[float]:
-        """Of the float32 matmul rate measured in this run ("of measured matmul")."""
-        if not self.train_flops_per_example:
+        """Of the float32 matmul rate measured in this run ("of measured matmul");
+        none for a row that computed in another dtype (mixed_float16 work over a
+        float32 rate read 356% on an H200: the column would mislead)."""
+        if not self.train_flops_per_example or self.precision(row) != "float32":
             return None
         return row.median * self.train_flops_per_example / (self.matmul_gflops * 1e9)
 

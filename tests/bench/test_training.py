@@ -42,3 +42,16 @@ def test_each_sweep_run_sets_its_own_devices_and_output_dir():
     argv = ["--devices=cpu:0,cpu:1", "--device_counts=1,2", "--steps=3", "--output_dir=x",
             "--model=cnn"]
     assert sweep.child_args(argv) == ["--steps=3", "--model=cnn"]
+
+
+def test_of_measured_matmul_is_left_out_for_a_row_in_another_dtype():
+    """The measured rate is float32's: a mixed_float16 row over it read 356%
+    on an H200, so that row gets none; a float32 row keeps its fraction."""
+    config = training.TrainBenchConfig(mixed_precision="mixed_float16")
+    plain = training.VariantRow("engine", "engine", seconds=[1.0], examples_per_rep=100)
+    mixed = training.VariantRow("engine+features", "engine + mixed", seconds=[0.5],
+                                examples_per_rep=100)
+    result = training.TrainBenchResult(config=config, rows=[plain, mixed], matmul_gflops=1.0,
+                                       train_flops_per_example=1e6, machine="test")
+    assert result.peak_fraction(plain) == pytest.approx(0.1)
+    assert result.peak_fraction(mixed) is None
