@@ -13,24 +13,13 @@ import signal
 import sys
 
 import keras
-import numpy as np
-import tensorflow as tf
 
 from tfloop.engine import RunConfig, fit
+from test_parity_basics import dataset as parity_dataset, dense  # this folder: the script's
 
 
 def dataset():
-    rng = np.random.RandomState(0)
-    x = rng.rand(64, 6).astype("float32")
-    return tf.data.Dataset.from_tensor_slices((x, (x.sum(1) > 3).astype("int64"))).batch(16)
-
-
-def dense():
-    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, activation="relu"),
-                              keras.layers.Dense(2)])
-    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  optimizer=keras.optimizers.SGD(0.1), metrics=["accuracy"])
-    return model
+    return parity_dataset(n=64, batch=16)
 
 
 class KillAt(keras.callbacks.Callback):
