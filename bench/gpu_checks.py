@@ -110,7 +110,7 @@ def training(*, devices: Sequence[str], work_dir: str, steps: int, steps_per_loo
     """One device trains `steps` steps of the mlp on synthetic data with the
     `variant` flags (none, --jit_compile, --mixed_precision=mixed_float16):
     every loop's loss finite, the last loop's below the first's."""
-    from tfloop.engine.run import run
+    from tfloop.engine.assembly.run import run
 
     losses: list[float] = []
     record = run(_train_config(work_dir, strategy="one_device", devices=devices[0],
@@ -149,7 +149,7 @@ def equivalence(*, devices: Sequence[str], work_dir: str, collectives: Sequence[
     batch B gives the weights of one device on B (SGD, TF32 off), relative
     difference below 1e-5 (the suite's tests/engine/loop/test_distributed_equivalence.py
     shows the same runs move the weights by more than 1e-2)."""
-    from tfloop.engine.run import run
+    from tfloop.engine.assembly.run import run
 
     _prepare(devices, virtual_gpus)
     batch = 16 * len(devices)
@@ -184,7 +184,7 @@ def nccl_refused(*, devices: Sequence[str], work_dir: str, virtual_gpus: int = 0
     """`--collective=nccl` where NCCL cannot run (virtual GPUs sharing one
     card; CPUs in the dry run) is one line from the engine, before any
     training and with nothing written."""
-    from tfloop.engine.run import run
+    from tfloop.engine.assembly.run import run
 
     _prepare(devices, virtual_gpus)
     try:

@@ -66,7 +66,7 @@ from tfloop.collectives import device_names
 from tfloop.engine.runtime import devices as engine_devices
 from tfloop.engine.runtime import hardware
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.losses import classification_loss
+from tfloop.engine.task.losses import classification_loss
 
 #: Models whose synthetic data defaults to ImageNet's size (they need >= 32x32).
 IMAGENET_MODELS = ("resnet50", "mobilenet_v2")
@@ -236,9 +236,9 @@ def _build(config: TrainBenchConfig, splits):
 
 def time_engine(config: TrainBenchConfig, *, jit_compile: bool = False,
                 mixed_precision: str = "float32", fused_optimizer: bool = False) -> list[float]:
-    """Seconds per timed repetition of `engine.run.run`, one loop of `steps` each."""
+    """Seconds per timed repetition of `engine.assembly.run.run`, one loop of `steps` each."""
     from tfloop.engine.config import RunConfig
-    from tfloop.engine.run import run
+    from tfloop.engine.assembly.run import run
 
     ends: list[float] = []
     with tempfile.TemporaryDirectory(prefix="bench_train-") as model_dir:

@@ -31,15 +31,15 @@ import sys
 import types
 
 _EXPORTS = {
-    "run": "tfloop.engine.run",
+    "run": "tfloop.engine.assembly.run",
     "fit": "tfloop.engine.keras_fit.fit",
-    "RunResult": "tfloop.engine.run",
-    "export_checkpoint": "tfloop.engine.run",
+    "RunResult": "tfloop.engine.assembly.run",
+    "export_checkpoint": "tfloop.engine.assembly.run",
     "RunConfig": "tfloop.engine.config",
     "Task": "tfloop.engine.task",
     "Objective": "tfloop.engine.task",
     "ClassificationTask": "tfloop.engine.task",
-    "LossOutput": "tfloop.engine.losses",
+    "LossOutput": "tfloop.engine.task.losses",
     "ConfigError": "tfloop.engine.errors",
     "RunFailure": "tfloop.engine.errors",
     "StopTraining": "tfloop.engine.loop.actions",
@@ -53,8 +53,8 @@ __all__ = sorted(_EXPORTS)
 
 class _PublicFace(types.ModuleType):
     """Keeps the public names the objects above when a submodule of the same
-    name is imported: `import tfloop.engine.run` would otherwise rebind
-    `tfloop.engine.run` to the module, and `from tfloop.engine import run`
+    name is imported: `import tfloop.engine.assembly.run` would otherwise rebind
+    `tfloop.engine.assembly.run` to the module, and `from tfloop.engine import run`
     would hand a user the module instead of the function."""
 
     def __setattr__(self, name, value):

@@ -3,7 +3,7 @@
 `bin/train` turns flags into a `RunConfig`; library code and tests build one
 directly. Range checks happen here, at construction; checks that need the
 machine or the file system (devices, data files, `model_dir`) happen in
-`engine.run` before anything is created.
+`engine.assembly.run` before anything is created.
 """
 
 from __future__ import annotations

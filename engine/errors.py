@@ -72,7 +72,7 @@ class NonFinite(RunFailure):
 class TaskFailure(RunFailure):
     """The task's data or step failed mid-run: its train dataset ran out or
     raised, its batches reached the model as strings, its own code in the
-    step raised (`engine.task_failures`). Found only after training began,
+    step raised (`engine.task.failures`). Found only after training began,
     so the checkpoints it wrote stay (exit 2 promises nothing written): one
     line naming the task's method, the step reached, the last checkpoint and
     the fix; exit status 1; once fixed, the same command resumes from the

@@ -25,7 +25,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfloop.engine.losses import LossOutput
+from tfloop.engine.task.losses import LossOutput
 from tfloop.engine.task import Objective, Task
 
 NOISE = 4
@@ -110,7 +110,7 @@ class RingGAN(Task):
 
 def main(model_dir: str) -> None:
     from tfloop.engine.config import RunConfig
-    from tfloop.engine.run import run
+    from tfloop.engine.assembly.run import run
 
     result = run(RunConfig(strategy="mirrored", devices="cpu:0,cpu:1,cpu:2,cpu:3",
                            model_dir=model_dir, train_steps=400, steps_per_loop=100,

@@ -22,7 +22,7 @@ import sys
 import keras
 import tensorflow as tf
 
-from tfloop.engine.losses import LossOutput
+from tfloop.engine.task.losses import LossOutput
 from tfloop.engine.task import ClassificationTask
 
 PARITY_WEIGHT = 0.5
@@ -71,7 +71,7 @@ class TwoHeads(ClassificationTask):
 
 def main(model_dir: str) -> None:
     from tfloop.engine.config import RunConfig
-    from tfloop.engine.run import run
+    from tfloop.engine.assembly.run import run
 
     result = run(
         RunConfig(strategy="mirrored", devices="cpu:0,cpu:1,cpu:2,cpu:3", model_dir=model_dir,

@@ -109,7 +109,7 @@ def section(tests: list[tuple[str, bool, bool]]) -> str:
         "",
         f"{count - len(untested)} of the {count} modules of "
         + ", ".join(f"`{package}/`" for package in LIBRARIES)
-        + " have a test file of their own name (`engine/plan.py`: `test_plan.py`); the "
+        + " have a test file of their own name (`engine/assembly/plan.py`: `test_plan.py`); the "
         "others are tested through the modules that use them (the file-by-file table below).",
         END,
     ]

@@ -4,8 +4,8 @@
     launch                       ->  nothing of the project, and the standard library only
     engine                       ->  collectives, models, inputs, launch
       inside it, rooms on floors (each imports only the floors below it):
-        base (config, errors, losses, task, task_failures) < runtime < recipe, run_dir < loop
-        < observe < strategies < the assembly on top (run, plan, serving)
+        base (config, errors, task/) < runtime < recipe, run_dir < loop
+        < observe < strategies < the assembly on top (assembly/, keras_fit/)
     bench                        ->  engine, collectives, models, inputs
     bin                          ->  imported by no one
 
@@ -195,7 +195,7 @@ def test_the_repository_check_sees_every_library():
 
 
 #: engine's rooms, bottom up: each may import its own room and those listed.
-ENGINE_BASE = frozenset({"config", "errors", "losses", "task", "task_failures"})
+ENGINE_BASE = frozenset({"config", "errors", "task"})
 ENGINE_FLOORS: Mapping[str, frozenset[str]] = {
     "base": frozenset(),
     "runtime": frozenset({"base"}),
@@ -210,7 +210,8 @@ ENGINE_FLOORS: Mapping[str, frozenset[str]] = {
 
 
 def _room(module: str) -> str:
-    """engine.loop.trainer -> loop; engine.config -> base; engine.run -> assembly."""
+    """engine.loop.trainer -> loop; engine.config, engine.task.plugin -> base;
+    engine.assembly.run, engine.keras_fit.fit -> assembly."""
     parts = module.split(".")
     if len(parts) < 2:
         return "assembly"  # engine/__init__.py: the public face
@@ -245,12 +246,12 @@ def test_the_engine_rooms_keep_their_floors():
 
 
 def test_the_engine_has_its_rooms_and_a_short_top_level():
-    """A newcomer finds the room for a change from the tree: about a dozen
-    entries at engine/'s top: the six rooms, the base (the request and the
-    user's plug-in) and the assembly (run, plan, serving, and keras_fit: Keras's
-    front door, a room of the assembly's floor)."""
+    """A newcomer finds the room for a change from the tree: at most a dozen
+    entries at engine/'s top: the six rooms, the base (config, errors and task/:
+    the request and the user's plug-in) and the assembly's two rooms
+    (assembly/: plan, run, serving; keras_fit/: Keras's front door)."""
     entries = sorted(p.name for p in (REPO / "engine").iterdir() if p.name != "__pycache__")
-    assert len(entries) <= 16, entries
+    assert len(entries) <= 12, entries
     for room in ENGINE_FLOORS:
         if room not in ("base", "assembly"):
             assert (REPO / "engine" / room / "__init__.py").is_file(), room
@@ -268,7 +269,7 @@ def test_engine_tests_do_not_import_the_bench_tool():
 def test_a_room_that_imports_a_room_above_it_fails(tmp_path):
     root = _tree(tmp_path, {
         "engine/errors.py": "",
-        "engine/run.py": "from engine.loop import trainer\n",
+        "engine/assembly/run.py": "from engine.loop import trainer\n",
         "engine/loop/trainer.py": "from engine.recipe import ema\nfrom engine import errors\n",
         "engine/recipe/ema.py": "from engine.loop import runner\n",
         "engine/loop/runner.py": "",
@@ -294,7 +295,7 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 
 CLEAN = {
     "engine/errors.py": "from inputs.errors import InputError\nimport collectives\n",
-    "engine/run.py": "from engine import errors\nimport launch.tf_config\n",
+    "engine/assembly/run.py": "from engine import errors\nimport launch.tf_config\n",
     "inputs/errors.py": "class InputError(ValueError):\n    pass\n",
     "inputs/pipeline.py": "import tensorflow as tf\nfrom inputs.errors import InputError\n",
     "collectives/interface.py": "import abc\n",
@@ -335,7 +336,7 @@ def test_an_upward_import_from_inputs_fails(tmp_path, statement):
     ("models/registry.py", "from inputs import splits", "models may import nothing"),
     ("collectives/auto.py", "import models", "collectives may import nothing"),
     ("collectives/auto.py", "from bench import timing", "collectives may import nothing"),
-    ("engine/run.py", "from bench import timing", "engine may import collectives, inputs, "
+    ("engine/assembly/run.py", "from bench import timing", "engine may import collectives, inputs, "
                                                   "launch, models"),
     ("bench/timing.py", "import launch", "bench may import collectives, engine, inputs, models"),
     ("launch/tf_config.py", "from engine import run", "launch may import nothing"),

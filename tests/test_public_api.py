@@ -10,7 +10,7 @@ import tfloop
 
 def test_every_public_name_resolves_to_the_engine_object():
     from tfloop.engine.config import RunConfig
-    from tfloop.engine.run import run
+    from tfloop.engine.assembly.run import run
     from tfloop.engine.task import Task
 
     for name in tfloop.__all__:

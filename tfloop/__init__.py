@@ -50,15 +50,15 @@ __path__ = _pkgutil.extend_path(__path__, __name__)
 
 #: Each public name and the module that defines it; resolved on first use.
 _EXPORTS = {
-    "run": "tfloop.engine.run",
-    "RunResult": "tfloop.engine.run",
-    "export_checkpoint": "tfloop.engine.run",
+    "run": "tfloop.engine.assembly.run",
+    "RunResult": "tfloop.engine.assembly.run",
+    "export_checkpoint": "tfloop.engine.assembly.run",
     "RunConfig": "tfloop.engine.config",
     "Task": "tfloop.engine.task",
     "Objective": "tfloop.engine.task",
     "ClassificationTask": "tfloop.engine.task",
-    "LossOutput": "tfloop.engine.losses",
-    "Gradients": "tfloop.engine.losses",
+    "LossOutput": "tfloop.engine.task.losses",
+    "Gradients": "tfloop.engine.task.losses",
     "ReplicaStep": "tfloop.engine.loop.replica_step",
     "ArrayData": "tfloop.inputs.arrays",
     "from_npz": "tfloop.inputs.arrays",

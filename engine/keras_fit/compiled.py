@@ -31,7 +31,7 @@ import tensorflow as tf
 
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.keras_fit import callbacks, epochs
-from tfloop.engine.losses import LossOutput
+from tfloop.engine.task.losses import LossOutput
 from tfloop.engine.recipe import keras_bridge
 from tfloop import inputs
 from tfloop.engine.task import ClassificationTask, Task

@@ -55,7 +55,7 @@ from tfloop.engine.keras_fit import callbacks as callbacks_lib
 from tfloop.engine.keras_fit import epochs as epochs_lib
 from tfloop.engine.keras_fit.compiled import CompiledModelTask
 from tfloop.engine.loop.actions import RunActions, progress_logger
-from tfloop.engine.run import run
+from tfloop.engine.assembly.run import run
 from tfloop.engine.run_dir import layout
 from tfloop.engine.runtime import devices as devices_lib
 from tfloop.engine.runtime import files
@@ -102,7 +102,7 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
     Returns:
       a `keras.callbacks.History`: `history.history[name]` per epoch (the
       train means and `val_<name>`), `history.epoch`, `history.model`, and
-      `history.run_result`, the engine's record (`engine.run.RunResult`).
+      `history.run_result`, the engine's record (`engine.assembly.run.RunResult`).
 
     Raises:
       ConfigError: a model, data or callback `fit` cannot take (one line).

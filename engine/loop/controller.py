@@ -124,7 +124,7 @@ class Controller:
         #: "train" or "evaluate" while the trainer's or the evaluator's loop
         #: runs (and after it raised), "save" while a checkpoint is written, else None, and the global steps it
         #: started after and was to end at: where an error came from
-        #: (`engine.task_failures` names the task's dataset and steps by them;
+        #: (`engine.task.failures` names the task's dataset and steps by them;
         #: the global step itself may run ahead of a loop that failed).
         self.running: Optional[str] = None
         self.running_steps = (0, 0)

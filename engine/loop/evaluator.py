@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from tfloop.engine.loop import iterators
 from tfloop.engine.recipe.ema import WeightAverage
-from tfloop.engine.losses import LossFn, classification_loss
+from tfloop.engine.task.losses import LossFn, classification_loss
 from tfloop.engine.loop.replica_step import metric_names
 from tfloop.engine.loop.replica_sums import ReplicaSums
 from tfloop.engine.loop.runner import AbstractEvaluator, Metrics

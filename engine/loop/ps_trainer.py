@@ -49,7 +49,7 @@ import tensorflow as tf
 
 from tfloop.engine.recipe import schedules
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.losses import LossFn, classification_loss
+from tfloop.engine.task.losses import LossFn, classification_loss
 from tfloop.engine.loop.replica_step import metric_names, replica_gradients
 from tfloop.engine.loop.replica_sums import EXAMPLES
 from tfloop.engine.loop.runner import AbstractTrainer, Metrics
@@ -103,7 +103,7 @@ class ParameterServerTrainer(AbstractTrainer):
       global_batch_size: examples per step (each step is one worker's).
       global_step: the int64 step counter, a ps variable.
       num_workers: the cluster's workers; each loop gets one closure per worker.
-      loss_fn: the user's per-example loss (see `engine.losses`).
+      loss_fn: the user's per-example loss (see `engine.task.losses`).
       seed: the run's seed, restored after the per-worker input is traced.
       learning_rate: the schedule assigned to `optimizer` before each step
         (`engine.recipe.schedules`); None: the optimizer keeps its own rate.

@@ -19,9 +19,9 @@ from typing import Any, Callable
 import keras
 import tensorflow as tf
 
-from tfloop.engine import task_failures
+from tfloop.engine.task import failures as task_failures
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.losses import Gradients, LossFn, LossOutput
+from tfloop.engine.task.losses import Gradients, LossFn, LossOutput
 
 
 def per_replica_spec(element_spec: Any) -> Any:

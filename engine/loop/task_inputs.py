@@ -17,7 +17,7 @@ from typing import Any, Optional
 import tensorflow as tf
 
 from tfloop.engine.run_dir import run_identity
-from tfloop.engine import task_failures
+from tfloop.engine.task import failures as task_failures
 from tfloop.engine.errors import ConfigError
 from tfloop import inputs
 from tfloop.inputs import InputContext

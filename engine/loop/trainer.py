@@ -89,7 +89,7 @@ from tfloop.engine.recipe import objectives as objectives_lib
 from tfloop.engine.config import INT32_MAX
 from tfloop.engine.recipe.ema import WeightAverage
 from tfloop.engine.errors import NonFinite, steps_text
-from tfloop.engine.losses import LossFn, classification_loss
+from tfloop.engine.task.losses import LossFn, classification_loss
 from tfloop.engine.loop.replica_step import (accumulated_gradients, hook_gradients, metric_names,
                                              replica_gradients)
 from tfloop.engine.recipe.objectives import BoundObjective
@@ -154,7 +154,7 @@ class Trainer(AbstractTrainer):
       objectives: what each step minimizes (`engine.recipe.objectives.bind`); or,
         for the one-objective case built by hand,
       optimizer: a Keras 3 optimizer created under `strategy.scope()`, and
-      loss_fn: the user's per-example loss (see `engine.losses`; default
+      loss_fn: the user's per-example loss (see `engine.task.losses`; default
         classification).
       jit_compile: compile each replica's forward and backward pass with XLA.
       accumulation_steps: micro-batches per step (see the module docstring).

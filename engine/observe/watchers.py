@@ -1,4 +1,4 @@
-"""What a training run adds to see inside itself, in one place for `engine.run`:
+"""What a training run adds to see inside itself, in one place for `engine.assembly.run`:
 
 - the hang watch on every task (`engine.runtime.hang`, `--hang_timeout`),
   told by an action when each loop ends;

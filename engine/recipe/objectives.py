@@ -28,9 +28,9 @@ import keras
 import tensorflow as tf
 
 from tfloop.engine.recipe import keras_bridge, optimizers, precision, schedules
-from tfloop.engine import task_failures
+from tfloop.engine.task import failures as task_failures
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.losses import LossFn, LossOutput
+from tfloop.engine.task.losses import LossFn, LossOutput
 from tfloop.engine.recipe.schedules import LearningRate
 from tfloop.engine.task import Task
 

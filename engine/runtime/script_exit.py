@@ -7,7 +7,7 @@ end the same events with Python's traceback and exit 1: a status below 128,
 which `bin/launch --max_restarts`, TFJob's `ExitCode` policy and a JobSet's
 `podFailurePolicy` never restart. Here the exception carries its status
 (`exit_status`: `RunFailure` and its subclasses, `Preempted`), and `install`,
-called by `engine.run.run` the first time it runs, adds an excepthook that
+called by `engine.assembly.run.run` the first time it runs, adds an excepthook that
 prints such an exception in one line (`train.py: error: worker:1 lost the
 cluster ... (exit 138: restart every task from the last checkpoint)`) and
 exits with its status. Every other exception, and one a script catches

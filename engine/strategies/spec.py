@@ -1,7 +1,7 @@
 """The one contract every `--strategy` name fulfils: a `StrategySpec`.
 
 A spec says, in one place, everything the engine must know about a strategy
-before and while it trains, so that assembling a run (`engine.run`) never asks
+before and while it trains, so that assembling a run (`engine.assembly.run`) never asks
 which strategy it has. The engine calls a spec in this order::
 
     spec.check(config, role)                    # refuse what cannot work: one line

@@ -19,7 +19,7 @@ tries when a TPU is named (`--tpu`, else `$TPU_NAME`), and bounds each step:
     --tpu=local (a TPU VM)           -> initialize_tpu_system on local chips
 
 Each failure is a `ConfigError`: "--strategy=tpu found no TPU: <why>; ...".
-This runs in `engine.plan`, before anything is written.
+This runs in `engine.assembly.plan`, before anything is written.
 """
 
 from __future__ import annotations

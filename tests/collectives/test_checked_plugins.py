@@ -12,7 +12,7 @@ from helpers import replica_values, run_bin
 from tfloop import collectives
 from tfloop.collectives import checked
 from tfloop.engine.config import RunConfig
-from tfloop.engine.run import run
+from tfloop.engine.assembly.run import run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAULTY = "faulty_collective_plugins"

@@ -20,7 +20,7 @@ import os
 import keras
 import tensorflow as tf
 
-from tfloop.engine.losses import LossOutput
+from tfloop.engine.task.losses import LossOutput
 from tfloop.engine.task import Task
 
 IDS = 64
@@ -103,7 +103,7 @@ def assert_exact_against_uninterrupted(weights: dict, reference_dir, *, batch: i
     """`weights` trained every step on the stream's examples, and equal (1e-5
     relative) an uninterrupted one-device run's, trained here into `reference_dir`."""
     import numpy as np
-    from tfloop.engine.run import run
+    from tfloop.engine.assembly.run import run
 
     assert steps_seen(counts_of(weights), steps=steps) == expected_steps(batch=batch, steps=steps)
     run(reference_config(str(reference_dir), batch=batch, steps=steps, devices="cpu:0",

@@ -16,7 +16,7 @@ from helpers import assert_one_line_error, run_bin
 from tfloop.bin import cli
 from tfloop.engine import errors
 from tfloop.engine.config import RunConfig
-from tfloop.engine.run import run
+from tfloop.engine.assembly.run import run
 from tfloop.engine.run_dir import run_identity, storage
 from tfloop.engine.strategies.spec import StrategySpec
 from tfloop.launch import exit_codes
@@ -228,12 +228,12 @@ def test_outside_a_cluster_the_same_error_stays_the_tasks(tmp_path):
 
 
 def test_every_site_translates_through_the_one_context_manager():
-    """engine/run.py has no `except` ladder of its own: each stage runs under
+    """engine/assembly/run.py has no `except` ladder of its own: each stage runs under
     `task_failures.exit_class` (issue 32)."""
     import importlib
     import inspect
 
-    source = inspect.getsource(importlib.import_module("tfloop.engine.run"))
+    source = inspect.getsource(importlib.import_module("tfloop.engine.assembly.run"))
     assert "lost_peer_errors as" not in source and "unrecoverable_errors as" not in source
     assert "except tf.errors.OpError" not in source
     assert source.count("exit_class(") >= 3

@@ -1,4 +1,4 @@
-"""`engine.plan.make_plan`: every check before anything is built or written.
+"""`engine.assembly.plan.make_plan`: every check before anything is built or written.
 
 The plan's contract: it reads and decides, it never writes (a refused request
 leaves no `model_dir`, an accepted one finds it as it was); it settles the
@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.plan import make_plan
+from tfloop.engine.assembly.plan import make_plan
 from tfloop.engine.run_dir import run_lock
 from train_only_task import TrainOnly
 

@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 import tfloop.engine as engine
-import tfloop.engine.run  # noqa: F401  (the module of the same name as the function)
+import tfloop.engine.assembly.run  # noqa: F401  (the module of the same name as the function)
 
 
 def test_every_public_name_resolves():
@@ -17,10 +17,10 @@ def test_every_public_name_resolves():
 
 def test_run_is_the_function_even_after_its_module_was_imported():
     from tfloop.engine import run
-    from tfloop.engine.run import run as the_function
+    from tfloop.engine.assembly.run import run as the_function
 
     assert run is the_function and callable(run)
-    assert sys.modules["tfloop.engine.run"].run is run
+    assert sys.modules["tfloop.engine.assembly.run"].run is run
 
 
 def test_importing_the_config_does_not_load_tensorflow():

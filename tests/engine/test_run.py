@@ -1,4 +1,4 @@
-"""`engine.run.run`: what one call gives back, and the arguments it refuses.
+"""`engine.assembly.run.run`: what one call gives back, and the arguments it refuses.
 
 `run()`'s own contract, apart from what the loop does (tests/engine/test_run_and_resume.py)
 and how each failure ends (tests/engine/test_exit_classes.py, test_run_end.py):
@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.run import run
+from tfloop.engine.assembly.run import run
 from tfloop.engine.task import ClassificationTask
 
 TRAIN_STEPS, STEPS_PER_LOOP = 4, 2

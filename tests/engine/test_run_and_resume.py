@@ -1,4 +1,4 @@
-"""`engine.run`: checkpoints on interval boundaries, resume, metrics.json, summaries."""
+"""`engine.assembly.run`: checkpoints on interval boundaries, resume, metrics.json, summaries."""
 
 import glob
 import json
@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfloop.engine.config import RunConfig
-from tfloop.engine.run import run
+from tfloop.engine.assembly.run import run
 
 
 def _config(model_dir, **overrides):

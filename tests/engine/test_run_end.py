@@ -25,8 +25,8 @@ from helpers import REPO, bin_env
 from tfloop.engine.run_dir import checkpoint_files, export
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError, ExportFailure
-from tfloop.engine.losses import LossOutput
-from tfloop.engine.run import export_checkpoint, run
+from tfloop.engine.task.losses import LossOutput
+from tfloop.engine.assembly.run import export_checkpoint, run
 from tfloop.engine.task import Task
 
 

@@ -10,8 +10,8 @@ import tensorflow as tf
 from tfloop.engine.loop.actions import LoopEnd, TrainProgress
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.plan import make_plan
-from tfloop.engine.run import run
+from tfloop.engine.assembly.plan import make_plan
+from tfloop.engine.assembly.run import run
 from train_only_task import TrainOnly
 
 SYNTHETIC_TRAIN_EXAMPLES = 8192

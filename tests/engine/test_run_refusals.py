@@ -12,7 +12,7 @@ import pytest
 
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.run import run
+from tfloop.engine.assembly.run import run
 from tfloop.inputs import InputError
 from tfloop.models import ModelError
 

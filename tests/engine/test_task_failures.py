@@ -16,8 +16,8 @@ import tensorflow as tf
 from helpers import assert_one_line_error, run_bin
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError, RunFailure, TaskError, TaskFailure
-from tfloop.engine.losses import LossOutput
-from tfloop.engine.run import run
+from tfloop.engine.task.losses import LossOutput
+from tfloop.engine.assembly.run import run
 from tfloop.engine.task import Task
 
 
@@ -313,7 +313,7 @@ def test_a_task_whose_constructor_raises_names_from_config(tmp_path, monkeypatch
 
 _MODULE = """
 import keras, tensorflow as tf
-from tfloop.engine.losses import LossOutput
+from tfloop.engine.task.losses import LossOutput
 from tfloop.engine.task import Task
 
 class Short(Task):
@@ -365,7 +365,7 @@ def test_a_refused_value_met_by_a_gradient_node_is_still_the_tasks_step():
     """A label out of range may first meet the loss's gradient (which node
     fails first is a race), whose stack holds no frame of the user's: still
     one line naming the task's train step and the steps, not a traceback."""
-    from tfloop.engine import task_failures
+    from tfloop.engine.task import failures as task_failures
 
     message = ("Graph execution error:\n\nDetected at node gradient_tape/while/Sparse"
                "SoftmaxCrossEntropyWithLogits/UnsortedSegmentSum defined at (most recent call "

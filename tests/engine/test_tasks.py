@@ -15,8 +15,8 @@ from examples import regression
 from helpers import assert_one_line_error, run_bin
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.losses import Gradients, LossOutput
-from tfloop.engine.run import export_checkpoint, run
+from tfloop.engine.task.losses import Gradients, LossOutput
+from tfloop.engine.assembly.run import export_checkpoint, run
 from tfloop.engine.loop import task_inputs
 from tfloop.engine.task import Task
 from tfloop.inputs import InputContext

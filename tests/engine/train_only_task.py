@@ -8,7 +8,7 @@ refusals of both are tested with it (test_plan.py, test_run_length.py).
 import keras
 import tensorflow as tf
 
-from tfloop.engine.losses import LossOutput
+from tfloop.engine.task.losses import LossOutput
 from tfloop.engine.task import Task
 
 

@@ -13,7 +13,7 @@ import tensorflow as tf
 from examples import gan, regression, two_heads, wgan_gp
 from helpers import REPO, wait_for_output
 from tfloop.engine.config import RunConfig
-from tfloop.engine.run import run
+from tfloop.engine.assembly.run import run
 
 TASKS = {
     "regression": regression.Regression,

@@ -25,11 +25,11 @@ def test_the_quickstart_runs_as_written_and_a_second_run_says_it_trains_nothing(
     assert first.model.predict(np.zeros((2, 8), "float32"), verbose=0).shape == (2, 1)
     assert "step 300: eval loss" in capsys.readouterr().out
 
-    with caplog.at_level(logging.WARNING, logger="tfloop.engine.run"):
+    with caplog.at_level(logging.WARNING, logger="tfloop.engine.assembly.run"):
         again = runpy.run_path(script, run_name="__main__")["result"]
     assert again["step"] == 300 and [e["kind"] for e in again.history] == ["eval"]
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
-              and r.name == "tfloop.engine.run"]
+              and r.name == "tfloop.engine.assembly.run"]
     assert len(warned) == 1, warned
     assert warned[0].startswith("runs/quickstart_regression already holds step 300 "
                                 "(train_steps=300): nothing to train; to train more raise "

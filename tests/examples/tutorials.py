@@ -18,7 +18,7 @@ from helpers import REPO, bin_env
 _RUNNER = ("import logging, os, runpy, sys; script = sys.argv[1]; sys.argv = sys.argv[1:]; "
            "sys.path.insert(0, os.path.dirname(os.path.abspath(script))); "
            "logging.basicConfig(level=logging.WARNING); "
-           "logging.getLogger('tfloop.engine.run').setLevel(logging.INFO); "
+           "logging.getLogger('tfloop.engine.assembly.run').setLevel(logging.INFO); "
            "runpy.run_path(script, run_name='__main__')")
 
 

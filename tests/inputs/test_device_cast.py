@@ -13,8 +13,8 @@ import tensorflow as tf
 
 from tfloop import inputs, models
 from tfloop.engine.config import RunConfig
-from tfloop.engine.losses import classification_loss
-from tfloop.engine.run import run
+from tfloop.engine.task.losses import classification_loss
+from tfloop.engine.assembly.run import run
 from tfloop.engine.task import ClassificationTask
 from tfloop.inputs import InputContext, InputError, convert, synthetic
 from helpers import write_image_folder

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from tfloop import inputs
 from tfloop.engine.config import RunConfig
-from tfloop.engine.run import run
+from tfloop.engine.assembly.run import run
 from tfloop.inputs import InputError, convert, synthetic, tfrecord
 from helpers import write_tfrecord_dir
 

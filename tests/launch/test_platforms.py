@@ -232,7 +232,7 @@ def test_cluster_from_is_a_run_flag_the_engine_reads_its_source_by(monkeypatch):
     of one source, a missing variable is one line naming it, not "no cluster"."""
     from tfloop.engine.config import RunConfig
     from tfloop.engine.errors import ConfigError
-    from tfloop.engine.plan import make_plan
+    from tfloop.engine.assembly.plan import make_plan
 
     assert RunConfig().cluster_from == "auto" and platforms.SOURCES[0] == "auto"
     assert "cluster_from" in RunConfig().section("Cluster")

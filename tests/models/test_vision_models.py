@@ -10,7 +10,7 @@ import pytest
 from tfloop import models
 from tfloop.engine.run_dir import checkpointing
 from tfloop.engine.config import RunConfig
-from tfloop.engine.run import run
+from tfloop.engine.assembly.run import run
 from tfloop.engine.task import ClassificationTask
 from tfloop.models import ModelError
 from helpers import write_image_folder

@@ -234,7 +234,7 @@ def test_a_run_summarizes_its_last_step_and_its_learning_rate(tmp_path):
     """30 steps with summaries every 20: the event files hold step 20 and the
     final step 30 (not only 20), and `learning_rate` is a TensorBoard scalar."""
     from tfloop.engine.config import RunConfig
-    from tfloop.engine.run import run
+    from tfloop.engine.assembly.run import run
 
     config = RunConfig(strategy="one_device", devices="cpu:0", global_batch_size=32,
                        train_steps=30, steps_per_loop=10, summary_interval=20, mode="train",

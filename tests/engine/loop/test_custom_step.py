@@ -9,8 +9,8 @@ from tfloop import collectives
 from tfloop import inputs
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.losses import LossOutput, classification_loss
-from tfloop.engine.run import run
+from tfloop.engine.task.losses import LossOutput, classification_loss
+from tfloop.engine.assembly.run import run
 from tfloop.engine.task import ClassificationTask
 from tfloop.engine.loop.trainer import Trainer
 from examples import two_heads

@@ -18,9 +18,9 @@ from tfloop.engine.loop.actions import StopOnSignal
 from tfloop.engine.config import RunConfig
 from tfloop.engine.loop.controller import Controller
 from tfloop.engine.errors import ConfigError, NonFinite
-from tfloop.engine.losses import LossOutput
+from tfloop.engine.task.losses import LossOutput
 from tfloop.engine.loop.preemption import StopRequest
-from tfloop.engine.run import run
+from tfloop.engine.assembly.run import run
 from tfloop.engine.task import Task
 from tfloop.engine.loop.trainer import Trainer
 

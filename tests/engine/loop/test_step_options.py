@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from tfloop import collectives, inputs, models
 from tfloop.collectives.base import Wrapper
-from tfloop.engine.losses import LossOutput
+from tfloop.engine.task.losses import LossOutput
 from tfloop.engine.loop.trainer import Trainer
 
 GLOBAL_BATCH = 64

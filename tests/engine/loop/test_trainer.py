@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 from tfloop import collectives
-from tfloop.engine.losses import LossOutput
+from tfloop.engine.task.losses import LossOutput
 from tfloop.engine.loop.trainer import GRAD_NORM, Trainer
 
 BATCH, FEATURES, LEARNING_RATE = 8, 3, 0.05

@@ -4,7 +4,7 @@ import pytest
 from tensorboard.backend.event_processing import plugin_event_accumulator as accumulator
 
 from tfloop.engine.config import RunConfig
-from tfloop.engine.run import run
+from tfloop.engine.assembly.run import run
 
 
 class _Killed(Exception):

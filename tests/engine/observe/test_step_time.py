@@ -21,8 +21,8 @@ import tensorflow as tf
 from tfloop.engine.config import RunConfig
 from tfloop.engine.observe import step_flops, step_time
 from tfloop.engine.loop.replica_step import replica_gradients
-from tfloop.engine.losses import LossOutput
-from tfloop.engine.run import run
+from tfloop.engine.task.losses import LossOutput
+from tfloop.engine.assembly.run import run
 from tfloop.engine.run_dir.layout import RunDir
 from tfloop.engine.task import Task
 

@@ -17,7 +17,7 @@ from tfloop import collectives, inputs, models
 from tfloop.engine.run_dir import checkpointing
 from tfloop.engine.recipe import ema
 from tfloop.engine.config import RunConfig
-from tfloop.engine.run import export_checkpoint, run
+from tfloop.engine.assembly.run import export_checkpoint, run
 from tfloop.engine.loop.trainer import Trainer
 
 DECAY = 0.5

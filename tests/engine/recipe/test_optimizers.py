@@ -30,7 +30,7 @@ def test_fused_updates_equal_the_keras_updates(name):
 
 @pytest.mark.parametrize("prebuilt", [False, True])
 def test_the_trainer_builds_the_optimizer_once(prebuilt):
-    """`engine.run` builds the optimizer before restoring a checkpoint; the
+    """`engine.assembly.run` builds the optimizer before restoring a checkpoint; the
     Trainer must not build it again (a LossScaleOptimizer would make a second
     loss scale and step counter, unrestored)."""
     import tensorflow as tf

@@ -12,7 +12,7 @@ import tensorflow as tf
 from tfloop.engine.recipe import schedules
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.run import run
+from tfloop.engine.assembly.run import run
 
 PEAK, END, TOTAL = 0.5, 0.01, 100
 BOUNDARIES, RATE, POWER = (30, 60), 0.1, 2.0

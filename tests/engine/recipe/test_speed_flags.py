@@ -17,7 +17,7 @@ from tfloop import models
 from tfloop.engine.recipe import precision
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.run import run
+from tfloop.engine.assembly.run import run
 from tfloop.engine.loop.trainer import Trainer
 
 GLOBAL_BATCH = 64

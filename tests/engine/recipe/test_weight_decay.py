@@ -13,8 +13,8 @@ import tensorflow as tf
 
 from tfloop.engine.config import RunConfig
 from tfloop.engine.runtime.devices import max_relative_difference
-from tfloop.engine.losses import LossOutput
-from tfloop.engine.run import run
+from tfloop.engine.task.losses import LossOutput
+from tfloop.engine.assembly.run import run
 from tfloop.engine.task import Task
 
 BATCH, STEPS, WARMUP, PEAK = 8, 5, 2, 0.1

@@ -19,7 +19,7 @@ from helpers import REPO, assert_one_line_error, run_bin
 from tfloop.engine.run_dir import checkpoint_files, checkpointing
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError, RunFailure
-from tfloop.engine.run import export_checkpoint, run
+from tfloop.engine.assembly.run import export_checkpoint, run
 from tfloop.engine.task import ClassificationTask
 
 DATA = "ckpt-30.data-00000-of-00001"

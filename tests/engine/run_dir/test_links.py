@@ -17,7 +17,7 @@ import pytest
 from tests.helpers import assert_one_line_error, run_bin
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError, ExportFailure
-from tfloop.engine.run import run
+from tfloop.engine.assembly.run import run
 from tfloop.engine.run_dir import export as export_lib
 from tfloop.engine.runtime import files
 

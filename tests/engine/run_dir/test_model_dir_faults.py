@@ -14,11 +14,11 @@ import os
 import pytest
 import tensorflow as tf
 
-from tfloop.engine import plan as plan_lib
+from tfloop.engine.assembly import plan as plan_lib
 from tfloop.engine.run_dir import layout, run_identity, run_lock
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError, RunFailure
-from tfloop.engine.run import run
+from tfloop.engine.assembly.run import run
 from tfloop.engine.runtime import files
 
 SMALL = dict(strategy="one_device", devices="cpu:0", train_steps=4, steps_per_loop=2,

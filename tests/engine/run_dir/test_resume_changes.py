@@ -15,7 +15,7 @@ from tfloop.engine.run_dir import run_identity
 from tfloop.engine.loop import task_inputs
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.run import run
+from tfloop.engine.assembly.run import run
 from tfloop.engine.task import ClassificationTask, Task
 from tfloop.inputs import InputContext
 

@@ -11,11 +11,11 @@ import pytest
 import tensorflow as tf
 
 from helpers import REPO, assert_one_line_error, run_bin, start_bin, wait_for_output
-from tfloop.engine import plan as plan_lib
+from tfloop.engine.assembly import plan as plan_lib
 from tfloop.engine.run_dir import run_lock
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.run import run
+from tfloop.engine.assembly.run import run
 from tfloop.launch import tf_config
 
 _HOLD = """

@@ -282,7 +282,7 @@ def test_on_a_gpu_host_a_process_sees_only_the_gpu_it_names():
 def test_the_reduce_device_is_renumbered_with_the_gpus_and_a_hidden_one_refused(tmp_path):
     from tfloop.engine.config import RunConfig
     from tfloop.engine.errors import ConfigError
-    from tfloop.engine.plan import renumber_reduce_device
+    from tfloop.engine.assembly.plan import renumber_reduce_device
 
     renamed = {"/gpu:2": "/gpu:0", "/gpu:3": "/gpu:1"}  # --devices=gpu:2,gpu:3
     config = RunConfig(model_dir=str(tmp_path), collective="reduce_to_one_device",

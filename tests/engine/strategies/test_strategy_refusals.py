@@ -5,7 +5,7 @@ import socket
 
 import pytest
 
-from tfloop.engine.plan import make_plan
+from tfloop.engine.assembly.plan import make_plan
 from tfloop.engine.strategies import tpu
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError

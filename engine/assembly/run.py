@@ -1,7 +1,7 @@
 """One run, end to end: the library function behind `bin/train`.
 
 The order is the point. Everything that can be wrong with the request is
-checked first (`engine.plan`), so a mistake costs one line and leaves no
+checked first (`engine.assembly.plan`), so a mistake costs one line and leaves no
 directory behind; only then is anything built, and `model_dir` locked (and
 so created) before anything is written to it::
 
@@ -48,8 +48,8 @@ from tfloop.engine.run_dir import (checkpoint_files, checkpointing, export, layo
 from tfloop.engine.runtime import devices, logs, script_exit
 from tfloop.engine.recipe import ema, precision
 from tfloop.engine.recipe import objectives as objectives_lib
-from tfloop.engine import serving
-from tfloop.engine import task_failures
+from tfloop.engine.assembly import serving
+from tfloop.engine.task import failures as task_failures
 from tfloop.engine.run_dir import warm_start
 from tfloop.engine import task as task_lib
 from tfloop.engine.keras_fit import compiled as keras_compiled
@@ -58,7 +58,7 @@ from tfloop.engine.config import RunConfig
 from tfloop.engine.loop.controller import Controller
 from tfloop.engine.errors import ConfigError, ExportFailure
 from tfloop.engine.loop.evaluator import AveragedEvaluator, Evaluator
-from tfloop.engine.plan import Plan, make_plan
+from tfloop.engine.assembly.plan import Plan, make_plan
 from tfloop.engine.loop.summaries import SummaryWriter
 from tfloop.engine.observe.watchers import Watchers
 from tfloop.engine.task import ClassificationTask, Task
@@ -700,7 +700,7 @@ def evaluate_each_checkpoint(
     checkpoint of step `train_steps` (or after `eval_timeout` seconds with no
     new checkpoint). With `--best_metric` it keeps the best in `model_dir/best/`
     (the model and the step: an evaluator restores no optimizer). With the
-    `task`, its eval data failing mid-run is one line (`engine.task_failures`)."""
+    `task`, its eval data failing mid-run is one line (`engine.task.failures`)."""
     checkpoint = tf.train.Checkpoint(model=model, global_step=global_step,
                                      model_weights=checkpointing.named_weights(model))
     run_dir = layout.RunDir(config.model_dir, config.summaries_dir or None)

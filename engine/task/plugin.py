@@ -45,9 +45,9 @@ import keras
 import tensorflow as tf
 
 from tfloop import inputs, models
-from tfloop.engine import task_failures
+from tfloop.engine.task import failures as task_failures
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.losses import Gradients, LossFn, LossOutput, classification_loss
+from tfloop.engine.task.losses import Gradients, LossFn, LossOutput, classification_loss
 from tfloop.inputs import InputContext
 
 logger = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ class Task:
         return None
 
     def loss(self, model: Any, batch: Any, *, training: bool) -> LossOutput:
-        """Per-example loss and metrics for one replica's batch (`engine.losses`)."""
+        """Per-example loss and metrics for one replica's batch (`engine.task.losses`)."""
         raise NotImplementedError(f"{type(self).__name__} must define loss(model, batch, training)")
 
     def build_optimizer(self) -> Optional[keras.optimizers.Optimizer]:

@@ -24,7 +24,7 @@ Damaged files that a pipeline registered explainers for (`inputs.data_errors`)
 are that module's business: `explain` leaves them to it.
 
 `exit_class` is the one place a failure of the run (the task's, the
-cluster's, the collectives') becomes its exit class: `engine.run` runs every
+cluster's, the collectives') becomes its exit class: `engine.assembly.run` runs every
 stage under it. A cluster error (a peer lost: `UnavailableError`, ...) is
 the lost-cluster class wherever it surfaces, a task method included: a peer
 lost while `build_model` runs is not the task's mistake.
@@ -54,7 +54,7 @@ _ALREADY_SAID = (ConfigError, RunFailure, InputError, ModelError, CollectiveErro
 
 #: The folders whose frames are not the user's: tfloop's packages (in a
 #: checkout, their folders side by side), installed packages, the standard library.
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _NOT_USER = tuple(os.path.join(_ROOT, name) + os.sep for name in (
     "engine", "collectives", "models", "inputs", "bin", "launch", "bench")) + tuple(
     {os.path.join(sysconfig.get_paths()[key], "") for key in ("stdlib", "platstdlib",

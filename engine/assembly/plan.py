@@ -15,7 +15,7 @@ only reads::
       a warning for an in-memory ram:// one, which the process takes with it
     the newest checkpoint in it that reads (engine.run_dir.checkpoint_files)
 
-The result, a `Plan`, is all that `engine.run` needs to build the run.
+The result, a `Plan`, is all that `engine.assembly.run` needs to build the run.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from tfloop.engine import strategies
 from tfloop.engine.config import INT32_MAX, RunConfig
 from tfloop.engine.errors import ConfigError
 from tfloop.engine import task as task_lib
-from tfloop.engine import task_failures
+from tfloop.engine.task import failures as task_failures
 from tfloop.engine.task import ClassificationTask, Task
 from tfloop.launch import tf_config
 
