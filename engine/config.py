@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import textwrap
 import numbers
 import os
+import textwrap
+from typing import Any, Callable, Optional
 
 from tfloop.engine.errors import ConfigError
 from tfloop.launch import platforms  # the cluster sources (standard library only)
@@ -90,10 +91,6 @@ def parse_steps(flag: str, text: str) -> tuple[int, ...]:
     return steps
 
 
-#: The `RunConfig` fields that name a file or folder: each value given is
-#: checked by `check_path_text` (`check_field`), as `--model_dir` always was.
-PATH_FIELDS = ("model_dir", "summaries_dir", "init_from", "data_dir")
-
 
 def check_path_text(flag: str, path: str) -> None:
     """Refuses, in one line, a path spelling that cannot mean what the user
@@ -139,101 +136,169 @@ def check_model_dir_text(path: str) -> None:
     check_path_text("--model_dir", path)
 
 
-#: Integer fields and their ranges (`check_field`): a step count past int32
-#: would wrap inside the compiled loop, a seed past 32 bits fails deep in NumPy.
-_POSITIVE = ("global_batch_size", "steps_per_loop", "max_checkpoints",
-             "accumulation_steps", "nan_max_skips")
-_NON_NEGATIVE = ("image_size", "num_classes", "train_steps", "checkpoint_interval",
-                 "summary_interval", "eval_interval",
-                 "seed", "epochs", "steps_per_epoch", "per_replica_batch_size", "warmup_steps",
-                 "max_per_replica_batch_size", "local_checkpoint_interval",
-                 "early_stopping_patience", "check_collective", "virtual_gpus")
-_CEILINGS = {"seed": SEED_MAX, "image_size": MAX_IMAGE_SIZE, "virtual_gpus": MAX_VIRTUAL_GPUS,
-             "num_classes": MAX_CLASSES}
-#: Fields that take one of a few words: (the words, what the error calls one).
-_CHOICES = {"auto_shard_policy": (SHARD_POLICIES, "policy"),
-            "cluster_from": (platforms.SOURCES, "cluster source"),
-            "mode": (MODES, "mode"), "mixed_precision": (PRECISIONS, "policy"),
-            "lr_schedule": (LR_SCHEDULES, "schedule"), "scale_learning_rate": (LR_SCALING, "rule"),
-            "nan_policy": (NAN_POLICIES, "policy"), "best_mode": (BEST_MODES, "mode")}
+#: A field's own check: `check(name, value)` raises the one-line ConfigError
+#: for a value wrong whatever the other fields say (`option(check=...)`).
+#: `name` is the field's (and flag's) name, so one check serves many fields.
+Check = Callable[[str, Any], None]
 
 
-def check_field(name: str, value) -> None:
-    """Raises the one-line ConfigError for a value of `RunConfig` field `name`
-    that is wrong whatever the other fields say (a bound, a choice, a finite
-    number, the text of a path: `check_path_text`); fields with no such check pass.
+def count(low: int, high: int = INT32_MAX) -> Check:
+    """An integer from `low` (0 or 1) to `high`: a step count past int32
+    would wrap inside the compiled loop, a seed past 32 bits fails deep in NumPy."""
+    what = "a positive integer" if low else "0 or more"
 
-    `RunConfig` runs it over every field before its checks of fields
-    together; `bin/train` runs it over the flags given on the command line
-    right after parsing them, before TensorFlow's import (seconds) and before
-    a resumed run's remembered values are read: a typo is answered at once.
-    Imports no TensorFlow.
-    """
-    if name in _POSITIVE or name in _NON_NEGATIVE:
+    def check(name: str, value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise ConfigError(f"--{name}={value!r} must be an integer")
-        low = 1 if name in _POSITIVE else 0
-        high = _CEILINGS.get(name, INT32_MAX)
         if not low <= value <= high:
-            what = "a positive integer" if low else "0 or more"
             raise ConfigError(f"--{name}={value} must be {what}, at most {high}")
-    elif name == "eval_steps":
-        if not (value == -1 or 1 <= value <= INT32_MAX):
-            raise ConfigError(
-                f"--eval_steps={value} must be a positive number of batches "
-                f"(at most {INT32_MAX}), or -1 for the whole eval split")
-    elif name == "intra_op_threads":
-        if not -1 <= value <= MAX_THREADS:
-            raise ConfigError(
-                f"--intra_op_threads={value} must be -1 (a share of the cores "
-                "per CPU replica), 0 (TensorFlow's default) or a count up to "
-                f"{MAX_THREADS}")
-    elif name == "straggler_threshold":
-        if not (value == 0 or 1 < value <= 1000):
-            raise ConfigError(f"--straggler_threshold={value} must be 0 (off) "
-                              "or a factor above 1 (at most 1000), e.g. 3")
-    elif name in ("collective_timeout", "eval_timeout", "startup_timeout", "hang_timeout"):
-        if not (math.isfinite(value) and 0 <= value <= MAX_TIMEOUT):
-            raise ConfigError(f"--{name}={value} must be 0 or more seconds, at most "
-                              f"{MAX_TIMEOUT:.0f} (a week)")
-    elif name == "eval_fraction":
-        if not 0 <= value < 1:
-            raise ConfigError(f"--eval_fraction={value} must be at least 0 and below 1")
-    elif name in _CHOICES:
-        choices, noun = _CHOICES[name]
-        if value not in choices and not (name == "mode" and not value):  # "": the default mode
+    return check
+
+
+POSITIVE = count(1)
+NON_NEGATIVE = count(0)
+
+
+def one_of(words: tuple[str, ...], noun: str, *, empty_allowed: bool = False) -> Check:
+    """One of a few words (`empty_allowed`: "" too, the field's default meaning)."""
+    def check(name: str, value: Any) -> None:
+        if value not in words and not (empty_allowed and not value):
             raise ConfigError(f"--{name}={value!r} is not a {noun}; choose one of: "
-                              f"{', '.join(choices)}")
-    elif name in PATH_FIELDS:
-        if name == "model_dir" and not value:
-            raise ConfigError("--model_dir is empty; name the directory for checkpoints and "
-                              "summaries")
-        if value:  # empty: the field's default (none, or <model_dir>/summaries)
-            check_path_text(f"--{name}", value)
-    elif name == "profile_steps":
-        parse_profile_steps(value)
-    elif name in ("learning_rate", "lr_decay_rate", "lr_power"):
-        if not (math.isfinite(value) and value > 0):
-            raise ConfigError(f"--{name}={value} must be a positive number")
-    elif name in ("end_learning_rate", "weight_decay", "clip_norm"):
-        if not (math.isfinite(value) and value >= 0):
-            raise ConfigError(f"--{name}={value} must be 0 or a positive number")
-    elif name == "lr_decay_steps":
-        parse_steps("lr_decay_steps", value)
-    elif name == "ema_decay":
-        if not 0 <= value < 1:
-            raise ConfigError(f"--ema_decay={value} must be at least 0 and below 1 "
-                              "(e.g. 0.999; 0: off)")
-    elif name == "best_metric":
-        if value and not value.startswith("eval/"):
-            raise ConfigError(f"--best_metric={value!r} is not an evaluation metric; "
-                              "name one as eval/<metric>, e.g. eval/accuracy or eval/loss")
+                              f"{', '.join(words)}")
+    return check
 
 
-def option(default, help: str):
-    """A `RunConfig` field and its flag's help, written once: `bin/train`
-    defines `--<field name>` from the default, type and this help."""
-    return dataclasses.field(default=default, metadata={"help": help})
+def positive_number(name: str, value: Any) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"--{name}={value} must be a positive number")
+
+
+def non_negative_number(name: str, value: Any) -> None:
+    if not (math.isfinite(value) and value >= 0):
+        raise ConfigError(f"--{name}={value} must be 0 or a positive number")
+
+
+def seconds(name: str, value: Any) -> None:
+    """A timeout: 0 (none) up to a week; beyond is a typo for 0."""
+    if not (math.isfinite(value) and 0 <= value <= MAX_TIMEOUT):
+        raise ConfigError(f"--{name}={value} must be 0 or more seconds, at most "
+                          f"{MAX_TIMEOUT:.0f} (a week)")
+
+
+def fraction(name: str, value: Any) -> None:
+    if not 0 <= value < 1:
+        raise ConfigError(f"--{name}={value} must be at least 0 and below 1")
+
+
+def decay(name: str, value: Any) -> None:
+    """A moving average's decay: 0 (off) or a fraction below 1."""
+    if not 0 <= value < 1:
+        raise ConfigError(f"--{name}={value} must be at least 0 and below 1 "
+                          "(e.g. 0.999; 0: off)")
+
+
+def path(name: str, value: Any) -> None:
+    """A file or folder; empty is the field's default (none, or a folder
+    under model_dir). The text as `check_path_text` checks it."""
+    if value:
+        check_path_text(f"--{name}", value)
+
+
+def directory(name: str, value: Any) -> None:
+    """`path` that must be given (`--model_dir`)."""
+    if not value:
+        raise ConfigError(f"--{name} is empty; name the directory for checkpoints and "
+                          "summaries")
+    check_path_text(f"--{name}", value)
+
+
+def batches_or_all(name: str, value: Any) -> None:
+    if not (value == -1 or 1 <= value <= INT32_MAX):
+        raise ConfigError(
+            f"--{name}={value} must be a positive number of batches "
+            f"(at most {INT32_MAX}), or -1 for the whole eval split")
+
+
+def threads(name: str, value: Any) -> None:
+    if not -1 <= value <= MAX_THREADS:
+        raise ConfigError(
+            f"--{name}={value} must be -1 (a share of the cores "
+            "per CPU replica), 0 (TensorFlow's default) or a count up to "
+            f"{MAX_THREADS}")
+
+
+def factor_or_off(name: str, value: Any) -> None:
+    if not (value == 0 or 1 < value <= 1000):
+        raise ConfigError(f"--{name}={value} must be 0 (off) "
+                          "or a factor above 1 (at most 1000), e.g. 3")
+
+
+def step_range(name: str, value: Any) -> None:
+    parse_profile_steps(value)
+
+
+def steps(name: str, value: Any) -> None:
+    parse_steps(name, value)
+
+
+def eval_metric(name: str, value: Any) -> None:
+    if value and not value.startswith("eval/"):
+        raise ConfigError(f"--{name}={value!r} is not an evaluation metric; "
+                          "name one as eval/<metric>, e.g. eval/accuracy or eval/loss")
+
+
+def option(default: Any, help: str, *, section: str, check: Optional[Check] = None,
+           identity: bool = False) -> Any:
+    """A `RunConfig` field, written once with everything known about it:
+
+    - `default` and `help`: `bin/train` defines `--<field name>` from them
+      (`bin/flag_defs.py`), docs/flags.md lists them (tests/test_docs.py);
+    - `section`: the group --help's docs and `help(RunConfig)` list it in
+      (`SECTIONS`), and the typed view a module is handed (`RunConfig.recipe`, ...);
+    - `check`: its own range or choice (`check_field`), run by `RunConfig` and
+      by `bin/train` on the given flag before TensorFlow loads;
+    - `identity`: it decides what the checkpoints' variables are and what they
+      were trained on, so run.json remembers it (`IDENTITY`, `run_identity`).
+    """
+    return dataclasses.field(default=default, metadata={
+        "help": help, "section": section, "check": check, "identity": identity})
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    """One group of `RunConfig` fields: its title (docs/flags.md, `help`)
+    and the name of its typed view on a config (`config.recipe`)."""
+
+    title: str
+    view: str
+
+    def option(self, default: Any, help: str, *, check: Optional[Check] = None,
+               identity: bool = False) -> Any:
+        """`option(...)` in this section."""
+        return option(default, help, section=self.title, check=check, identity=identity)
+
+
+DISTRIBUTION = Section("Distribution", "distribution")
+MODEL_AND_DATA = Section("Model and data", "model_and_data")
+LOOP = Section("The loop", "loop")
+RECIPE = Section("The recipe", "recipe")
+KEEPING = Section("Keeping and stopping", "keeping")
+CLUSTER = Section("Cluster", "cluster")
+SPEED = Section("Speed and reproducibility", "speed")
+
+
+class _SectionView:
+    """`config.<view>`: the section's fields as their own frozen record
+    (`VIEWS`), so a module can be handed the part of the run it reads."""
+
+    def __init__(self, section: Section):
+        self.section = section
+
+    def __get__(self, config: Optional["RunConfig"], owner: type) -> Any:
+        if config is None:
+            return self
+        view = VIEWS[self.section.title]
+        return view(**{name: getattr(config, name) for name in SECTIONS[self.section.title]})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -245,220 +310,251 @@ class RunConfig:
     listed below by section (`help(RunConfig)`; written by `_document`).
     """
 
-    # Distribution (SECTIONS).
-    strategy: str = option(
+    strategy: str = DISTRIBUTION.option(
         "mirrored", "default | one_device | mirrored | central_storage | multi_worker | "
         "parameter_server (both read TF_CONFIG) | tpu.")
-    tpu: str = option(
+    tpu: str = DISTRIBUTION.option(
         "", "--strategy=tpu: a Cloud TPU name, grpc://host:port, or local on a TPU VM "
         "(empty: $TPU_NAME).")
-    devices: str = option(
+    devices: str = DISTRIBUTION.option(
         "", "Comma-separated gpu:N / cpu:N. Empty: every GPU, or cpu:0 without one. "
         "CPU ids beyond the physical CPUs create logical CPU devices.")
-    virtual_gpus: int = option(
+    virtual_gpus: int = DISTRIBUTION.option(
         0, "Split each GPU into N logical GPUs (0: off), so that one GPU runs N replicas and "
         "tests every collective but NCCL (which needs one physical GPU per replica); "
-        "refused on a machine without a GPU.")
-    gpu_memory_growth: bool = option(
+        "refused on a machine without a GPU.", check=count(0, MAX_VIRTUAL_GPUS))
+    gpu_memory_growth: bool = DISTRIBUTION.option(
         False, "Allocate GPU memory as needed instead of nearly all of each visible GPU at "
         "start (lets processes share a GPU; same as TF_FORCE_GPU_ALLOW_GROWTH=true).")
-    collective: str = option(
+    collective: str = DISTRIBUTION.option(
         "auto", "Gradient all-reduce: auto | nccl | ring | hierarchical_copy | "
         "reduce_to_one_device, or module:Class for your own (imported from sys.path and run "
         "inside every step: trusted code only; its results are checked).")
-    num_packs: int = option(0, "Pack gradients into this many buckets per all-reduce (0: off).")
-    pack_bytes: int = option(0, "Pack gradients into buckets of about this many bytes (0: off).")
-    gradient_dtype: str = option(
+    num_packs: int = DISTRIBUTION.option(
+        0, "Pack gradients into this many buckets per all-reduce (0: off).")
+    pack_bytes: int = DISTRIBUTION.option(
+        0, "Pack gradients into buckets of about this many bytes (0: off).")
+    gradient_dtype: str = DISTRIBUTION.option(
         "float32", "Dtype gradients travel in: float32 | bfloat16 | float16 (compression).")
-    reduce_device: str = option(
+    reduce_device: str = DISTRIBUTION.option(
         "", "Where --collective=reduce_to_one_device sums, e.g. cpu:0 (default: first device).")
-    collective_timeout: float = option(
-        0.0, "multi_worker: seconds a collective waits for its peers before failing (0: none).")
-    check_collective: int = option(
+    collective_timeout: float = DISTRIBUTION.option(
+        0.0, "multi_worker: seconds a collective waits for its peers before failing (0: none).",
+        check=seconds)
+    check_collective: int = DISTRIBUTION.option(
         0, "Debug: compare the first N all-reduces with the plain sum of the replicas and stop "
-        "at a difference, naming the gradient (0: off; e.g. 3 to test a --collective=module:Class).")
-    # Model and data (SECTIONS).
-    task: str = option(
+        "at a difference, naming the gradient (0: off; e.g. 3 to test a --collective=module:Class).",
+        check=NON_NEGATIVE)
+    task: str = MODEL_AND_DATA.option(
         "", "Your own task, module:Class (a tfloop.engine.task.Task subclass, imported from the "
         "working directory or PYTHONPATH); it supplies the model, data and loss. Or "
         "module:function, a function that builds and compiles a Keras model: its loss, metrics "
-        "and optimizer train it on --dataset (docs/keras.md).")
-    model: str = option("mlp", "Model name: mlp | cnn | resnet_small | mobilenet_v2 | resnet50.")
-    dataset: str = option("synthetic", "Dataset name: synthetic | mnist | tfrecord | image_folder.")
-    data_dir: str = option(
+        "and optimizer train it on --dataset (docs/keras.md).", identity=True)
+    model: str = MODEL_AND_DATA.option(
+        "mlp", "Model name: mlp | cnn | resnet_small | mobilenet_v2 | resnet50.",
+        identity=True)
+    dataset: str = MODEL_AND_DATA.option(
+        "synthetic", "Dataset name: synthetic | mnist | tfrecord | image_folder.",
+        identity=True)
+    data_dir: str = MODEL_AND_DATA.option(
         "", "Folder with the dataset's files (mnist: mnist.npz; tfrecord: "
         "bin/convert_to_tfrecord's output; image_folder: one sub-folder of JPEG/PNG images "
-        "per class).")
-    image_size: int = option(
+        "per class).", check=path, identity=True)
+    image_size: int = MODEL_AND_DATA.option(
         0, "Square image size. image_folder: images are resized to it (0: 224). synthetic: "
         "0 is MNIST-shaped 28x28x1; N makes NxNx3 images (e.g. 224 with --num_classes=1000: "
-        "ImageNet-sized, generated as uint8). Others ignore it.")
-    num_classes: int = option(
-        0, "synthetic: the number of classes (0: 10). Other datasets have their own labels.")
-    synthetic_on_device: bool = option(
+        "ImageNet-sized, generated as uint8). Others ignore it.",
+        check=count(0, MAX_IMAGE_SIZE), identity=True)
+    num_classes: int = MODEL_AND_DATA.option(
+        0, "synthetic: the number of classes (0: 10). Other datasets have their own labels.",
+        check=count(0, MAX_CLASSES))
+    synthetic_on_device: bool = MODEL_AND_DATA.option(
         False, "Measure compute alone, the way tf_cnn_benchmarks does: take one batch of the "
         "training data once, keep it on the devices and train every step on it (no input "
         "pipeline runs per step; the model sees the same batch every step). For benchmarks.")
-    eval_fraction: float = option(
-        0.2, "image_folder without a validation/ folder: fraction of images kept for eval.")
-    # The loop (SECTIONS).
-    model_dir: str = option(
+    eval_fraction: float = MODEL_AND_DATA.option(
+        0.2, "image_folder without a validation/ folder: fraction of images kept for eval.",
+        check=fraction, identity=True)
+    model_dir: str = LOOP.option(
         "runs/default", "Checkpoints, summaries/ and metrics.json; reusing it resumes the run. "
         "On a cluster: gs://... or a volume every task shares. Default on Vertex AI: "
-        "$AIP_CHECKPOINT_DIR (else $AIP_MODEL_DIR).")
-    summaries_dir: str = option(
+        "$AIP_CHECKPOINT_DIR (else $AIP_MODEL_DIR).", check=directory)
+    summaries_dir: str = LOOP.option(
         "", "TensorBoard summaries (train/, eval/ under it); empty: <model_dir>/summaries, or "
-        "$AIP_TENSORBOARD_LOG_DIR on Vertex AI.")
-    global_batch_size: int = option(
+        "$AIP_TENSORBOARD_LOG_DIR on Vertex AI.", check=path)
+    global_batch_size: int = LOOP.option(
         256, "Examples per step (one optimizer update) over all replicas and, with "
         "--accumulation_steps, all its micro-batches; must divide by the replica count times "
-        "--accumulation_steps.")
-    per_replica_batch_size: int = option(
+        "--accumulation_steps.", check=POSITIVE)
+    per_replica_batch_size: int = LOOP.option(
         0, "Instead of --global_batch_size: examples per replica per step; the global batch "
         "is this times the replica count (times --accumulation_steps) (0: use "
-        "--global_batch_size).")
-    max_per_replica_batch_size: int = option(
+        "--global_batch_size).", check=NON_NEGATIVE)
+    max_per_replica_batch_size: int = LOOP.option(
         0, "The most examples one replica may take at once (memory): the engine picks the "
         "fewest micro-batches (--accumulation_steps) that keep each replica's share of the "
         "global batch at or below it, on whatever replica count the run starts or resumes "
-        "on; a resume keeps the global batch it recorded (0: off; docs/reliability.md).")
-    train_steps: int = option(1000, "Global step to train to.")
-    epochs: int = option(
+        "on; a resume keeps the global batch it recorded (0: off; docs/reliability.md).",
+        check=NON_NEGATIVE)
+    train_steps: int = LOOP.option(1000, "Global step to train to.", check=NON_NEGATIVE)
+    epochs: int = LOOP.option(
         0, "Instead of --train_steps: passes over the train split, each one pass with every "
         "example once, its last batch partial and trained as Keras's fit trains it (steps per "
         "epoch: its examples / the global batch, rounded up; or --steps_per_epoch, whose epochs "
-        "are step counts over a stream that runs on) (0: use --train_steps).")
-    steps_per_epoch: int = option(
+        "are step counts over a stream that runs on) (0: use --train_steps).", check=NON_NEGATIVE)
+    steps_per_epoch: int = LOOP.option(
         0, "Steps in one epoch for --epochs, for data whose size the engine does not know "
-        "(0: the train split's examples / the global batch).")
-    steps_per_loop: int = option(
+        "(0: the train split's examples / the global batch).", check=NON_NEGATIVE)
+    steps_per_loop: int = LOOP.option(
         100, "Steps per compiled loop (one tf.function call, one Python round trip, one "
-        "progress line); not an epoch.")
-    checkpoint_interval: int = option(500, "Steps between checkpoints (0: only at the end).")
-    local_checkpoint_dir: str = option(
+        "progress line); not an epoch.", check=POSITIVE)
+    checkpoint_interval: int = LOOP.option(
+        500, "Steps between checkpoints (0: only at the end).",
+        check=NON_NEGATIVE)
+    local_checkpoint_dir: str = LOOP.option(
         "", "A fast local folder (a RAM disk such as /dev/shm, a local SSD) for extra "
         "checkpoints every --local_checkpoint_interval steps beside the durable ones in "
         "--model_dir: a restart on this machine resumes from the newest that reads (in a "
         "multi_worker cluster: the newest step every worker holds), else from --model_dir "
         "(empty: off; docs/reliability.md).")
-    local_checkpoint_interval: int = option(
+    local_checkpoint_interval: int = LOOP.option(
         0, "Steps between local checkpoints in --local_checkpoint_dir (0: off), e.g. 10 "
-        "with --checkpoint_interval=100.")
-    summary_interval: int = option(
-        100, "Steps between TensorBoard train summaries (0: none).")
-    mode: str = option(
+        "with --checkpoint_interval=100.", check=NON_NEGATIVE)
+    summary_interval: int = LOOP.option(
+        100, "Steps between TensorBoard train summaries (0: none).", check=NON_NEGATIVE)
+    mode: str = LOOP.option(
         "", "train | evaluate | train_and_evaluate. "
-        "Default: train_and_evaluate when the dataset has an eval split.")
-    eval_interval: int = option(0, "Steps between evaluations (0: only at the end).")
-    eval_steps: int = option(-1, "Eval batches per evaluation (-1: the whole eval split).")
-    # The recipe (SECTIONS).
-    optimizer: str = option(
+        "Default: train_and_evaluate when the dataset has an eval split.",
+        check=one_of(MODES, "mode", empty_allowed=True))
+    eval_interval: int = LOOP.option(
+        0, "Steps between evaluations (0: only at the end).",
+        check=NON_NEGATIVE)
+    eval_steps: int = LOOP.option(
+        -1, "Eval batches per evaluation (-1: the whole eval split).",
+        check=batches_or_all)
+    optimizer: str = RECIPE.option(
         "adam", "sgd | momentum (0.9) | adam | adamw (adam with --weight_decay, 0.004 when "
         "that is 0).")
-    learning_rate: float = option(
+    learning_rate: float = RECIPE.option(
         0.001, "Peak learning rate: reached after --warmup_steps, before any decay; times the "
-        "replica count with --scale_learning_rate=linear.")
-    lr_schedule: str = option(
+        "replica count with --scale_learning_rate=linear.", check=positive_number)
+    lr_schedule: str = RECIPE.option(
         "constant", "constant | cosine (decays to --end_learning_rate at the last step) | "
         "step (times --lr_decay_rate at each of --lr_decay_steps) | polynomial (to "
         "--end_learning_rate, power --lr_power); a function of the global step, after "
-        "--warmup_steps.")
-    warmup_steps: int = option(
-        0, "Steps of linear warmup from 0 to --learning_rate before the schedule starts.")
-    lr_decay_steps: str = option(
+        "--warmup_steps.", check=one_of(LR_SCHEDULES, "schedule"))
+    warmup_steps: int = RECIPE.option(
+        0, "Steps of linear warmup from 0 to --learning_rate before the schedule starts.",
+        check=NON_NEGATIVE)
+    lr_decay_steps: str = RECIPE.option(
         "", "--lr_schedule=step: comma-separated global steps where the rate is multiplied by "
-        "--lr_decay_rate, e.g. 30000,60000.")
-    lr_decay_rate: float = option(0.1, "--lr_schedule=step: the factor at each decay step.")
-    lr_power: float = option(1.0, "--lr_schedule=polynomial: the power (1: linear decay).")
-    end_learning_rate: float = option(
-        0.0, "--lr_schedule=cosine|polynomial: the rate at the last step.")
-    scale_learning_rate: str = option(
+        "--lr_decay_rate, e.g. 30000,60000.", check=steps)
+    lr_decay_rate: float = RECIPE.option(
+        0.1, "--lr_schedule=step: the factor at each decay step.",
+        check=positive_number)
+    lr_power: float = RECIPE.option(
+        1.0, "--lr_schedule=polynomial: the power (1: linear decay).",
+        check=positive_number)
+    end_learning_rate: float = RECIPE.option(
+        0.0, "--lr_schedule=cosine|polynomial: the rate at the last step.",
+        check=non_negative_number)
+    scale_learning_rate: str = RECIPE.option(
         "none", "none | linear: multiply --learning_rate (and --end_learning_rate) by the "
-        "replica count (the linear scaling rule), logged at start.")
-    weight_decay: float = option(
+        "replica count (the linear scaling rule), logged at start.",
+        check=one_of(LR_SCALING, "rule"))
+    weight_decay: float = RECIPE.option(
         0.0, "Decoupled weight decay (AdamW's, for every optimizer): each step subtracts "
-        "learning rate x weight_decay x weight (0: off).")
-    weight_decay_exclude: str = option(
+        "learning rate x weight_decay x weight (0: off).", check=non_negative_number)
+    weight_decay_exclude: str = RECIPE.option(
         BIASES_AND_NORMS, "Variables weight decay leaves alone: biases_and_norms (every "
         "variable of at most one dimension: biases, normalization scales and offsets), none, "
         "or comma-separated substrings of variable paths, e.g. bias,gamma,beta.")
-    clip_norm: float = option(
+    clip_norm: float = RECIPE.option(
         0.0, "Clip the all-reduced gradients to this global norm, identically on every "
-        "replica (0: off); the norm before clipping is the train metric grad_norm.")
-    accumulation_steps: int = option(
+        "replica (0: off); the norm before clipping is the train metric grad_norm.",
+        check=non_negative_number)
+    accumulation_steps: int = RECIPE.option(
         1, "Micro-batches per step: each replica's share of the global batch is split in "
-        "this many, their gradients summed, then one all-reduce and one update (1: off).")
-    ema_decay: float = option(
+        "this many, their gradients summed, then one all-reduce and one update (1: off).",
+        check=POSITIVE)
+    ema_decay: float = RECIPE.option(
         0.0, "Keep an exponential moving average of the trained weights with this decay, "
-        "e.g. 0.999; evaluation and export use the average (0: off).")
-    seed: int = option(
+        "e.g. 0.999; evaluation and export use the average (0: off).", check=decay)
+    seed: int = RECIPE.option(
         0, "Seed for initial weights and data order; the same seed gives the same initial "
-        "weights on any strategy.")
-    init_from: str = option(
+        "weights on any strategy.", check=count(0, SEED_MAX))
+    init_from: str = RECIPE.option(
         "", "Start a new run from these model weights (fine-tuning): another run's --model_dir "
         "or ckpt-N, an export/<step> folder, a .keras or .weights.h5 file. Step 0, fresh "
-        "optimizer; ignored when --model_dir already has checkpoints (it resumes).")
-    init_from_skip_mismatch: bool = option(
+        "optimizer; ignored when --model_dir already has checkpoints (it resumes).", check=path)
+    init_from_skip_mismatch: bool = RECIPE.option(
         False, "--init_from: load the variables that fit (same name, shape and dtype) and "
         "skip the rest (a new head: 10 classes -> 5), logging each variable loaded and "
         "skipped; without it any mismatch is refused.")
-    # Keeping and stopping (SECTIONS).
-    nan_policy: str = option(
+    nan_policy: str = KEEPING.option(
         "stop", "What a step with a non-finite loss or gradient norm does: stop (the run "
         "stops at the end of its loop with one line naming the steps, exit 1, and saves "
         "nothing, so the last checkpoint stays finite) | skip_step (skip that step's update, "
-        "count it in the train metric skipped_steps, stop after --nan_max_skips in a row).")
-    nan_max_skips: int = option(
+        "count it in the train metric skipped_steps, stop after --nan_max_skips in a row).",
+        check=one_of(NAN_POLICIES, "policy"))
+    nan_max_skips: int = KEEPING.option(
         10, "--nan_policy=skip_step: stop (as --nan_policy=stop does) after this many steps "
-        "in a row had non-finite gradients.")
-    best_metric: str = option(
+        "in a row had non-finite gradients.", check=POSITIVE)
+    best_metric: str = KEEPING.option(
         "", "Keep the checkpoint (and export) of the best evaluation by this metric in "
-        "model_dir/best/, apart from the rolling ones, e.g. eval/accuracy (empty: off).")
-    best_mode: str = option(
+        "model_dir/best/, apart from the rolling ones, e.g. eval/accuracy (empty: off).",
+        check=eval_metric)
+    best_mode: str = KEEPING.option(
         "auto", "max | min | auto (max for accuracy-like names, else min): which way "
-        "--best_metric improves.")
-    early_stopping_patience: int = option(
+        "--best_metric improves.", check=one_of(BEST_MODES, "mode"))
+    early_stopping_patience: int = KEEPING.option(
         0, "Stop after this many evaluations in a row without a better --best_metric "
-        "(0: never).")
-    export: bool = option(
+        "(0: never).", check=NON_NEGATIVE)
+    export: bool = KEEPING.option(
         True, "Write model_dir/export/<step>/ (a SavedModel with a serving_default signature, "
         "and model.keras for a Keras model) when training finishes.")
-    max_checkpoints: int = option(5, "How many ckpt-<step> checkpoints to keep.")
-    # Cluster (SECTIONS).
-    eval_timeout: float = option(
-        600.0, "Evaluator task: seconds to wait for a new checkpoint before stopping.")
-    startup_timeout: float = option(
+    max_checkpoints: int = KEEPING.option(
+        5, "How many ckpt-<step> checkpoints to keep.",
+        check=POSITIVE)
+    eval_timeout: float = CLUSTER.option(
+        600.0, "Evaluator task: seconds to wait for a new checkpoint before stopping.",
+        check=seconds)
+    startup_timeout: float = CLUSTER.option(
         300.0, "multi_worker: seconds to wait for every task of TF_CONFIG's cluster to come "
-        "up before giving up (0: forever).")
-    auto_shard_policy: str = option(
-        "auto", "multi_worker input sharding: auto | file | data | off.")
-    cluster_from: str = option(
+        "up before giving up (0: forever).", check=seconds)
+    auto_shard_policy: str = CLUSTER.option(
+        "auto", "multi_worker input sharding: auto | file | data | off.",
+        check=one_of(SHARD_POLICIES, "policy"))
+    cluster_from: str = CLUSTER.option(
         "auto", "Where the cluster comes from: auto (TF_CONFIG, else Vertex AI's CLUSTER_SPEC, "
         "else a JobSet / Indexed Job pod's JOB_COMPLETION_INDEX with TFLOOP_NUM_WORKERS) | "
-        "tf_config | vertex | jobset (that one only; see docs/clusters.md).")
-    hang_timeout: float = option(
+        "tf_config | vertex | jobset (that one only; see docs/clusters.md).",
+        check=one_of(platforms.SOURCES, "cluster source"))
+    hang_timeout: float = CLUSTER.option(
         1800.0, "Seconds without a train loop ending before each task dumps its threads' "
-        "stacks, phase and last step to <model_dir>/diagnostics/ and goes on (0: never).")
-    straggler_threshold: float = option(
+        "stacks, phase and last step to <model_dir>/diagnostics/ and goes on (0: never).",
+        check=seconds)
+    straggler_threshold: float = CLUSTER.option(
         3.0, "multi_worker: name a worker whose own time per step (outside the all-reduce) is "
-        "over this many times the other workers' median for 3 loops in a row (0: off).")
-    # Speed and reproducibility (SECTIONS).
-    deterministic: bool = option(
+        "over this many times the other workers' median for 3 loops in a row (0: off).",
+        check=factor_or_off)
+    deterministic: bool = SPEED.option(
         False, "Deterministic TensorFlow ops and tf.data stages in order: reruns and resumed "
         "runs give the same weights.")
-    jit_compile: bool = option(
+    jit_compile: bool = SPEED.option(
         False, "Compile each replica's forward and backward pass with XLA.")
-    mixed_precision: str = option(
+    mixed_precision: str = SPEED.option(
         "float32", "float32 | mixed_float16 (with a dynamic loss scale) | mixed_bfloat16; "
-        "weights stay float32.")
-    fused_optimizer: bool = option(
+        "weights stay float32.", check=one_of(PRECISIONS, "policy"))
+    fused_optimizer: bool = SPEED.option(
         False, "Update with TensorFlow's fused kernels (one op per variable), same formulas.")
-    profile_steps: str = option(
+    profile_steps: str = SPEED.option(
         "", "A,B: TensorBoard profiler trace of global steps A to B into "
-        "<model_dir>/summaries/train (empty: none).")
-    intra_op_threads: int = option(
+        "<model_dir>/summaries/train (empty: none).", check=step_range)
+    intra_op_threads: int = SPEED.option(
         -1, "Threads one TensorFlow op may use: -1 = cores / CPU replicas when there are "
-        "several CPU replicas (else TF's default), 0 = TF's default (all cores), N = N.")
+        "several CPU replicas (else TF's default), 0 = TF's default (all cores), N = N.",
+        check=threads)
 
     def __post_init__(self):
         # Each field on its own first, in field order: the same checks, in the
@@ -538,7 +634,7 @@ class RunConfig:
                 f"--max_per_replica_batch_size={self.max_per_replica_batch_size} lets the engine "
                 f"choose the micro-batches, and --accumulation_steps={self.accumulation_steps} "
                 "fixes them; give one")
-        steps = parse_steps("lr_decay_steps", self.lr_decay_steps)
+        steps = self.lr_decay_boundaries
         if self.lr_schedule == "step" and not steps:
             raise ConfigError("--lr_schedule=step needs --lr_decay_steps, the global steps where "
                               "the rate drops; e.g. --lr_decay_steps=30000,60000")
@@ -564,7 +660,7 @@ class RunConfig:
     @property
     def lr_decay_boundaries(self) -> tuple[int, ...]:
         """`lr_decay_steps` as global steps."""
-        return parse_steps("lr_decay_steps", self.lr_decay_steps)
+        return self.recipe.lr_decay_boundaries
 
     @property
     def profile_range(self):
@@ -575,36 +671,85 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     def section(self, name: str) -> dict:
-        """The fields of one of `SECTIONS`, by name: `config.section("Distribution")`."""
+        """The fields of one of `SECTIONS`, by title: `config.section("Distribution")`."""
         return {field: getattr(self, field) for field in SECTIONS[name]}
 
+    # Each section's fields as a typed frozen record (`VIEWS`): hand a module
+    # `config.recipe`, not the whole run.
+    distribution = _SectionView(DISTRIBUTION)
+    model_and_data = _SectionView(MODEL_AND_DATA)
+    loop = _SectionView(LOOP)
+    recipe = _SectionView(RECIPE)
+    keeping = _SectionView(KEEPING)
+    cluster = _SectionView(CLUSTER)
+    speed = _SectionView(SPEED)
 
-#: RunConfig's fields by section, in flag order: how --help, docs/flags.md and
-#: a reader group them (tests/engine/test_config_sections.py: every field in
-#: exactly one). The flags themselves stay flat (--learning_rate, not
+
+_FIELDS = {field.name: field for field in dataclasses.fields(RunConfig)}
+
+
+def check_field(name: str, value: Any) -> None:
+    """Raises the one-line ConfigError for a value of `RunConfig` field `name`
+    that is wrong whatever the other fields say: the field's own
+    `option(check=...)`; fields without one (and unknown names) pass.
+
+    `RunConfig` runs it over every field before its checks of fields
+    together; `bin/train` runs it over the flags given on the command line
+    right after parsing them, before TensorFlow's import (seconds) and before
+    a resumed run's remembered values are read: a typo is answered at once.
+    Imports no TensorFlow.
+    """
+    field = _FIELDS.get(name)
+    check = field.metadata["check"] if field is not None else None
+    if check is not None:
+        check(name, value)
+
+
+def _sections() -> dict[str, tuple[str, ...]]:
+    sections: dict[str, list[str]] = {}
+    for field in _FIELDS.values():
+        sections.setdefault(field.metadata["section"], []).append(field.name)
+    return {title: tuple(names) for title, names in sections.items()}
+
+
+#: RunConfig's fields by section title, in flag order, from each field's
+#: `option(section=...)`: how docs/flags.md, `help(RunConfig)` and a reader
+#: group them (tests/engine/test_config_sections.py: every field in exactly
+#: one). The flags themselves stay flat (--learning_rate, not
 #: --recipe.learning_rate), as do `RunConfig(...)`'s arguments.
-SECTIONS = {
-    "Distribution": ("strategy", "tpu", "devices", "virtual_gpus", "gpu_memory_growth",
-                     "collective", "num_packs", "pack_bytes", "gradient_dtype", "reduce_device",
-                     "collective_timeout", "check_collective"),
-    "Model and data": ("task", "model", "dataset", "data_dir", "image_size", "num_classes",
-                       "synthetic_on_device", "eval_fraction"),
-    "The loop": ("model_dir", "summaries_dir", "global_batch_size", "per_replica_batch_size",
-                 "max_per_replica_batch_size", "train_steps", "epochs", "steps_per_epoch",
-                 "steps_per_loop", "checkpoint_interval", "local_checkpoint_dir",
-                 "local_checkpoint_interval", "summary_interval", "mode",
-                 "eval_interval", "eval_steps"),
-    "The recipe": ("optimizer", "learning_rate", "lr_schedule", "warmup_steps", "lr_decay_steps",
-                   "lr_decay_rate", "lr_power", "end_learning_rate", "scale_learning_rate",
-                   "weight_decay", "weight_decay_exclude", "clip_norm", "accumulation_steps",
-                   "ema_decay", "seed", "init_from", "init_from_skip_mismatch"),
-    "Keeping and stopping": ("nan_policy", "nan_max_skips", "best_metric", "best_mode",
-                             "early_stopping_patience", "export", "max_checkpoints"),
-    "Cluster": ("eval_timeout", "startup_timeout", "auto_shard_policy", "cluster_from",
-                "hang_timeout", "straggler_threshold"),
-    "Speed and reproducibility": ("deterministic", "jit_compile", "mixed_precision",
-                                  "fused_optimizer", "profile_steps", "intra_op_threads"),
-}
+SECTIONS = _sections()
+
+#: The fields that decide what a checkpoint's variables are and what they were
+#: trained on (`option(identity=True)`): run.json remembers them (`run_identity`).
+IDENTITY = tuple(name for name, field in _FIELDS.items() if field.metadata["identity"])
+
+
+def _view(section: Section, doc: str, **extra: Any) -> type:
+    """The frozen record of `section`'s fields (their names, types and
+    defaults as `RunConfig` declares them), plus `extra` properties."""
+    fields = [(name, _FIELDS[name].type, dataclasses.field(default=_FIELDS[name].default))
+              for name in SECTIONS[section.title]]
+    name = "".join(word.capitalize() for word in section.view.split("_"))
+    view = dataclasses.make_dataclass(name, fields, frozen=True, namespace=extra)
+    view.__doc__ = doc
+    view.__module__ = __name__
+    return view
+
+
+Distribution = _view(DISTRIBUTION, "Where the replicas run and how their gradients travel.")
+ModelAndData = _view(MODEL_AND_DATA, "What is trained, on what data.")
+Loop = _view(LOOP, "The run directory, the batch, how long, and every interval of the loop.")
+Recipe = _view(RECIPE, "What a step does with the gradients: optimizer, schedule, decay, EMA.",
+               lr_decay_boundaries=property(
+                   lambda recipe: parse_steps("lr_decay_steps", recipe.lr_decay_steps),
+                   doc="`lr_decay_steps` as global steps."))
+Keeping = _view(KEEPING, "What a run keeps and when it stops: NaN policy, best, export.")
+Cluster = _view(CLUSTER, "A multi-worker cluster's waits, sharding and stragglers.")
+Speed = _view(SPEED, "Speed and reproducibility: determinism, XLA, precision, threads.")
+#: Section title -> its view class (`config.<Section.view>` builds one).
+VIEWS = {section.title: view for section, view in (
+    (DISTRIBUTION, Distribution), (MODEL_AND_DATA, ModelAndData), (LOOP, Loop),
+    (RECIPE, Recipe), (KEEPING, Keeping), (CLUSTER, Cluster), (SPEED, Speed))}
 
 
 def _document(cls: type) -> None:

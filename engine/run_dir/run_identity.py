@@ -54,14 +54,15 @@ import logging
 from typing import Any, Iterable, Mapping, Optional
 
 from tfloop.engine.run_dir import checkpoint_files, layout, storage
-from tfloop.engine.config import check_model_dir_text
+from tfloop.engine.config import IDENTITY, check_model_dir_text
 from tfloop.engine.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
 
-#: The flags that decide what a checkpoint's variables are and what they were trained on.
-IDENTITY = ("task", "model", "dataset", "data_dir", "image_size", "eval_fraction")
+# IDENTITY (from engine.config): the flags that decide what a checkpoint's
+# variables are and what they were trained on, each declared there with
+# `option(..., identity=True)`.
 #: The flags a resumed run may change, recorded per range of steps.
 RECIPE = ("global_batch_size", "optimizer", "learning_rate", "lr_schedule", "warmup_steps",
           "end_learning_rate", "weight_decay", "clip_norm", "accumulation_steps",
