@@ -29,6 +29,7 @@ import tensorflow as tf
 
 from tfloop.engine.recipe import keras_bridge, optimizers, precision, schedules
 from tfloop.engine.task import failures as task_failures
+from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.task.losses import LossFn, LossOutput
 from tfloop.engine.recipe.schedules import LearningRate
@@ -81,7 +82,7 @@ def _ready(optimizer: keras.optimizers.Optimizer, variables: Sequence
     return optimizer
 
 
-def bind(task: Any, model: Any, config: Any, *, num_replicas: int, total_steps: int,
+def bind(task: Task, model: Any, config: RunConfig, *, num_replicas: int, total_steps: int,
          default_optimizer: Optional[keras.optimizers.Optimizer] = None) -> list[BoundObjective]:
     """`task.objectives(model)` with optimizers built (names → `--learning_rate`
     on the run's schedule over `num_replicas` replicas and `total_steps`
@@ -124,7 +125,7 @@ def bind(task: Any, model: Any, config: Any, *, num_replicas: int, total_steps: 
             bound.append(BoundObjective(objective.name, objective.loss, variables,
                                         _ready(optimizer, variables), objective.every))
             continue
-        schedule = schedule or schedules.from_config(config, num_replicas=num_replicas,
+        schedule = schedule or schedules.from_config(config.recipe, num_replicas=num_replicas,
                                                      total_steps=total_steps)
         optimizer, decay = _build_optimizer(given or config.optimizer, config, schedule,
                                             variables)
@@ -148,7 +149,7 @@ def own_gradients(task: Any):
     return task.gradients
 
 
-def _build_optimizer(name: str, config: Any, schedule: LearningRate, variables: Sequence):
+def _build_optimizer(name: str, config: RunConfig, schedule: LearningRate, variables: Sequence):
     """The optimizer named `name`, decaying all of `variables` but those
     excluded, and its `WeightDecay` (None: no decay)."""
     optimizers.check(name)
@@ -162,7 +163,7 @@ def _build_optimizer(name: str, config: Any, schedule: LearningRate, variables: 
     return precision.wrap_optimizer(optimizer, config.mixed_precision), decay
 
 
-def _refuse_recipe_flags(config: Any, task_name: str) -> None:
+def _refuse_recipe_flags(config: RunConfig, task_name: str) -> None:
     """The recipe flags shape only optimizers the engine builds; asked for
     when there is none, they would be ignored in silence."""
     given = config.changed(*_RECIPE_FLAGS)

@@ -38,7 +38,7 @@ from typing import Any, Optional, Sequence
 
 import tensorflow as tf
 
-from tfloop.engine.config import LR_SCHEDULES
+from tfloop.engine.config import LR_SCHEDULES, Recipe
 from tfloop.engine.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -132,23 +132,24 @@ class LearningRate:
         return f"learning rate: {text}"
 
 
-def from_config(config: Any, *, num_replicas: int, total_steps: int) -> LearningRate:
-    """The schedule `config` asks for, over `num_replicas` replicas and a run
-    that ends at global step `total_steps`.
+def from_config(recipe: Recipe, *, num_replicas: int, total_steps: int) -> LearningRate:
+    """The schedule the run's recipe (`RunConfig.recipe`, the section that
+    holds every schedule flag) asks for, over `num_replicas` replicas and a
+    run that ends at global step `total_steps`.
 
     Raises:
       ConfigError: warmup that does not end before the last step.
     """
-    if config.warmup_steps and total_steps and config.warmup_steps >= total_steps:
+    if recipe.warmup_steps and total_steps and recipe.warmup_steps >= total_steps:
         raise ConfigError(
-            f"--warmup_steps={config.warmup_steps} must be below the run's last step "
+            f"--warmup_steps={recipe.warmup_steps} must be below the run's last step "
             f"({total_steps}): the run would end before reaching --learning_rate")
-    scale = num_replicas if config.scale_learning_rate == "linear" else 1
+    scale = num_replicas if recipe.scale_learning_rate == "linear" else 1
     return LearningRate(
-        schedule=config.lr_schedule, peak=config.learning_rate * scale,
-        end=config.end_learning_rate * scale, warmup_steps=config.warmup_steps,
-        total_steps=total_steps, boundaries=tuple(config.lr_decay_boundaries),
-        decay_rate=config.lr_decay_rate, power=config.lr_power, base=config.learning_rate,
+        schedule=recipe.lr_schedule, peak=recipe.learning_rate * scale,
+        end=recipe.end_learning_rate * scale, warmup_steps=recipe.warmup_steps,
+        total_steps=total_steps, boundaries=tuple(recipe.lr_decay_boundaries),
+        decay_rate=recipe.lr_decay_rate, power=recipe.lr_power, base=recipe.learning_rate,
         num_replicas=scale)
 
 

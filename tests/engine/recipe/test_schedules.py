@@ -63,7 +63,8 @@ def test_describe_says_the_schedule_in_one_line():
         "learning rate: 0.5, times 0.1 at step(s) 30, 60")
     config = RunConfig(learning_rate=0.1, lr_schedule="cosine", warmup_steps=500,
                        scale_learning_rate="linear", train_steps=10000)
-    assert schedules.from_config(config, num_replicas=4, total_steps=10000).describe() == (
+    schedule = schedules.from_config(config.recipe, num_replicas=4, total_steps=10000)
+    assert schedule.describe() == (
         "learning rate: warmup 0 -> 0.4 over 500 steps, then cosine to 0 at step 10000 "
         "(0.1 x 4 replicas, --scale_learning_rate=linear)")
 
@@ -71,16 +72,17 @@ def test_describe_says_the_schedule_in_one_line():
 def test_linear_scaling_multiplies_peak_and_end_by_the_replicas():
     config = RunConfig(learning_rate=0.1, end_learning_rate=0.01, lr_schedule="polynomial",
                        scale_learning_rate="linear")
-    scaled = schedules.from_config(config, num_replicas=8, total_steps=50)
+    scaled = schedules.from_config(config.recipe, num_replicas=8, total_steps=50)
     assert (scaled.peak, scaled.end) == (pytest.approx(0.8), pytest.approx(0.08))
     assert scaled.value(0) == pytest.approx(0.8) and scaled.value(50) == pytest.approx(0.08)
-    plain = schedules.from_config(RunConfig(learning_rate=0.1), num_replicas=8, total_steps=50)
+    plain = schedules.from_config(RunConfig(learning_rate=0.1).recipe, num_replicas=8,
+                                  total_steps=50)
     assert plain.peak == pytest.approx(0.1) and "replicas" not in plain.describe()
 
 
 def test_warmup_that_outlasts_the_run_is_refused():
     with pytest.raises(ConfigError) as caught:
-        schedules.from_config(RunConfig(warmup_steps=50), num_replicas=1, total_steps=50)
+        schedules.from_config(RunConfig(warmup_steps=50).recipe, num_replicas=1, total_steps=50)
     assert "--warmup_steps=50 must be below the run's last step (50)" in str(caught.value)
 
 
@@ -152,13 +154,14 @@ def test_a_stopped_run_resumes_on_the_schedule_and_a_changed_flag_takes_effect(t
     assert len(want) == 6
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-7)
-    schedule = schedules.from_config(_config("x"), num_replicas=4, total_steps=12)
+    schedule = schedules.from_config(_config("x").recipe, num_replicas=4, total_steps=12)
     # Each loop's learning_rate is the rate its last step (global step - 1) used.
     assert rates == [(8, pytest.approx(schedule.value(7))), (12, pytest.approx(schedule.value(11)))]
 
     caplog.clear()
     changed = run(_config(tmp_path / "resumed", train_steps=14, learning_rate=0.2))
-    new = schedules.from_config(_config("x", learning_rate=0.2), num_replicas=4, total_steps=14)
+    new = schedules.from_config(_config("x", learning_rate=0.2).recipe, num_replicas=4,
+                                total_steps=14)
     assert (f"learning rate {schedule.value(11):g} -> {new.value(12):g} from step 12 "
             "(the flags changed)") in caplog.text
     assert changed["train/learning_rate"] == pytest.approx(new.value(13))
