@@ -1,13 +1,70 @@
-"""RunConfig's sections: every field in exactly one, in flag order."""
+"""RunConfig's declarations: each field written once, with its section, its
+own check and whether run.json remembers it; everything else derived.
+
+Adding a flag is one edit (its `SECTION.option(...)` line in engine/config.py,
+plus its use): `SECTIONS`, `check_field`, `run_identity.IDENTITY`, the typed
+section views, `bin/train`'s flags and docs/flags.md all come from it. The
+count below is what proves it: a field's name appears in engine/ and bin/ in
+one declaration and no list of names.
+"""
 
 import dataclasses
+import re
+from pathlib import Path
+
+import pytest
 
 from tfloop.engine import config
+from tfloop.engine.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+#: Representative fields: a number with a ceiling that run.json remembers
+#: (image_size), a fraction it remembers (eval_fraction), a factor with an
+#: "off" (straggler_threshold), a timeout (hang_timeout), a choice (best_mode)
+#: and a path (summaries_dir).
+REPRESENTATIVE = ("image_size", "eval_fraction", "straggler_threshold", "hang_timeout",
+                  "best_mode", "summaries_dir")
+#: Where a representative field's name is written as text and that is a use,
+#: not a declaration: a binary picking the flags it takes, or its own flag.
+USES = {
+    "image_size": {"bin/bench_train": "takes --image_size, with a sentence of its own",
+                   "bin/convert_to_tfrecord": "its own --image_size (default 224)"},
+    "eval_fraction": {"bin/convert_to_tfrecord": "its own --eval_fraction"},
+    "summaries_dir": {"bin/flag_defs.py": "Vertex AI's AIP_TENSORBOARD_LOG_DIR is its default"},
+}
+
+
+def _sources() -> dict[Path, str]:
+    """Every Python source of engine/ and bin/ (bin's binaries have no suffix)."""
+    files = list((REPO / "engine").rglob("*.py")) + [
+        path for path in (REPO / "bin").iterdir()
+        if path.is_file() and (path.suffix == ".py" or path.read_text().startswith("#!"))]
+    return {path: path.read_text() for path in files}
+
+
+@pytest.mark.parametrize("name", REPRESENTATIVE)
+def test_a_field_is_named_once_in_engine_and_bin(name):
+    """Before: image_size was named in 6 places (its declaration, the list of
+    non-negative fields, the ceilings, SECTIONS, run_identity.IDENTITY,
+    bin/export's flags); now its declaration is the one place, and every other
+    mention is a use (`config.image_size`, a binary taking the flag) or a
+    flag in a help text (`--image_size`)."""
+    declaration = re.compile(rf"^\s+{name}: \w+ = \w+\.option\(", re.M)
+    as_text = re.compile(rf"[\"']{name}[\"']")
+    declared = {path.relative_to(REPO).as_posix(): len(declaration.findall(text))
+                for path, text in _sources().items() if declaration.search(text)}
+    listed = sorted(path.relative_to(REPO).as_posix()
+                    for path, text in _sources().items() if as_text.search(text))
+    assert declared == {"engine/config.py": 1}
+    assert listed == sorted(USES.get(name, {})), (
+        f"{name!r} is listed by name in {listed}: derive the list from its option")
 
 
 def test_every_field_is_in_exactly_one_section_in_flag_order():
     names = [field.name for field in dataclasses.fields(config.RunConfig)]
     assert [name for section in config.SECTIONS.values() for name in section] == names
+    for field in dataclasses.fields(config.RunConfig):
+        assert set(field.metadata) == {"help", "section", "check", "identity"}, field.name
 
 
 def test_a_section_reads_as_a_dict_and_the_flags_stay_flat():
@@ -17,3 +74,46 @@ def test_a_section_reads_as_a_dict_and_the_flags_stay_flat():
                                              "hang_timeout": 1800.0, "straggler_threshold": 3.0}
     assert run_config.section("The recipe")["learning_rate"] == 0.5
     assert "learning_rate" in run_config.as_dict()  # metrics.json and run.json keep flat names
+
+
+def test_each_section_is_a_typed_frozen_view_of_the_flat_record():
+    """`config.recipe` is what a module that needs the recipe is handed
+    (`schedules.from_config`): the section's fields, typed as RunConfig
+    declares them, frozen, equal to the flat record's values."""
+    run_config = config.RunConfig(learning_rate=0.5, lr_schedule="step",
+                                  lr_decay_steps="10,20", hang_timeout=60.0)
+    for title, view in config.VIEWS.items():
+        fields = dataclasses.fields(view)
+        assert tuple(field.name for field in fields) == config.SECTIONS[title]
+        declared = {field.name: field.type for field in dataclasses.fields(config.RunConfig)}
+        assert all(field.type == declared[field.name] for field in fields)
+    recipe = run_config.recipe
+    assert isinstance(recipe, config.Recipe)
+    assert dataclasses.asdict(recipe) == run_config.section("The recipe")
+    assert recipe.lr_decay_boundaries == (10, 20) == run_config.lr_decay_boundaries
+    assert run_config.cluster.hang_timeout == 60.0
+    assert config.Recipe() == config.RunConfig().recipe  # the same defaults
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        recipe.learning_rate = 0.1
+
+
+def test_run_json_remembers_the_fields_declared_identity():
+    from tfloop.engine.run_dir import run_identity
+
+    assert run_identity.IDENTITY == ("task", "model", "dataset", "data_dir", "image_size",
+                                     "eval_fraction")
+    assert run_identity.IDENTITY == tuple(
+        field.name for field in dataclasses.fields(config.RunConfig)
+        if field.metadata["identity"])
+
+
+def test_one_check_serves_every_field_that_declares_it():
+    """A check is called with the field's name, so its line names the flag
+    it was given for."""
+    with pytest.raises(ConfigError, match=r"^--hang_timeout=-1 must be 0 or more seconds"):
+        config.check_field("hang_timeout", -1)
+    with pytest.raises(ConfigError, match=r"^--eval_timeout=inf must be 0 or more seconds"):
+        config.check_field("eval_timeout", float("inf"))
+    with pytest.raises(ConfigError, match=r"^--image_size=8193 must be 0 or more, at most 8192$"):
+        config.RunConfig(image_size=8193)
+    config.check_field("image_size", 8192)
