@@ -1,9 +1,18 @@
 """The run configuration: one frozen, typed record, validated once.
 
 `bin/train` turns flags into a `RunConfig`; library code and tests build one
-directly. Range checks happen here, at construction; checks that need the
-machine or the file system (devices, data files, `model_dir`) happen in
-`engine.assembly.run` before anything is created.
+directly. Each field is declared once, with everything known about it::
+
+    eval_fraction: float = MODEL_AND_DATA.option(
+        0.2, "image_folder without ...", check=fraction, identity=True)
+
+its flag's default and help (`bin/flag_defs.py`, docs/flags.md), its section
+(`SECTIONS`, and the typed view `config.model_and_data` a module is handed),
+its own check (`check_field`) and whether run.json remembers it (`IDENTITY`):
+adding a flag is that one edit, plus its use. Checks of one field and of
+fields together happen here, at construction; checks that need the machine
+or the file system (devices, data files, `model_dir`) and the batch
+arithmetic happen in `engine.assembly.plan` before anything is created.
 """
 
 from __future__ import annotations
@@ -13,7 +22,7 @@ import math
 import numbers
 import os
 import textwrap
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 from tfloop.engine.errors import ConfigError
 from tfloop.launch import platforms  # the cluster sources (standard library only)
@@ -136,10 +145,12 @@ def check_model_dir_text(path: str) -> None:
     check_path_text("--model_dir", path)
 
 
+#: What a field holds (and its flag parses to).
+Value = Union[bool, int, float, str]
 #: A field's own check: `check(name, value)` raises the one-line ConfigError
 #: for a value wrong whatever the other fields say (`option(check=...)`).
 #: `name` is the field's (and flag's) name, so one check serves many fields.
-Check = Callable[[str, Any], None]
+Check = Callable[[str, Any], None]  # Any: each check takes its fields' type
 
 
 def count(low: int, high: int = INT32_MAX) -> Check:
@@ -147,7 +158,7 @@ def count(low: int, high: int = INT32_MAX) -> Check:
     would wrap inside the compiled loop, a seed past 32 bits fails deep in NumPy."""
     what = "a positive integer" if low else "0 or more"
 
-    def check(name: str, value: Any) -> None:
+    def check(name: str, value: object) -> None:
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise ConfigError(f"--{name}={value!r} must be an integer")
         if not low <= value <= high:
@@ -161,50 +172,50 @@ NON_NEGATIVE = count(0)
 
 def one_of(words: tuple[str, ...], noun: str, *, empty_allowed: bool = False) -> Check:
     """One of a few words (`empty_allowed`: "" too, the field's default meaning)."""
-    def check(name: str, value: Any) -> None:
+    def check(name: str, value: str) -> None:
         if value not in words and not (empty_allowed and not value):
             raise ConfigError(f"--{name}={value!r} is not a {noun}; choose one of: "
                               f"{', '.join(words)}")
     return check
 
 
-def positive_number(name: str, value: Any) -> None:
+def positive_number(name: str, value: float) -> None:
     if not (math.isfinite(value) and value > 0):
         raise ConfigError(f"--{name}={value} must be a positive number")
 
 
-def non_negative_number(name: str, value: Any) -> None:
+def non_negative_number(name: str, value: float) -> None:
     if not (math.isfinite(value) and value >= 0):
         raise ConfigError(f"--{name}={value} must be 0 or a positive number")
 
 
-def seconds(name: str, value: Any) -> None:
+def seconds(name: str, value: float) -> None:
     """A timeout: 0 (none) up to a week; beyond is a typo for 0."""
     if not (math.isfinite(value) and 0 <= value <= MAX_TIMEOUT):
         raise ConfigError(f"--{name}={value} must be 0 or more seconds, at most "
                           f"{MAX_TIMEOUT:.0f} (a week)")
 
 
-def fraction(name: str, value: Any) -> None:
+def fraction(name: str, value: float) -> None:
     if not 0 <= value < 1:
         raise ConfigError(f"--{name}={value} must be at least 0 and below 1")
 
 
-def decay(name: str, value: Any) -> None:
+def decay(name: str, value: float) -> None:
     """A moving average's decay: 0 (off) or a fraction below 1."""
     if not 0 <= value < 1:
         raise ConfigError(f"--{name}={value} must be at least 0 and below 1 "
                           "(e.g. 0.999; 0: off)")
 
 
-def path(name: str, value: Any) -> None:
+def path(name: str, value: str) -> None:
     """A file or folder; empty is the field's default (none, or a folder
     under model_dir). The text as `check_path_text` checks it."""
     if value:
         check_path_text(f"--{name}", value)
 
 
-def directory(name: str, value: Any) -> None:
+def directory(name: str, value: str) -> None:
     """`path` that must be given (`--model_dir`)."""
     if not value:
         raise ConfigError(f"--{name} is empty; name the directory for checkpoints and "
@@ -212,14 +223,14 @@ def directory(name: str, value: Any) -> None:
     check_path_text(f"--{name}", value)
 
 
-def batches_or_all(name: str, value: Any) -> None:
+def batches_or_all(name: str, value: int) -> None:
     if not (value == -1 or 1 <= value <= INT32_MAX):
         raise ConfigError(
             f"--{name}={value} must be a positive number of batches "
             f"(at most {INT32_MAX}), or -1 for the whole eval split")
 
 
-def threads(name: str, value: Any) -> None:
+def threads(name: str, value: int) -> None:
     if not -1 <= value <= MAX_THREADS:
         raise ConfigError(
             f"--{name}={value} must be -1 (a share of the cores "
@@ -227,27 +238,27 @@ def threads(name: str, value: Any) -> None:
             f"{MAX_THREADS}")
 
 
-def factor_or_off(name: str, value: Any) -> None:
+def factor_or_off(name: str, value: float) -> None:
     if not (value == 0 or 1 < value <= 1000):
         raise ConfigError(f"--{name}={value} must be 0 (off) "
                           "or a factor above 1 (at most 1000), e.g. 3")
 
 
-def step_range(name: str, value: Any) -> None:
+def step_range(name: str, value: str) -> None:
     parse_profile_steps(value)
 
 
-def steps(name: str, value: Any) -> None:
+def steps(name: str, value: str) -> None:
     parse_steps(name, value)
 
 
-def eval_metric(name: str, value: Any) -> None:
+def eval_metric(name: str, value: str) -> None:
     if value and not value.startswith("eval/"):
         raise ConfigError(f"--{name}={value!r} is not an evaluation metric; "
                           "name one as eval/<metric>, e.g. eval/accuracy or eval/loss")
 
 
-def option(default: Any, help: str, *, section: str, check: Optional[Check] = None,
+def option(default: Value, help: str, *, section: str, check: Optional[Check] = None,
            identity: bool = False) -> Any:
     """A `RunConfig` field, written once with everything known about it:
 
@@ -272,7 +283,7 @@ class Section:
     title: str
     view: str
 
-    def option(self, default: Any, help: str, *, check: Optional[Check] = None,
+    def option(self, default: Value, help: str, *, check: Optional[Check] = None,
                identity: bool = False) -> Any:
         """`option(...)` in this section."""
         return option(default, help, section=self.title, check=check, identity=identity)
@@ -308,6 +319,8 @@ class RunConfig:
     Each field's help (`dataclasses.fields(RunConfig)[i].metadata["help"]`)
     is also the help of its flag (`bin/flag_defs.py` defines them), and is
     listed below by section (`help(RunConfig)`; written by `_document`).
+    `config.<section>` (`distribution`, `model_and_data`, `loop`, `recipe`,
+    `keeping`, `cluster`, `speed`) is that section's fields as a frozen record.
     """
 
     strategy: str = DISTRIBUTION.option(
@@ -571,10 +584,6 @@ class RunConfig:
         for name, high in (("num_packs", INT32_MAX), ("pack_bytes", MAX_PACK_BYTES)):
             if getattr(self, name) > high:
                 raise ConfigError(f"--{name}={getattr(self, name)} must be at most {high}")
-        if self.epochs and self.steps_per_epoch and \
-                self.epochs * self.steps_per_epoch > INT32_MAX:
-            raise ConfigError(f"--epochs={self.epochs} x --steps_per_epoch={self.steps_per_epoch} "
-                              f"is beyond the last step a run can reach ({INT32_MAX})")
         if self.num_classes and self.dataset != "synthetic":
             raise ConfigError(f"--num_classes={self.num_classes} applies to --dataset=synthetic "
                               f"only; --dataset={self.dataset} has its own labels: drop it")
@@ -582,7 +591,7 @@ class RunConfig:
             raise ConfigError("--synthetic_on_device keeps one batch on the devices of a loop "
                               "that runs in this process; --strategy=parameter_server's steps "
                               "run on its workers: drop it, or use --strategy=multi_worker")
-        self._check_recipe()
+        self._check_together()
         self._check_gpu_options()
 
     def changed(self, *names: str) -> list[str]:
@@ -602,9 +611,20 @@ class RunConfig:
             raise ConfigError(f"--gpu_memory_growth applies to GPUs, and --devices={self.devices} "
                               "names none; drop it or name GPUs, e.g. --devices=gpu:0,gpu:1")
 
-    def _check_recipe(self) -> None:
-        """The recipe flags that only mean something together (each one alone:
-        `check_field`)."""
+    def _check_together(self) -> None:
+        """The flags that only mean something together (each one alone: its
+        option's check), by what they decide."""
+        self._check_length()
+        self._check_batch_request()
+        self._check_schedule()
+        self._check_keeping()
+
+    def _check_length(self) -> None:
+        """How long to train: --train_steps, or --epochs (of --steps_per_epoch)."""
+        if self.epochs and self.steps_per_epoch and \
+                self.epochs * self.steps_per_epoch > INT32_MAX:
+            raise ConfigError(f"--epochs={self.epochs} x --steps_per_epoch={self.steps_per_epoch} "
+                              f"is beyond the last step a run can reach ({INT32_MAX})")
         resolved = self.steps_per_epoch and self.train_steps == self.epochs * self.steps_per_epoch
         if self.epochs and self.changed("train_steps") and not resolved:
             raise ConfigError(f"--epochs={self.epochs} and --train_steps={self.train_steps} both "
@@ -612,6 +632,12 @@ class RunConfig:
         if self.steps_per_epoch and not self.epochs:
             raise ConfigError(f"--steps_per_epoch={self.steps_per_epoch} is the length of an "
                               "epoch for --epochs; give --epochs too, or use --train_steps")
+
+    def _check_batch_request(self) -> None:
+        """Which flags ask for the batch: one of --global_batch_size,
+        --per_replica_batch_size, --max_per_replica_batch_size. What the batch
+        then is, on how many replicas (the arithmetic, and its refusals), is
+        decided once, in `engine.assembly.plan.decide_batch`."""
         if self.per_replica_batch_size and self.changed("global_batch_size"):
             raise ConfigError(
                 f"--per_replica_batch_size={self.per_replica_batch_size} and "
@@ -622,18 +648,14 @@ class RunConfig:
                 f"--per_replica_batch_size={self.per_replica_batch_size} both set the "
                 "per-replica batch; give one (--per_replica_batch_size: exactly that many, "
                 "--max_per_replica_batch_size: at most)")
-        if bool(self.local_checkpoint_dir) != bool(self.local_checkpoint_interval):
-            given = (f"--local_checkpoint_dir={self.local_checkpoint_dir}"
-                     if self.local_checkpoint_dir
-                     else f"--local_checkpoint_interval={self.local_checkpoint_interval}")
-            raise ConfigError(f"{given} needs its partner: give both --local_checkpoint_dir "
-                              "(where) and --local_checkpoint_interval (every how many steps), "
-                              "or neither")
         if self.max_per_replica_batch_size and self.changed("accumulation_steps"):
             raise ConfigError(
                 f"--max_per_replica_batch_size={self.max_per_replica_batch_size} lets the engine "
                 f"choose the micro-batches, and --accumulation_steps={self.accumulation_steps} "
                 "fixes them; give one")
+
+    def _check_schedule(self) -> None:
+        """The learning-rate schedule's flags."""
         steps = self.lr_decay_boundaries
         if self.lr_schedule == "step" and not steps:
             raise ConfigError("--lr_schedule=step needs --lr_decay_steps, the global steps where "
@@ -646,6 +668,17 @@ class RunConfig:
             raise ConfigError(
                 f"--end_learning_rate={self.end_learning_rate} must be below "
                 f"--learning_rate={self.learning_rate} for --lr_schedule={self.lr_schedule}")
+
+    def _check_keeping(self) -> None:
+        """What a run keeps and when it stops: local checkpoints, the warm
+        start, the NaN policy, early stopping."""
+        if bool(self.local_checkpoint_dir) != bool(self.local_checkpoint_interval):
+            given = (f"--local_checkpoint_dir={self.local_checkpoint_dir}"
+                     if self.local_checkpoint_dir
+                     else f"--local_checkpoint_interval={self.local_checkpoint_interval}")
+            raise ConfigError(f"{given} needs its partner: give both --local_checkpoint_dir "
+                              "(where) and --local_checkpoint_interval (every how many steps), "
+                              "or neither")
         if self.init_from_skip_mismatch and not self.init_from:
             raise ConfigError("--init_from_skip_mismatch says what --init_from skips; give "
                               "--init_from too, or drop it")
@@ -688,7 +721,7 @@ class RunConfig:
 _FIELDS = {field.name: field for field in dataclasses.fields(RunConfig)}
 
 
-def check_field(name: str, value: Any) -> None:
+def check_field(name: str, value: object) -> None:
     """Raises the one-line ConfigError for a value of `RunConfig` field `name`
     that is wrong whatever the other fields say: the field's own
     `option(check=...)`; fields without one (and unknown names) pass.
@@ -724,7 +757,7 @@ SECTIONS = _sections()
 IDENTITY = tuple(name for name, field in _FIELDS.items() if field.metadata["identity"])
 
 
-def _view(section: Section, doc: str, **extra: Any) -> type:
+def _view(section: Section, doc: str, **extra: property) -> type:
     """The frozen record of `section`'s fields (their names, types and
     defaults as `RunConfig` declares them), plus `extra` properties."""
     fields = [(name, _FIELDS[name].type, dataclasses.field(default=_FIELDS[name].default))
