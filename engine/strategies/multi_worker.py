@@ -29,6 +29,7 @@ import tensorflow as tf
 
 from tfloop.collectives import device_names, gpus, nccl
 from tfloop.collectives.interface import CollectiveError
+from tfloop.engine.config import Distribution
 from tfloop.engine.runtime import watchdog
 from tfloop.engine.errors import ClusterFailure, ConfigError, one_line
 from tfloop.engine.strategies.registry import register
@@ -63,13 +64,14 @@ def implementation_name(collective: str, devices: Sequence[str]) -> str:
     return collective
 
 
-def communication_options(config, implementation: str
+def communication_options(distribution: Distribution, implementation: str
                           ) -> tf.distribute.experimental.CommunicationOptions:
     """The strategy's collective settings: the implementation the plan
-    decided (`MultiWorker.collective_implementation`), packing, timeout."""
+    decided (`MultiWorker.collective_implementation`), and the packing and
+    timeout of the run's distribution section (`RunConfig.distribution`)."""
     return tf.distribute.experimental.CommunicationOptions(
-        bytes_per_pack=config.pack_bytes,
-        timeout_seconds=config.collective_timeout or None,
+        bytes_per_pack=distribution.pack_bytes,
+        timeout_seconds=distribution.collective_timeout or None,
         implementation=_IMPLEMENTATIONS.get(
             implementation, tf.distribute.experimental.CommunicationImplementation.AUTO),
     )
@@ -159,7 +161,7 @@ class MultiWorker(StrategySpec):
         # engine.runtime.devices.prepare_devices (setting the visible GPUs here again
         # would take the renumbered /gpu:0 for physical GPU 0).
         options = communication_options(
-            config, implementation or self.collective_implementation(config, devices))
+            config.distribution, implementation or self.collective_implementation(config, devices))
         program = os.path.basename(sys.argv[0]) or "train"
         never_formed = (
             f"{program}: error: {role.name} waited {config.startup_timeout:g} s for the cluster "
