@@ -208,15 +208,15 @@ def decay(name: str, value: float) -> None:
                           "(e.g. 0.999; 0: off)")
 
 
-def path(name: str, value: str) -> None:
+def optional_path(name: str, value: str) -> None:
     """A file or folder; empty is the field's default (none, or a folder
     under model_dir). The text as `check_path_text` checks it."""
     if value:
         check_path_text(f"--{name}", value)
 
 
-def directory(name: str, value: str) -> None:
-    """`path` that must be given (`--model_dir`)."""
+def required_path(name: str, value: str) -> None:
+    """`optional_path` that must be given (`--model_dir`)."""
     if not value:
         raise ConfigError(f"--{name} is empty; name the directory for checkpoints and "
                           "summaries")
@@ -248,7 +248,7 @@ def step_range(name: str, value: str) -> None:
     parse_profile_steps(value)
 
 
-def steps(name: str, value: str) -> None:
+def step_list(name: str, value: str) -> None:
     parse_steps(name, value)
 
 
@@ -264,7 +264,7 @@ def option(default: Value, help: str, *, section: str, check: Optional[Check] = 
 
     - `default` and `help`: `bin/train` defines `--<field name>` from them
       (`bin/flag_defs.py`), docs/flags.md lists them (tests/test_docs.py);
-    - `section`: the group --help's docs and `help(RunConfig)` list it in
+    - `section`: the group docs/flags.md and `help(RunConfig)` list it in
       (`SECTIONS`), and the typed view a module is handed (`RunConfig.recipe`, ...);
     - `check`: its own range or choice (`check_field`), run by `RunConfig` and
       by `bin/train` on the given flag before TensorFlow loads;
@@ -372,7 +372,7 @@ class RunConfig:
     data_dir: str = MODEL_AND_DATA.option(
         "", "Folder with the dataset's files (mnist: mnist.npz; tfrecord: "
         "bin/convert_to_tfrecord's output; image_folder: one sub-folder of JPEG/PNG images "
-        "per class).", check=path, identity=True)
+        "per class).", check=optional_path, identity=True)
     image_size: int = MODEL_AND_DATA.option(
         0, "Square image size. image_folder: images are resized to it (0: 224). synthetic: "
         "0 is MNIST-shaped 28x28x1; N makes NxNx3 images (e.g. 224 with --num_classes=1000: "
@@ -391,10 +391,10 @@ class RunConfig:
     model_dir: str = LOOP.option(
         "runs/default", "Checkpoints, summaries/ and metrics.json; reusing it resumes the run. "
         "On a cluster: gs://... or a volume every task shares. Default on Vertex AI: "
-        "$AIP_CHECKPOINT_DIR (else $AIP_MODEL_DIR).", check=directory)
+        "$AIP_CHECKPOINT_DIR (else $AIP_MODEL_DIR).", check=required_path)
     summaries_dir: str = LOOP.option(
         "", "TensorBoard summaries (train/, eval/ under it); empty: <model_dir>/summaries, or "
-        "$AIP_TENSORBOARD_LOG_DIR on Vertex AI.", check=path)
+        "$AIP_TENSORBOARD_LOG_DIR on Vertex AI.", check=optional_path)
     global_batch_size: int = LOOP.option(
         256, "Examples per step (one optimizer update) over all replicas and, with "
         "--accumulation_steps, all its micro-batches; must divide by the replica count times "
@@ -461,7 +461,7 @@ class RunConfig:
         check=NON_NEGATIVE)
     lr_decay_steps: str = RECIPE.option(
         "", "--lr_schedule=step: comma-separated global steps where the rate is multiplied by "
-        "--lr_decay_rate, e.g. 30000,60000.", check=steps)
+        "--lr_decay_rate, e.g. 30000,60000.", check=step_list)
     lr_decay_rate: float = RECIPE.option(
         0.1, "--lr_schedule=step: the factor at each decay step.",
         check=positive_number)
@@ -499,7 +499,8 @@ class RunConfig:
     init_from: str = RECIPE.option(
         "", "Start a new run from these model weights (fine-tuning): another run's --model_dir "
         "or ckpt-N, an export/<step> folder, a .keras or .weights.h5 file. Step 0, fresh "
-        "optimizer; ignored when --model_dir already has checkpoints (it resumes).", check=path)
+        "optimizer; ignored when --model_dir already has checkpoints (it resumes).",
+        check=optional_path)
     init_from_skip_mismatch: bool = RECIPE.option(
         False, "--init_from: load the variables that fit (same name, shape and dtype) and "
         "skip the rest (a new head: 10 classes -> 5), logging each variable loaded and "
