@@ -150,10 +150,9 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
     resuming = checkpoint_files.on_disk(config.model_dir) or local_checkpoints.held(
         config, role.name if role.in_cluster else "")
     resumed = run_identity.last_range(stored) if stored and resuming else None
-    batching = decide_batch(config, replicas, resumed=resumed)
+    batching = decide_batch(config, replicas, resumed=resumed, task=task)
     config = batching.apply(config)
     config = _resolve_epochs(config, task)
-    _check_batch_fits(config, task)
     input_workers = 1 if role.is_evaluator else spec.input_workers(role)
     shard_policy = task.resolve_shard_policy(config.auto_shard_policy, input_workers)
     if input_workers > 1:
@@ -287,9 +286,11 @@ class Batching:
                                    per_replica_batch_size=0, max_per_replica_batch_size=0)
 
 
-def decide_batch(config: RunConfig, replicas: int, *,
-                 resumed: Optional[dict] = None) -> Batching:
-    """The one place the global batch and the micro-batches are decided.
+def decide_batch(config: RunConfig, replicas: int, *, resumed: Optional[dict] = None,
+                 task: Optional[Task] = None) -> Batching:
+    """The one place the global batch and the micro-batches are decided, and
+    every refusal of the batch made (each flag's own range: its option in
+    `engine.config`; which flags ask for it: `RunConfig._check_batch_request`).
 
     `resumed` is the newest range of the run's run.json when it resumes from
     a checkpoint (`run_identity.last_range`), else None. Three requests:
@@ -304,9 +305,11 @@ def decide_batch(config: RunConfig, replicas: int, *,
       divide it into shares of at most M per replica.
 
     A batch that cannot be cut so is refused in one line naming the replica
-    counts (or the flag) that would work. The learning rate's linear scaling
-    keeps the replica count of the recorded range while the global batch is
-    the same: an elastic resume changes how a step is computed, not the step.
+    counts (or the flag) that would work; so is one larger than `task`'s
+    train split, where its size is known (every step would repeat examples).
+    The learning rate's linear scaling keeps the replica count of the
+    recorded range while the global batch is the same: an elastic resume
+    changes how a step is computed, not the step.
     """
     per_replica, most = config.per_replica_batch_size, config.max_per_replica_batch_size
     micro = config.accumulation_steps
@@ -352,6 +355,8 @@ def decide_batch(config: RunConfig, replicas: int, *,
             raise ConfigError(
                 f"--global_batch_size={batch} does not divide by {into}; use a multiple of "
                 f"{parts}, e.g. {max(parts, batch // parts * parts)}")
+    if task is not None:
+        _check_batch_fits(batch, task)
     scaled = replicas
     if resumed and resumed.get("schedule_replicas") and recorded == batch:
         scaled = int(resumed["schedule_replicas"])
@@ -400,14 +405,14 @@ def _resolve_epochs(config: RunConfig, task: Task) -> RunConfig:
                                steps_per_epoch=steps_per_epoch)
 
 
-def _check_batch_fits(config: RunConfig, task: Task) -> None:
+def _check_batch_fits(batch: int, task: Task) -> None:
     """Refuses a global batch larger than the train split (where its size is
     known): every step would hold some examples twice."""
     with task_failures.calling(task, "train_examples"):
         examples = task.train_examples
-    if examples and config.global_batch_size > examples:
+    if examples and batch > examples:
         raise ConfigError(
-            f"--global_batch_size={config.global_batch_size} is larger than the {examples} "
+            f"--global_batch_size={batch} is larger than the {examples} "
             f"examples {type(task).__name__} trains on: each step would repeat examples; "
             f"use a batch of at most {examples}")
 

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.assembly.plan import make_plan
+from tfloop.engine.assembly.plan import decide_batch, make_plan
 from tfloop.engine.run_dir import run_lock
 from train_only_task import TrainOnly
 
@@ -77,3 +77,22 @@ def test_the_mode_follows_the_tasks_eval_split(tmp_path):
                        r"task TrainOnly has none; use --mode=train"):
         make_plan(_config(tmp_path / "run", mode="train_and_evaluate"), TrainOnly())
     assert not (tmp_path / "run").exists()
+
+
+class _FortyEight:
+    """A task's train split of known size, all decide_batch reads of it."""
+    train_examples = 48
+
+
+def test_the_batch_is_decided_and_refused_in_one_place():
+    """decide_batch resolves a per-replica request and checks the batch it
+    made against the train split in the same call (the flag's own range is
+    its option's check; the contradicting requests, RunConfig's)."""
+    batching = decide_batch(RunConfig(per_replica_batch_size=12), 4, task=_FortyEight())
+    assert (batching.global_batch_size, batching.per_replica_batch_size) == (48, 12)
+    with pytest.raises(ConfigError) as error:
+        decide_batch(RunConfig(per_replica_batch_size=16), 4, task=_FortyEight())
+    assert str(error.value) == (
+        "--global_batch_size=64 is larger than the 48 examples _FortyEight trains on: each "
+        "step would repeat examples; use a batch of at most 48")
+    assert decide_batch(RunConfig(global_batch_size=64), 4).global_batch_size == 64  # no task
