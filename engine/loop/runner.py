@@ -18,13 +18,30 @@ from __future__ import annotations
 import abc
 from typing import Any, Optional
 
+from tfloop.engine.loop.step_phase import StepPhase
+
 #: Mean metrics of one loop or evaluation by name (`loss`, the loss
 #: function's metrics, and `examples`, the number of examples seen).
 Metrics = dict[str, float]
 
 
 class AbstractTrainer(abc.ABC):
-    """Runs training steps in loops; the Controller calls `train` once per loop."""
+    """Runs training steps in loops; the Controller calls `train` once per loop.
+
+    What the rooms above may read of a trainer, declared here so they read
+    it as typed attributes (None where a trainer has none: the
+    parameter-server trainer's steps run on other machines):
+
+      strategy       the `tf.distribute.Strategy` it runs under
+      clock          its `LoopClock` (`engine.observe.clock.SampledClock`: timed)
+      step_phase     the phase inside the compiled step, for a hang dump
+      train_dataset  the `tf.data` pipeline it trains on
+    """
+
+    strategy: Any = None
+    clock: Optional[LoopClock] = None
+    step_phase: Optional[StepPhase] = None
+    train_dataset: Any = None
 
     @abc.abstractmethod
     def train(self, num_steps: int) -> Metrics:
