@@ -16,9 +16,10 @@ construction instead of failing at the first loop.
 from __future__ import annotations
 
 import abc
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-from tfloop.engine.loop.step_phase import StepPhase
+if TYPE_CHECKING:  # annotations only: this contract module imports no TensorFlow
+    from tfloop.engine.loop.step_phase import StepPhase
 
 #: Mean metrics of one loop or evaluation by name (`loss`, the loss
 #: function's metrics, and `examples`, the number of examples seen).
@@ -131,5 +132,5 @@ class LoopClock:
     def stamps(self, sampled: bool) -> StepStamps:
         return StepStamps()
 
-    def end(self, trainer: Any, *, start: int, steps: int, stamped: dict) -> Metrics:
+    def end(self, trainer: AbstractTrainer, *, start: int, steps: int, stamped: dict) -> Metrics:
         return {}
