@@ -19,7 +19,6 @@ import re
 import signal
 import sys
 import tempfile
-import threading
 import traceback
 from typing import Callable, Optional
 
@@ -33,7 +32,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 
-from tfloop.engine.runtime import logs  # noqa: E402  (imports no TensorFlow)
+from tfloop.engine.runtime import logs, signals  # noqa: E402  (import no TensorFlow)
 from tfloop.launch import exit_codes  # noqa: E402  (the one table; standard library only)
 
 EXIT_FAILURE = exit_codes.FAILED  # a failure a restart cannot fix: a full disk, a NaN stop, a bug
@@ -74,10 +73,10 @@ def _as_signalled() -> None:
 
 def install_signal_handlers() -> None:
     """SIGINT and SIGTERM raise `Signalled` (main thread only: Python runs
-    handlers there). Idempotent; `StopRequest` replaces and restores them."""
-    if threading.current_thread() is threading.main_thread():
-        for signum in _SIGNAL_REASONS:
-            signal.signal(signum, _raise_signalled)
+    handlers there). Idempotent; `StopRequest` replaces and restores them.
+    For the process's life: nothing restores them."""
+    for signum in _SIGNAL_REASONS:
+        signals.install(signum, _raise_signalled)
 
 
 # At import, before TensorFlow: a binary imports this module first thing.
@@ -281,7 +280,7 @@ def run(
         # Whatever it interrupted (an import, device set-up, a dataset build),
         # one line: a traceback through TensorFlow's internals helps no one.
         for signum in _SIGNAL_REASONS:  # a second signal while leaving: leave now
-            signal.signal(signum, lambda signum, frame: os._exit(128 + signum))
+            signals.install(signum, lambda signum, frame: os._exit(128 + signum))
         print(f"{program}: {_SIGNAL_REASONS[signalled.signum]}", file=sys.stderr, flush=True)
         _exit_now(128 + signalled.signum)
     except SystemExit as exit_:

@@ -16,6 +16,8 @@ only reads::
     the newest checkpoint in it that reads (engine.run_dir.checkpoint_files)
 
 The result, a `Plan`, is all that `engine.assembly.run` needs to build the run.
+It is plain data, and it carries what it read: `model_dir/run.json` is read
+once, here, and handed down from the plan (`Plan.run_json`) to what needs it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import dataclasses
 import errno
 import logging
 import os
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import tensorflow as tf
 
@@ -33,6 +35,8 @@ from tfloop.collectives import device_names
 from tfloop.engine.run_dir import (checkpoint_files, layout, local_checkpoints, run_identity,
                                    run_lock, storage)
 from tfloop.engine.runtime import devices
+from tfloop.engine.loop import task_inputs
+from tfloop.engine.observe import watchers
 from tfloop.engine.recipe import optimizers
 from tfloop.engine import strategies
 from tfloop.engine.config import INT32_MAX, RunConfig
@@ -77,6 +81,12 @@ class Plan:
         nccl or auto), decided here once; None where the collective does it all.
       batching: the batch arithmetic (`decide_batch`): global batch, replicas,
         micro-batches, and what changed since the run's last range.
+      run_json: `model_dir/run.json` as `make_plan` read it, before this run
+        wrote anything (None: a new run). The one read of it in a run: the
+        identity check, the batch decision, the numerics of a resumed
+        `--deterministic` run, the examples earlier ranges trained on and
+        the range this run appends (`run_identity.write`) all take this
+        value. Read-only: `run_identity.write` builds a new record.
     """
 
     config: RunConfig
@@ -96,6 +106,7 @@ class Plan:
     checkpoints: Optional[checkpoint_files.Survey] = None
     lock: Optional[str] = None
     batching: Optional["Batching"] = None
+    run_json: Optional[Mapping[str, Any]] = None
 
     @property
     def schedule_replicas(self) -> int:
@@ -103,6 +114,29 @@ class Plan:
         one the run's global batch was first trained on (`Batching`), so a
         resume on another replica count keeps the learning rate."""
         return self.batching.schedule_replicas if self.batching else self.replicas
+
+    @property
+    def for_trainer(self) -> strategies.TrainerPlan:
+        """What the spec builds the trainer from (`StrategySpec.build_trainer`)."""
+        return strategies.TrainerPlan(config=self.config, role=self.role,
+                                      collective=self.collective, inputs=self.inputs)
+
+    @property
+    def watched(self) -> watchers.WatchedRun:
+        """What the hang watch, straggler table and TensorBoard marks need."""
+        return watchers.WatchedRun(config=self.config, role=self.role,
+                                   compares_workers=self.spec.compares_workers,
+                                   loop_runs_here=self.spec.loop_runs_here)
+
+    @property
+    def inputs(self) -> task_inputs.InputPlacement:
+        """What this process's input contexts share (`engine.loop.task_inputs`)."""
+        return task_inputs.InputPlacement(
+            global_batch_size=self.config.global_batch_size, replicas=self.replicas,
+            input_workers=self.input_workers,
+            pipeline_index=task_inputs.pipeline_index(self.role), shard_policy=self.shard_policy,
+            seed=self.config.seed, deterministic=self.config.deterministic,
+            run_json=self.run_json)
 
     def describe(self, num_replicas: int) -> str:
         """The start-up line: who runs what, on which devices, reduced how."""
@@ -191,7 +225,7 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
                 collective=collective, task=task, mode=mode, input_workers=input_workers,
                 shard_policy=shard_policy, latest_checkpoint=latest, connection=connection,
                 intra_op_threads=intra_op_threads, checkpoints=checkpoints, lock=lock,
-                implementation=implementation, batching=batching)
+                implementation=implementation, batching=batching, run_json=stored)
 
 
 def renumber_reduce_device(config: RunConfig, renamed: dict) -> RunConfig:

@@ -248,7 +248,8 @@ def _train(plan: Plan, b: _Built) -> RunResult:
                  else checkpointing.worker_save_dir(config.model_dir, plan.role.name))
     if plan.role.in_cluster and config.local_checkpoint_dir:  # agreed by every worker
         plan = dataclasses.replace(plan, latest_checkpoint=local_checkpoints.newer_on_every_worker(
-            config, plan.role.name, b.strategy, plan.latest_checkpoint) or plan.latest_checkpoint)
+            config, plan.role.name, b.strategy, plan.latest_checkpoint,
+            run_exists=plan.run_json is not None) or plan.latest_checkpoint)
     manager, restored, start_step = _restore_checkpoints(plan, b, write_dir)
     if not restored and config.init_from:
         logger.info("starting from the %s",
@@ -258,7 +259,7 @@ def _train(plan: Plan, b: _Built) -> RunResult:
         if b.average is not None:
             b.average.reset()  # the average starts from the weights training starts from
     trainer = plan.spec.build_trainer(
-        plan, strategy=b.strategy, model=b.model, objectives=b.objectives,
+        plan.for_trainer, strategy=b.strategy, model=b.model, objectives=b.objectives,
         global_step=b.global_step, start_step=start_step, task=b.task, average=b.average)
     objectives_lib.announce(b.objectives, start_step=start_step, resumed=bool(restored))
     if b.lock is not None:
@@ -484,7 +485,7 @@ def _build_evaluator(plan: Plan, strategy, model, objectives,
                      average: Optional[ema.WeightAverage]):
     if plan.mode == "train":
         return None
-    eval_dataset = task_inputs.eval_dataset(plan.task, task_inputs.context_for(plan))
+    eval_dataset = task_inputs.eval_dataset(plan.task, task_inputs.context_for(plan.inputs))
     evaluator = Evaluator(strategy=strategy, model=model, eval_dataset=eval_dataset,
                           loss_fn=objectives_lib.combined_loss(objectives))
     return AveragedEvaluator(evaluator, average) if average else evaluator
@@ -546,11 +547,10 @@ def _run_controller(plan: Plan, b: _Built, trainer, manager, *, restored: Option
         if trains:
             numerics = devices.numerics(plan.intra_op_threads)
             if config.deterministic and start_step > 0:
-                differ = run_identity.numerics_differ(run_identity.load(config.model_dir),
-                                                      numerics)
+                differ = run_identity.numerics_differ(plan.run_json, numerics)
                 if differ:
                     logger.warning(differ)
-            run_identity.write(config, start_step=start_step, numerics=numerics,
+            run_identity.write(config, plan.run_json, start_step=start_step, numerics=numerics,
                                batching=plan.batching)
     saved = {"step": start_step, "checkpoint": restored}
     if records:
@@ -589,7 +589,7 @@ def _run_controller(plan: Plan, b: _Built, trainer, manager, *, restored: Option
     # Hang dumps, stragglers, TensorBoard's restart mark, HParams and graph
     # (engine.observe.watchers), before the stop request: the last action.
     watchers = Watchers(
-        plan=plan, strategy=strategy, trainer=trainer, train_summaries=train_summaries,
+        run=plan.watched, strategy=strategy, trainer=trainer, train_summaries=train_summaries,
         eval_summaries=eval_summaries, start_step=start_step, run_dir=run_dir,
         phase=lambda: (controller.running, controller.running_steps)) if trains else None
     if watchers is not None:

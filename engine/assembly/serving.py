@@ -21,18 +21,20 @@ import tensorflow as tf
 from tfloop.engine.run_dir import checkpoint_files, export, layout
 from tfloop.engine.loop import task_inputs
 from tfloop.engine.errors import ConfigError
+from tfloop.engine.assembly.plan import Plan
 
 logger = logging.getLogger(__name__)
 
 
-def export_trained(plan: Any, strategy: tf.distribute.Strategy, model: Any,
+def export_trained(plan: Plan, strategy: tf.distribute.Strategy, model: Any,
                    step: int, *, directory: Optional[str] = None) -> Optional[str]:
     """Exports `model` at `step` for `plan.task` into `<directory>/export/<step>/`
     (`directory`: `model_dir`, or `model_dir/best` for the best checkpoint's
     export); returns the path (None off the chief; the evaluator task writes
     the exports it keeps)."""
     task = plan.task
-    element_spec = task_inputs.train_dataset(task, task_inputs.context_for(plan)).element_spec
+    context = task_inputs.context_for(plan.inputs)
+    element_spec = task_inputs.train_dataset(task, context).element_spec
     with strategy.scope():
         return export.export_model(
             model, serving_fn=task.serve, input_signature=task.serving_spec(element_spec),

@@ -21,6 +21,8 @@ from typing import Optional
 
 import tensorflow as tf
 
+from tfloop.engine.runtime import signals
+
 
 _REASONS = {signal.SIGTERM: "preempted (SIGTERM)", signal.SIGINT: "interrupted (Ctrl-C)"}
 
@@ -51,17 +53,19 @@ class StopRequest:
         self._strategy = strategy
         self.requested = False
         self.signum: Optional[int] = None
-        self._previous: dict = {}
+        self._installed: list[signals.Installed] = []
 
     def install(self) -> "StopRequest":
-        for signum in _REASONS:
-            self._previous[signum] = signal.signal(signum, self._on_signal)
+        """Takes SIGTERM and SIGINT over (from the main thread; a run in
+        another thread is not signalled) until `uninstall`."""
+        self._installed = [signals.install(signum, self._on_signal) for signum in _REASONS]
         return self
 
     def uninstall(self) -> None:
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-        self._previous = {}
+        """Gives the handlers it replaced back (`bin/cli`'s, or Python's)."""
+        for installed in reversed(self._installed):
+            installed.restore()
+        self._installed = []
 
     def _on_signal(self, signum, frame) -> None:
         if signum == signal.SIGINT and self.signum == signal.SIGINT:

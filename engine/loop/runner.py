@@ -16,7 +16,10 @@ construction instead of failing at the first loop.
 from __future__ import annotations
 
 import abc
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:  # annotations only: this contract module imports no TensorFlow
+    from tfloop.engine.loop.step_phase import StepPhase
 
 #: Mean metrics of one loop or evaluation by name (`loss`, the loss
 #: function's metrics, and `examples`, the number of examples seen).
@@ -24,7 +27,22 @@ Metrics = dict[str, float]
 
 
 class AbstractTrainer(abc.ABC):
-    """Runs training steps in loops; the Controller calls `train` once per loop."""
+    """Runs training steps in loops; the Controller calls `train` once per loop.
+
+    What the rooms above may read of a trainer, declared here so they read
+    it as typed attributes (None where a trainer has none: the
+    parameter-server trainer's steps run on other machines):
+
+      strategy       the `tf.distribute.Strategy` it runs under
+      clock          its `LoopClock` (`engine.observe.clock.SampledClock`: timed)
+      step_phase     the phase inside the compiled step, for a hang dump
+      train_dataset  the `tf.data` pipeline it trains on
+    """
+
+    strategy: Any = None
+    clock: Optional[LoopClock] = None
+    step_phase: Optional[StepPhase] = None
+    train_dataset: Any = None
 
     @abc.abstractmethod
     def train(self, num_steps: int) -> Metrics:
@@ -114,5 +132,5 @@ class LoopClock:
     def stamps(self, sampled: bool) -> StepStamps:
         return StepStamps()
 
-    def end(self, trainer: Any, *, start: int, steps: int, stamped: dict) -> Metrics:
+    def end(self, trainer: AbstractTrainer, *, start: int, steps: int, stamped: dict) -> Metrics:
         return {}

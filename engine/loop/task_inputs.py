@@ -11,36 +11,66 @@ already trained on skipped here, and the log says so.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import tensorflow as tf
 
 from tfloop.engine.run_dir import run_identity
+from tfloop.engine.task import Task
 from tfloop.engine.task import failures as task_failures
 from tfloop.engine.errors import ConfigError
 from tfloop import inputs
 from tfloop.inputs import InputContext
+from tfloop.launch import tf_config
 
 logger = logging.getLogger(__name__)
 
 
-def context_for(plan: Any, *, start_step: int = 0, global_batch_size: Optional[int] = None,
-                seeded: bool = True) -> InputContext:
-    """The `InputContext` this process's pipeline gets under `plan`
-    (`seeded=False`: seed None, each worker draws its own order).
+@dataclasses.dataclass(frozen=True)
+class InputPlacement:
+    """Where this process's input sits in the run, as the plan decided it:
+    what every `InputContext` it builds shares. Plain values, so that this
+    room needs nothing of the assembly's `Plan`.
+
+    Attributes:
+      global_batch_size: examples per step over every replica.
+      replicas: replicas in sync.
+      input_workers: processes the input is sharded over.
+      pipeline_index: this process's index among them (0 for one).
+      shard_policy: `data`, `file` or `off`, resolved for the task's data.
+      seed: the run's seed.
+      deterministic: `--deterministic`.
+      run_json: `model_dir/run.json` as the plan read it (`Plan.run_json`;
+        None for a new run): the batch sizes of earlier ranges of steps.
+    """
+
+    global_batch_size: int
+    replicas: int
+    input_workers: int
+    pipeline_index: int
+    shard_policy: str
+    seed: Optional[int]
+    deterministic: bool
+    run_json: Optional[Mapping[str, Any]] = None
+
+
+def context_for(placement: InputPlacement, *, start_step: int = 0,
+                global_batch_size: Optional[int] = None, seeded: bool = True) -> InputContext:
+    """The `InputContext` this process's pipeline gets (`global_batch_size`:
+    another than the run's, a parameter-server worker's; `seeded=False`:
+    seed None, each worker draws its own order).
 
     A resumed run's context counts the examples already trained on at the
     batch sizes `model_dir/run.json` recorded for each range of steps
     (`engine.run_dir.run_identity.examples_trained`), so a changed
     `--global_batch_size` resumes the data exactly where it stopped.
     """
-    config = plan.config
-    batch = global_batch_size or config.global_batch_size
+    batch = global_batch_size or placement.global_batch_size
     examples_trained = None
     if start_step:
-        examples_trained = run_identity.examples_trained(
-            run_identity.load(config.model_dir), start_step, batch)
+        examples_trained = run_identity.examples_trained(placement.run_json, start_step, batch)
         if examples_trained != start_step * batch:
             logger.info("the data resumes after the %d examples steps 1..%d trained on at their "
                         "own batch sizes (not %d x %d)", examples_trained, start_step,
@@ -48,13 +78,13 @@ def context_for(plan: Any, *, start_step: int = 0, global_batch_size: Optional[i
     return InputContext.create(
         start_step=start_step, examples_trained=examples_trained,
         global_batch_size=batch,
-        num_replicas=plan.replicas, num_input_pipelines=plan.input_workers,
-        input_pipeline_id=_pipeline_index(plan.role) if plan.input_workers > 1 else 0,
-        seed=config.seed if seeded else None, shard_policy=plan.shard_policy,
-        deterministic=config.deterministic)
+        num_replicas=placement.replicas, num_input_pipelines=placement.input_workers,
+        input_pipeline_id=placement.pipeline_index if placement.input_workers > 1 else 0,
+        seed=placement.seed if seeded else None, shard_policy=placement.shard_policy,
+        deterministic=placement.deterministic)
 
 
-def train_dataset(task: Any, context: InputContext) -> tf.data.Dataset:
+def train_dataset(task: Task, context: InputContext) -> tf.data.Dataset:
     """`task.train_dataset(context)`, checked, starting at `context.start_step`,
     sharded as `context.shard_policy` says (the skip arithmetic assumes it)."""
     dataset = _build(task, "train_dataset", context)
@@ -87,7 +117,7 @@ def train_dataset(task: Any, context: InputContext) -> tf.data.Dataset:
     return inputs.with_shard_policy(dataset, context.shard_policy, context.deterministic)
 
 
-def eval_dataset(task: Any, context: InputContext) -> tf.data.Dataset:
+def eval_dataset(task: Task, context: InputContext) -> tf.data.Dataset:
     """`task.eval_dataset(context)`, checked: one pass, batches of at most the global batch."""
     dataset = _build(task, "eval_dataset", context)
     where = f"{_name(task)}.eval_dataset"
@@ -98,7 +128,7 @@ def eval_dataset(task: Any, context: InputContext) -> tf.data.Dataset:
     return inputs.with_shard_policy(dataset, context.shard_policy, context.deterministic)
 
 
-def _build(task: Any, method: str, context: InputContext) -> tf.data.Dataset:
+def _build(task: Task, method: str, context: InputContext) -> tf.data.Dataset:
     with task_failures.calling(task, method):
         dataset = getattr(task, method)(context)
     if dataset is None and method == "eval_dataset":
@@ -132,12 +162,12 @@ def _check_batch_size(dataset: tf.data.Dataset, where: str, global_batch_size: i
                 f"{global_batch_size}; batch with context.global_batch_size")
 
 
-def _pipeline_index(role: Any) -> int:
+def pipeline_index(role: tf_config.Role) -> int:
     """This worker's index among the input pipelines (a `chief` job comes first)."""
     if role.task_type == "chief":
         return 0
     return role.task_index + (1 if "chief" in role.cluster else 0)
 
 
-def _name(task: Any) -> str:
+def _name(task: Task) -> str:
     return type(task).__name__

@@ -37,9 +37,10 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Optional
+from typing import Optional
 
 from tfloop.engine.loop.runner import LoopClock, Metrics, StepStamps
+from tfloop.engine.loop.trainer import Trainer
 from tfloop.engine.observe import step_flops, step_time
 from tfloop.engine.runtime.hardware import Peak
 
@@ -102,7 +103,7 @@ class SampledClock(LoopClock):
     def stamps(self, sampled: bool) -> StepStamps:
         return step_time.Stamps() if sampled else StepStamps()
 
-    def end(self, trainer: Any, *, start: int, steps: int, stamped: dict) -> Metrics:
+    def end(self, trainer: Trainer, *, start: int, steps: int, stamped: dict) -> Metrics:
         seconds = time.perf_counter() - self._began
         self.loops += 1
         scheduled, asked = self._sampling
@@ -122,7 +123,7 @@ class SampledClock(LoopClock):
                               self.peak.flops_per_second if self.peak else None)
         return {step_flops.MFU: rate} if rate is not None else {}
 
-    def _probe(self, trainer: Any) -> None:
+    def _probe(self, trainer: Trainer) -> None:
         """The one-time work, after the untimed first loop."""
         if self._probed:
             return

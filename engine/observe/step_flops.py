@@ -38,6 +38,7 @@ from typing import Any, Callable, Optional
 import tensorflow as tf
 
 from tfloop.engine.loop.replica_step import replica_gradients
+from tfloop.engine.loop.trainer import Trainer
 from tfloop.engine.runtime import hardware
 
 logger = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ def mfu(flops_per_step: Optional[float], steps: int, seconds: float,
     return flops_per_step * steps / seconds / peak_flops_per_second
 
 
-def of_trainer(trainer: Any) -> Optional[float]:
+def of_trainer(trainer: Trainer) -> Optional[float]:
     """FLOPs of one step of the engine's `Trainer` (this process's replicas:
     the peak is its devices'; a cluster's fraction is the same on every
     worker); None when they cannot be counted."""

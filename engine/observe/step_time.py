@@ -64,7 +64,7 @@ from tfloop.engine.loop.actions import Action, LoopEnd, crossed
 from tfloop.engine.loop.runner import StepStamps
 from tfloop.engine.loop.summaries import SummaryWriter
 from tfloop.engine.observe.step_flops import MFU
-from tfloop.engine.runtime import hardware
+from tfloop.engine.runtime import hardware, signals
 
 logger = logging.getLogger(__name__)
 
@@ -284,15 +284,13 @@ class Report(Action):
         self.warned = False
         self.judged = False
         self.sample: Optional[LoopTime] = None
-        self._previous_handler = None
-        self._installed = False
+        self._asking: Optional[signals.Installed] = None
         self._reported: Optional[LoopTime] = None
 
     def train_begin(self, step: int) -> None:
         self.loops = 0
-        if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR1"):
-            self._previous_handler = signal.signal(signal.SIGUSR1, self._ask)
-            self._installed = True
+        if self._asking is None and hasattr(signal, "SIGUSR1"):  # once, until close
+            self._asking = signals.install(signal.SIGUSR1, self._ask)
 
     def _ask(self, signum, frame) -> None:
         self.clock.ask()  # the next loop is sampled; its line printed at its end
@@ -345,9 +343,9 @@ class Report(Action):
         logger.info(describe(time, mfu, hardware.peak_memory(self.devices)))
 
     def close(self) -> None:
-        if self._installed:
-            signal.signal(signal.SIGUSR1, self._previous_handler or signal.SIG_DFL)
-            self._installed = False
+        if self._asking is not None:
+            self._asking.restore()
+            self._asking = None
         time = self.clock.last
         if self.loops == 1 and time is not None and self._reported is None:
             # A run of one loop: its wall time includes tracing, but it is all there is.

@@ -10,19 +10,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import tensorflow as tf
 
 from tfloop.engine.observe import board
+from tfloop.engine.observe.clock import SampledClock
+from tfloop.engine.config import RunConfig
 from tfloop.engine.loop.actions import Action, LoopEnd
+from tfloop.engine.loop.controller import Controller
+from tfloop.engine.loop.runner import AbstractTrainer
 from tfloop.engine.observe.stragglers import Stragglers
 from tfloop.engine.loop.summaries import SummaryWriter
 from tfloop.engine.run_dir import layout
 from tfloop.engine.errors import one_line
 from tfloop.engine.runtime import hang
+from tfloop.launch import tf_config
 
 logger = logging.getLogger(__name__)
 
@@ -37,12 +43,33 @@ class _LoopEnded(Action):
         self.watch.loop_ended(loop.step)
 
 
+@dataclasses.dataclass(frozen=True)
+class WatchedRun:
+    """What the watchers need to know of the run, as typed values (the plan
+    and the strategy's spec live on floors above this one).
+
+    Attributes:
+      config: the run's configuration (`--hang_timeout`, `--straggler_threshold`,
+        and all of it for TensorBoard's HParams).
+      role: this process in the TF_CONFIG cluster.
+      compares_workers: the strategy's workers run synchronous loops whose
+        times can be compared (`StrategySpec.compares_workers`).
+      loop_runs_here: the train loop's functions run in this process, so its
+        graph can be traced (`StrategySpec.loop_runs_here`).
+    """
+
+    config: RunConfig
+    role: tf_config.Role
+    compares_workers: bool
+    loop_runs_here: bool
+
+
 class Watchers:
     """Built before the Controller (its actions go in the Controller's list);
     `phase` reads the Controller once it exists.
 
     Args:
-      plan: the run's plan (config, role, strategy spec).
+      run: what the watchers need of the run's plan (`WatchedRun`).
       strategy: the run's strategy.
       trainer: the trainer (its `step_phase` and `clock`, where it has them).
       phase: `() -> (Controller.running, Controller.running_steps)`.
@@ -51,13 +78,13 @@ class Watchers:
       run_dir: the run's `RunDir` (where its summaries and diagnostics go).
     """
 
-    def __init__(self, *, plan: Any, strategy: Any, trainer: Any,
-                 phase: Callable[[], tuple], train_summaries: Optional[SummaryWriter],
+    def __init__(self, *, run: WatchedRun, strategy: tf.distribute.Strategy,
+                 trainer: AbstractTrainer, phase: Callable[[], tuple],
+                 train_summaries: Optional[SummaryWriter],
                  eval_summaries: Optional[SummaryWriter], start_step: int,
                  run_dir: layout.RunDir):
-        config, role = plan.config, plan.role
-        phase_marks = getattr(trainer, "step_phase", None)
-        clock = getattr(trainer, "clock", None)
+        config, role = run.config, run.role
+        phase_marks, clock = trainer.step_phase, trainer.clock
         self.watch = hang.HangWatch(
             timeout=config.hang_timeout, task=role.name,
             directory=hang.directory_for(run_dir.diagnostics),
@@ -66,9 +93,9 @@ class Watchers:
             step_phase=phase_marks.describe_phase if phase_marks is not None else None)
         self.actions: list[Action] = [_LoopEnded(self.watch)]
         # Every worker decides alike (the table is a collective): same flags, same determinism.
-        if (plan.spec.compares_workers and role.num_workers > 1
+        if (run.compares_workers and role.num_workers > 1
                 and config.straggler_threshold and clock is not None):
-            if getattr(clock, "timed", False):
+            if isinstance(clock, SampledClock) and clock.timed:
                 self.actions.append(Stragglers(strategy=strategy,
                                                times=lambda: clock.last, role=role,
                                                threshold=config.straggler_threshold,
@@ -78,7 +105,7 @@ class Watchers:
                             "refuses tf.timestamp when op determinism is enabled)")
         self._writers = [w for w in (train_summaries, eval_summaries) if w is not None]
         self._root = SummaryWriter(run_dir.summaries()) if train_summaries is not None else None
-        if train_summaries is not None and plan.spec.loop_runs_here:
+        if train_summaries is not None and run.loop_runs_here:
             self.actions.append(board.TrainGraph(train_summaries))
         self._config = config
         self._start_step = start_step
@@ -91,7 +118,7 @@ class Watchers:
             board.write_hparams(self._root, self._config.as_dict(), step=self._start_step)
         self.watch.start()
 
-    def finish(self, controller: Any) -> None:
+    def finish(self, controller: Controller) -> None:
         """Stops the watch; the chief writes the final metrics for HParams."""
         self.watch.stop()
         if self._root is None:

@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Optional
+from typing import Optional
 
 import tensorflow as tf
 
+from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.run_dir import checkpoint_files, checkpointing, layout
 from tfloop.engine.runtime import files
@@ -51,7 +52,7 @@ def folder(local_checkpoint_dir: str, model_dir: str, task: str = "") -> str:
     return os.path.join(local_checkpoint_dir, name + (f"-{task.replace(':', '')}" if task else ""))
 
 
-def check(config: Any, *, asynchronous_cluster: bool) -> None:
+def check(config: RunConfig, *, asynchronous_cluster: bool) -> None:
     """Refuses `--local_checkpoint_dir` where it cannot work, before anything is written."""
     if not config.local_checkpoint_dir:
         return
@@ -73,7 +74,7 @@ def check(config: Any, *, asynchronous_cluster: bool) -> None:
             f"({existing} is not a writable directory); choose a directory you can write to")
 
 
-def newer(config: Any, durable: Optional[str], *, run_exists: bool) -> Optional[str]:
+def newer(config: RunConfig, durable: Optional[str], *, run_exists: bool) -> Optional[str]:
     """The local checkpoint to resume from: the newest that reads, when it is
     newer than `durable` (the newest durable one, or None) and `run_exists`
     (model_dir holds the run's run.json); else None. Logs the choice."""
@@ -94,7 +95,7 @@ def newer(config: Any, durable: Optional[str], *, run_exists: bool) -> Optional[
     return found.newest
 
 
-def held(config: Any, task: str = "") -> bool:
+def held(config: RunConfig, task: str = "") -> bool:
     """Whether this run (cluster `task`) has local checkpoint files to resume from."""
     return bool(config.local_checkpoint_dir) and bool(checkpoint_files.on_disk(
         folder(config.local_checkpoint_dir, config.model_dir, task)))
@@ -123,13 +124,13 @@ def agree(strategy: tf.distribute.Strategy, steps: list[int]) -> Optional[int]:
     return max(common) if common else None
 
 
-def newer_on_every_worker(config: Any, task: str, strategy: tf.distribute.Strategy,
-                          durable: Optional[str]) -> Optional[str]:
+def newer_on_every_worker(config: RunConfig, task: str, strategy: tf.distribute.Strategy,
+                          durable: Optional[str], *, run_exists: bool) -> Optional[str]:
     """In a synchronous cluster: this worker's local checkpoint of the newest
-    step every worker holds, when newer than `durable` (and model_dir holds
-    the run); else None. Every worker must call it (`agree` is collective)."""
+    step every worker holds, when newer than `durable` and `run_exists`
+    (model_dir holds the run's run.json, as the plan read it); else None.
+    Every worker must call it (`agree` is collective)."""
     directory = folder(config.local_checkpoint_dir, config.model_dir, task)
-    run_exists = tf.io.gfile.exists(layout.RunDir(config.model_dir).run_json)
     steps = readable_steps(directory) if run_exists else []
     step = agree(strategy, steps)
     durable_step = checkpoint_files.step_of(durable) if durable else 0
@@ -144,7 +145,7 @@ def newer_on_every_worker(config: Any, task: str, strategy: tf.distribute.Strate
     return path
 
 
-def create(config: Any, checkpoint: tf.train.Checkpoint, global_step: tf.Variable,
+def create(config: RunConfig, checkpoint: tf.train.Checkpoint, global_step: tf.Variable,
            task: str = "") -> Optional[checkpointing.Manager]:
     """The manager saving `checkpoint` into this run's (cluster `task`'s)
     local folder, or None without `--local_checkpoint_dir`."""

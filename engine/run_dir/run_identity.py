@@ -54,7 +54,7 @@ import logging
 from typing import Any, Iterable, Mapping, Optional
 
 from tfloop.engine.run_dir import checkpoint_files, layout, storage
-from tfloop.engine.config import IDENTITY, check_model_dir_text
+from tfloop.engine.config import IDENTITY, RunConfig, check_model_dir_text
 from tfloop.engine.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -88,6 +88,10 @@ def path(model_dir: str) -> str:
 
 def load(model_dir: str) -> Optional[dict]:
     """The stored identity of `model_dir`, or None for a new (or pre-run.json) run.
+
+    Read once per run, by `engine.assembly.plan.make_plan` (`Plan.run_json`,
+    which every later use takes), and by `bin/` before its flags are final
+    (`fill`).
 
     Raises:
       ConfigError: `model_dir` is spelled so that it cannot be read
@@ -132,7 +136,8 @@ def fill(values: Mapping[str, Any], given: Iterable[str], stored: Optional[dict]
     return values
 
 
-def check(config: Any, stored: Optional[dict], *, task_object: bool = False) -> None:
+def check(config: RunConfig, stored: Optional[Mapping[str, Any]], *,
+          task_object: bool = False) -> None:
     """Refuses a config that contradicts what trained `config.model_dir`.
 
     `task_object`: the task came as a Python object (`run(task=...)`), which
@@ -206,15 +211,17 @@ def last_range(stored: Optional[dict]) -> Optional[dict]:
     return entries[-1] if entries else None
 
 
-def write(config: Any, *, start_step: int = 0,
+def write(config: RunConfig, stored: Optional[Mapping[str, Any]], *, start_step: int = 0,
           numerics: Optional[Mapping[str, Any]] = None, batching: Any = None) -> None:
     """Records the identity of the run in `config.model_dir`, and the recipe
     (and `numerics`, `engine.runtime.devices.numerics`; and the `replicas`
     and `schedule_replicas` of `batching`, `engine.assembly.plan.Batching`) it trains
     with from `start_step` on: a new range when any changed. A resume on
     another replica count is also appended to `replica_changes` (`step`,
-    `from`, `to`, the micro-batches before and after)."""
-    stored = load(config.model_dir)
+    `from`, `to`, the micro-batches before and after).
+
+    `stored`: the record as the run read it (`Plan.run_json`; None for a new
+    run): what the new record continues, not read again."""
     kept = [r for r in ranges(stored) if r["from_step"] < start_step]
     recipe = {name: getattr(config, name) for name in RECIPE}
     if numerics is not None:

@@ -7,9 +7,10 @@ no network: `FailedPreconditionError: Error executing an HTTP request: libcurl
 code 6 meaning 'Could not resolve hostname' ... when reading metadata of
 gs://.../run.json`), which reached the user as a traceback. `check_reachable`
 is that first call, made on purpose where the engine first touches
-`model_dir` (`run_identity.load`, which `bin/train` calls to read run.json,
-and `plan.check_model_dir`, `run()`'s first check), and says what happened in
-one line, in the class the exit-code table gives it:
+`model_dir` (`run_identity.load`, which `bin/train` calls to read run.json
+and `make_plan` once for the run, and `plan.check_model_dir`, `run()`'s first
+check), and says what happened in one line, in the class the exit-code
+table gives it:
 
 - the storage did not answer (a host that does not resolve, a timeout, an
   outage: `UnavailableError`, `DeadlineExceededError`, `FailedPreconditionError`,

@@ -20,7 +20,7 @@ all-reduce). It dumps again after each further `timeout` while no loop ends,
 and at once on SIGUSR2 (`bin/launch` sends it on its own `--timeout` before
 stopping the tasks; not SIGUSR1, the start-up watchdog's, which ends a task
 that waited too long for its cluster): the signal's C handler writes to a
-pipe this thread reads (`signal.set_wakeup_fd`), so a dump comes even while
+pipe this thread reads (`engine.runtime.signals.WakePipe`), so a dump comes even while
 the main thread is blocked inside TensorFlow, where a Python signal handler
 would not run.
 
@@ -45,7 +45,6 @@ import datetime
 import errno
 import logging
 import os
-import select
 import signal
 import socket
 import sys
@@ -57,7 +56,7 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 
-from tfloop.engine.runtime import files
+from tfloop.engine.runtime import files, signals
 from tfloop.launch.launcher import DIAGNOSTICS_ENV
 
 logger = logging.getLogger(__name__)
@@ -107,8 +106,7 @@ class HangWatch:
         self._last_end = time.monotonic()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self._pipe: Optional[tuple[int, int]] = None
-        self._previous: dict = {}
+        self._pipe: Optional[signals.WakePipe] = None
 
     # -- what the loop tells it ----------------------------------------------------
 
@@ -120,7 +118,8 @@ class HangWatch:
 
     def start(self) -> "HangWatch":
         self._last_end = time.monotonic()
-        self._install_signal()
+        # None off the main thread (signals reach only it): the deadline still works.
+        self._pipe = signals.WakePipe.open(signal.SIGUSR2)
         self._thread = threading.Thread(target=self._watch, name="tfloop-hang-watch",
                                         daemon=True)
         self._thread.start()
@@ -129,41 +128,11 @@ class HangWatch:
     def stop(self) -> None:
         self._stop.set()
         if self._pipe is not None:
-            try:
-                os.write(self._pipe[1], b"\0")
-            except OSError:
-                pass
+            self._pipe.wake()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        self._uninstall_signal()
-
-    def _install_signal(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return  # signals reach the main thread only; the deadline still works
-        read, write = os.pipe()
-        os.set_blocking(write, False)
-        self._pipe = (read, write)
-        # A Python handler (SIGUSR2's default ends the process) that does
-        # nothing: the byte the C handler writes to the pipe is the message.
-        handler = signal.signal(signal.SIGUSR2, lambda *_: None)
-        try:
-            fd = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
-        except (ValueError, OSError):
-            signal.signal(signal.SIGUSR2, handler)
-            return
-        self._previous = {"handler": handler, "fd": fd}
-
-    def _uninstall_signal(self) -> None:
-        if self._previous:
-            signal.set_wakeup_fd(self._previous["fd"])
-            signal.signal(signal.SIGUSR2, self._previous["handler"])
-            self._previous = {}
         if self._pipe is not None:
-            for fd in self._pipe:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+            self._pipe.close()
             self._pipe = None
 
     def _watch(self) -> None:
@@ -180,18 +149,11 @@ class HangWatch:
                 last_dump = time.monotonic()  # again after another timeout
 
     def _wait_for_signal(self, seconds: float) -> bool:
-        """Whether SIGUSR2 arrived within `seconds` (the wakeup pipe has a byte)."""
+        """Whether SIGUSR2 arrived within `seconds`."""
         if self._pipe is None:
             self._stop.wait(seconds)
             return False
-        ready, _, _ = select.select([self._pipe[0]], [], [], seconds)
-        if not ready:
-            return False
-        try:
-            data = os.read(self._pipe[0], 64)
-        except OSError:
-            return False
-        return any(byte == signal.SIGUSR2 for byte in data)
+        return self._pipe.wait(seconds)
 
     # -- the dump ---------------------------------------------------------------------
 

@@ -28,8 +28,8 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 
+from tfloop.engine.runtime import signals
 from tfloop.launch import exit_codes
 
 #: The signal that ends a process whose deadline passed: 128 + 10 = 138.
@@ -62,8 +62,9 @@ def deadline(seconds: float, message: str):
     if seconds <= 0:
         yield
         return
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(SIGNAL, signal.SIG_DFL) if main else None
+    # Its default action, whatever handler a part of the run set (from the
+    # main thread; a thread cannot set one, nor receive the signal).
+    default = signals.install(SIGNAL, signal.SIG_DFL)
     watchdog = subprocess.Popen(
         [sys.executable, "-S", "-c", _WATCHDOG, str(os.getpid()), str(seconds),
          f"{message} ({exit_codes.describe(exit_codes.RESTART)})"],
@@ -72,8 +73,7 @@ def deadline(seconds: float, message: str):
     try:
         yield
     finally:
-        if main:  # None: a handler set outside Python, which SIG_DFL was too
-            signal.signal(SIGNAL, signal.SIG_DFL if previous is None else previous)
+        default.restore()
         watchdog.stdin.close()  # wakes the watchdog: the block is over
         try:
             watchdog.wait(timeout=10)

@@ -6,13 +6,20 @@ closures to the workers); workers and ps tasks serve it until stopped.
 
 from __future__ import annotations
 
+from typing import Any, Optional, Sequence
+
 import tensorflow as tf
 
 from tfloop.engine.loop import ps_trainer, task_inputs
+from tfloop.engine.loop.runner import AbstractTrainer
 from tfloop.engine.errors import ConfigError
+from tfloop.engine.recipe.ema import WeightAverage
+from tfloop.engine.recipe.objectives import BoundObjective
 from tfloop.engine.strategies.registry import register
-from tfloop.engine.strategies.spec import (NO_CLUSTER, ReducesItself, announce_open_server,
+from tfloop.engine.strategies.spec import (NO_CLUSTER, ReducesItself, TrainerPlan,
+                                            announce_open_server,
                                             local_replicas_of_a_cluster_task)
+from tfloop.engine.task import Task
 
 
 @register
@@ -57,8 +64,10 @@ class ParameterServer(ReducesItself):
         return tf.distribute.experimental.ParameterServerStrategy(
             tf.distribute.cluster_resolver.TFConfigClusterResolver())
 
-    def build_trainer(self, plan, *, strategy, model, objectives, global_step, start_step,
-                      task, average=None):
+    def build_trainer(self, plan: TrainerPlan, *, strategy: tf.distribute.Strategy,
+                      model: Any, objectives: Sequence[BoundObjective],
+                      global_step: tf.Variable, start_step: int, task: Task,
+                      average: Optional[WeightAverage] = None) -> AbstractTrainer:
         config = plan.config
         if getattr(task, "jit_compile", False):  # a compiled Keras model's (fit)
             raise ConfigError("the model was compiled with jit_compile=True, which "
@@ -75,7 +84,8 @@ class ParameterServer(ReducesItself):
 
         def train_dataset_fn(batch_size: int) -> tf.data.Dataset:
             # Seedless: each worker draws its own order (see ps_trainer).
-            context = task_inputs.context_for(plan, global_batch_size=batch_size, seeded=False)
+            context = task_inputs.context_for(plan.inputs, global_batch_size=batch_size,
+                                              seeded=False)
             return task_inputs.train_dataset(task, context)
 
         return ps_trainer.ParameterServerTrainer(

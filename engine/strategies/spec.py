@@ -12,7 +12,7 @@ which strategy it has. The engine calls a spec in this order::
     spec.describe_collective(collective, config, devices, implementation)  # the start-up line
     ... devices are set up, nothing has been written ...
     strategy = spec.build(devices, config=config, role=role, connection=connection)
-    trainer = spec.build_trainer(plan, strategy=..., model=..., ...)
+    trainer = spec.build_trainer(plan.for_trainer, strategy=..., model=..., ...)
     StopRequest(strategy if spec.agrees_to_stop else None)
     except spec.lost_peer_errors: a peer died (one line, exit 138: restart every task)
     except spec.unrecoverable_errors: no restart can help (one line, exit 3)
@@ -24,6 +24,7 @@ what differs from a single-process, all-reducing strategy, and `register`.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import logging
 from typing import Any, ClassVar, Optional, Sequence
 
@@ -33,8 +34,13 @@ from tfloop import collectives
 from tfloop.engine.loop import task_inputs
 from tfloop.collectives import device_names
 from tfloop.launch import tf_config
+from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
+from tfloop.engine.loop.runner import AbstractTrainer
 from tfloop.engine.loop.trainer import Trainer
+from tfloop.engine.recipe.ema import WeightAverage
+from tfloop.engine.recipe.objectives import BoundObjective
+from tfloop.engine.task import Task
 from tfloop.engine.observe import clock, step_time
 from tfloop.engine.runtime import hardware
 
@@ -52,6 +58,24 @@ def wrapper_flags(*, num_packs: int = 0, pack_bytes: int = 0,
     """The packing/compression flags that are on, as `--name=value`."""
     given = {"num_packs": num_packs, "pack_bytes": pack_bytes, "gradient_dtype": gradient_dtype}
     return [f"--{name}={given[name]}" for name, off in _WRAPPER_OFF if given[name] != off]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerPlan:
+    """What `StrategySpec.build_trainer` needs of the run's plan, as typed
+    values (the `Plan` itself lives on the assembly's floor, above this one).
+
+    Attributes:
+      config: the run's configuration (its batch, step and recipe flags).
+      role: this process in the TF_CONFIG cluster.
+      collective: the trainer's all-reduce (`create_collective`'s).
+      inputs: where this process's input sits (`engine.loop.task_inputs`).
+    """
+
+    config: RunConfig
+    role: tf_config.Role
+    collective: Optional[collectives.Collective]
+    inputs: task_inputs.InputPlacement
 
 
 class StrategySpec(abc.ABC):
@@ -85,7 +109,7 @@ class StrategySpec(abc.ABC):
     #: other machines, whose loss would turn the trace's export into an error.
     loop_runs_here: ClassVar[bool] = True
 
-    def check(self, config: Any, role: tf_config.Role) -> None:
+    def check(self, config: RunConfig, role: tf_config.Role) -> None:
         """Refuses a TF_CONFIG role this strategy does not run as."""
         if role.task_type == "ps" and "ps" not in self.cluster_jobs:
             raise ConfigError(
@@ -96,7 +120,7 @@ class StrategySpec(abc.ABC):
                 f"TF_CONFIG describes a cluster but --strategy={self.name}; "
                 "use --strategy=multi_worker (or parameter_server), or unset TF_CONFIG")
 
-    def connect(self, config: Any) -> Any:
+    def connect(self, config: RunConfig) -> Any:
         """Finds remote hardware before anything is built (tpu); None here."""
         return None
 
@@ -110,13 +134,13 @@ class StrategySpec(abc.ABC):
         """The `collectives` registry name `--collective` means for this strategy."""
         return collective
 
-    def collective_implementation(self, config: Any, devices: Sequence[str]) -> Optional[str]:
+    def collective_implementation(self, config: RunConfig, devices: Sequence[str]) -> Optional[str]:
         """How the strategy itself all-reduces, decided once by the plan from
         --collective (multi_worker: ring, nccl or auto); None where the
         engine's collective does it all."""
         return None
 
-    def describe_collective(self, collective: Optional[collectives.Collective], config: Any,
+    def describe_collective(self, collective: Optional[collectives.Collective], config: RunConfig,
                             devices: Sequence[str], implementation: Optional[str] = None) -> str:
         """What really sums the gradients, for the start-up line; a `--collective`
         given to a task that does not train (the evaluator) is said to be unused."""
@@ -126,7 +150,8 @@ class StrategySpec(abc.ABC):
             return f"none (--collective={config.collective} unused: this task does not train)"
         return "none"
 
-    def create_collective(self, config: Any, devices: Sequence[str]) -> collectives.Collective:
+    def create_collective(self, config: RunConfig,
+                          devices: Sequence[str]) -> collectives.Collective:
         """The trainer's all-reduce; the one place `--collective` and its options are read."""
         wrappers = dict(num_packs=config.num_packs, pack_bytes=config.pack_bytes,
                         gradient_dtype=config.gradient_dtype)
@@ -136,7 +161,7 @@ class StrategySpec(abc.ABC):
             check_steps=config.check_collective, **wrappers)
 
     @abc.abstractmethod
-    def build(self, devices: Sequence[str], *, config: Any = None,
+    def build(self, devices: Sequence[str], *, config: Optional[RunConfig] = None,
               role: tf_config.Role = NO_CLUSTER, connection: Any = None,
               implementation: Optional[str] = None) -> tf.distribute.Strategy:
         """The strategy itself (`implementation`: `collective_implementation`'s decision); runs after `check` and device set-up."""
@@ -152,15 +177,16 @@ class StrategySpec(abc.ABC):
     def serve(self, role: tf_config.Role) -> dict:
         raise NotImplementedError(f"--strategy={self.name} has no serving tasks")
 
-    def build_trainer(self, plan: Any, *, strategy: tf.distribute.Strategy, model: Any,
-                      objectives: Any, global_step: tf.Variable, start_step: int,
-                      task: Any, average: Any = None) -> Any:
+    def build_trainer(self, plan: TrainerPlan, *, strategy: tf.distribute.Strategy,
+                      model: Any, objectives: Sequence[BoundObjective], global_step: tf.Variable,
+                      start_step: int, task: Task,
+                      average: Optional[WeightAverage] = None) -> AbstractTrainer:
         """The train loop: the engine's replicated step over the task's distributed input.
 
         `average`: the weights' moving average (`engine.recipe.ema`), or None.
         """
         config = plan.config
-        context = task_inputs.context_for(plan, start_step=start_step)
+        context = task_inputs.context_for(plan.inputs, start_step=start_step)
         return Trainer(
             strategy=strategy, model=model, objectives=objectives, collective=plan.collective,
             train_dataset=task_inputs.train_dataset(task, context),

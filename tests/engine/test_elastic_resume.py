@@ -186,9 +186,9 @@ def test_run_json_records_each_change_against_the_range_the_steps_continue(tmp_p
 
     config = RunConfig(model_dir=str(tmp_path), global_batch_size=16)
     for step, replicas in ((0, 4), (4, 2), (4, 1), (6, 8)):
-        batching = decide_batch(config, replicas, resumed=run_identity.last_range(
-            run_identity.load(str(tmp_path))))
-        run_identity.write(batching.apply(config), start_step=step, batching=batching)
+        stored = run_identity.load(str(tmp_path))
+        batching = decide_batch(config, replicas, resumed=run_identity.last_range(stored))
+        run_identity.write(batching.apply(config), stored, start_step=step, batching=batching)
     record = json.loads((tmp_path / "run.json").read_text())
     assert [(c["step"], c["from"], c["to"]) for c in record["replica_changes"]] == [
         (4, 4, 1), (6, 1, 8)]

@@ -96,3 +96,27 @@ def test_the_batch_is_decided_and_refused_in_one_place():
         "--global_batch_size=64 is larger than the 48 examples _FortyEight trains on: each "
         "step would repeat examples; use a batch of at most 48")
     assert decide_batch(RunConfig(global_batch_size=64), 4).global_batch_size == 64  # no task
+
+
+def test_a_plan_carries_run_json_as_read_and_hands_each_room_its_values(tmp_path):
+    """Plain data, read once: what the rooms below get are typed values
+    taken from the plan, never the plan itself."""
+    from tfloop.engine.run_dir import run_identity
+
+    model_dir = tmp_path / "run"
+    model_dir.mkdir()
+    assert make_plan(_config(model_dir)).run_json is None  # a new run
+    run_identity.write(_config(model_dir), None, start_step=0)
+    plan = make_plan(_config(model_dir, seed=5))
+    assert plan.run_json == run_identity.load(str(model_dir))
+    assert plan.run_json["ranges"][0]["global_batch_size"] == 32
+    inputs = plan.inputs
+    assert (inputs.global_batch_size, inputs.replicas, inputs.input_workers,
+            inputs.pipeline_index, inputs.seed, inputs.run_json) == (32, 4, 1, 0, 5,
+                                                                     plan.run_json)
+    trainer = plan.for_trainer
+    assert (trainer.config, trainer.role, trainer.collective, trainer.inputs) == (
+        plan.config, plan.role, plan.collective, inputs)
+    watched = plan.watched
+    assert (watched.config, watched.role, watched.compares_workers,
+            watched.loop_runs_here) == (plan.config, plan.role, False, True)

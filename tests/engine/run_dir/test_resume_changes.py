@@ -63,13 +63,40 @@ def test_a_changed_rate_and_batch_take_effect_are_logged_and_recorded(tmp_path, 
     assert len(json.loads((model_dir / "run.json").read_text())["ranges"]) == 2
 
 
+def test_a_resumed_run_reads_run_json_once_and_hands_it_down(tmp_path, monkeypatch):
+    """The plan reads run.json; the identity check, the batch decision, the
+    numerics of a --deterministic resume, the data's skip and the new range
+    all take that value (`Plan.run_json`), not a read of their own."""
+    from tfloop.engine.run_dir import layout
+
+    model_dir = tmp_path / "run"
+    Recording.skipped = []
+    _run(_config(model_dir))
+    reads = []
+    read_json = layout.read_json
+
+    def counting(path):
+        if str(path).endswith(layout.RUN_JSON):
+            reads.append(path)
+        return read_json(path)
+
+    monkeypatch.setattr(layout, "read_json", counting)
+    _run(_config(model_dir, global_batch_size=16, train_steps=6, deterministic=True))
+    assert len(reads) == 1, reads
+    assert Recording.skipped == [0, 4 * 8]  # the first range's batch, from the plan's value
+    ranges = json.loads((model_dir / "run.json").read_text())["ranges"]
+    assert [(r["from_step"], r["global_batch_size"]) for r in ranges] == [(0, 8), (4, 16)]
+
+
 def test_a_range_that_never_reached_a_checkpoint_is_replaced(tmp_path):
     model_dir = str(tmp_path)
     tf.io.gfile.makedirs(model_dir)
-    run_identity.write(_config(model_dir), start_step=0)
-    run_identity.write(_config(model_dir, global_batch_size=16), start_step=4)
+    run_identity.write(_config(model_dir), None, start_step=0)
+    run_identity.write(_config(model_dir, global_batch_size=16), run_identity.load(model_dir),
+                       start_step=4)
     # That run died before saving past step 2; this one resumes there with 32.
-    run_identity.write(_config(model_dir, global_batch_size=32), start_step=2)
+    run_identity.write(_config(model_dir, global_batch_size=32), run_identity.load(model_dir),
+                       start_step=2)
     stored = run_identity.load(model_dir)
     assert [(r["from_step"], r["global_batch_size"]) for r in stored["ranges"]] == [(0, 8),
                                                                                   (2, 32)]
