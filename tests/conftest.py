@@ -14,7 +14,9 @@ Two tiers (tests/tiers.py): every test that starts a process (a binary, a
 cluster, a helper script) is marked `process` at collection, found by reading
 the test, its fixtures and the suite's helpers they use; `pytest --fast`
 (`./dev test --fast`) runs only the others, and fails any of them that starts
-a process, naming the missing mark.
+a process, naming the missing mark. It also leaves out the in-process tests
+that train whole runs to compare them (marked `compares`, by module:
+`tiers.COMPARING_MODULES`).
 """
 
 import os
@@ -56,7 +58,8 @@ def pytest_addoption(parser):
     parser.addoption(
         "--fast", action="store_true",
         help="the fast tier: only the tests that start no process (not marked "
-             f"`{tiers.PROCESS}`); one that starts a process anyway fails, naming the mark")
+             f"`{tiers.PROCESS}`) and train no whole runs to compare (not marked "
+             f"`{tiers.COMPARES}`); one that starts a process anyway fails, naming the mark")
 
 
 def _fast(config) -> bool:
@@ -69,11 +72,15 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if not item.get_closest_marker(tiers.PROCESS) and tiers.starts_a_process(item):
             item.add_marker(tiers.PROCESS)
+        if tiers.compares(item):
+            item.add_marker(tiers.COMPARES)
     if config.getoption("--fast"):
-        slow = [item for item in items if item.get_closest_marker(tiers.PROCESS)]
+        slow = [item for item in items if item.get_closest_marker(tiers.PROCESS)
+                or item.get_closest_marker(tiers.COMPARES)]
         if slow:
             config.hook.pytest_deselected(items=slow)
-            items[:] = [item for item in items if not item.get_closest_marker(tiers.PROCESS)]
+            left_out = set(map(id, slow))
+            items[:] = [item for item in items if id(item) not in left_out]
 
 
 @pytest.hookimpl(wrapper=True)

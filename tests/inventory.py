@@ -30,11 +30,11 @@ END = "<!-- inventory: end -->"
 #: The packages whose modules should each have a test file named after them.
 LIBRARIES = ("engine", "collectives", "models", "inputs", "launch", "bench")
 
-Row = collections.namedtuple("Row", "files tests process fast gpu")
+Row = collections.namedtuple("Row", "files tests process compares fast gpu")
 
 
-def collect() -> list[tuple[str, bool, bool]]:
-    """(test id, starts a process, needs a GPU) of every test the suite
+def collect() -> list[tuple[str, bool, bool, bool]]:
+    """(test id, starts a process, trains runs to compare, needs a GPU) of every test the suite
     holds, GPU tests included, as pytest collects them in one process."""
     # As `python -m pytest` from the checkout has them: the checkout (for
     # `examples`, `tests.helpers`), then the suite's own folder (`tiers`, `helpers`).
@@ -48,6 +48,7 @@ def collect() -> list[tuple[str, bool, bool]]:
         @pytest.hookimpl(trylast=True)  # after tests/conftest.py marked them
         def pytest_collection_modifyitems(self, items):
             found.extend((item.nodeid, bool(item.get_closest_marker(tiers.PROCESS)),
+                          bool(item.get_closest_marker(tiers.COMPARES)),
                           bool(item.get_closest_marker("gpu"))) for item in items)
 
     os.chdir(REPO)
@@ -61,14 +62,15 @@ def collect() -> list[tuple[str, bool, bool]]:
     return found
 
 
-def _folders(tests: list[tuple[str, bool, bool]]) -> dict[str, Row]:
+def _folders(tests: list[tuple[str, bool, bool, bool]]) -> dict[str, Row]:
     files, counts = collections.defaultdict(set), collections.defaultdict(collections.Counter)
-    for node, process, gpu in tests:
+    for node, process, compares, gpu in tests:
         path = node.split("::")[0]
         folder = path.rsplit("/", 1)[0] + "/"
         files[folder].add(path)
         counts[folder].update(tests=1, process=int(process), gpu=int(gpu),
-                              fast=int(not process and not gpu))
+                              compares=int(compares and not process),
+                              fast=int(not process and not compares and not gpu))
     return {folder: Row(len(files[folder]), *(counts[folder][name] for name in Row._fields[1:]))
             for folder in sorted(files)}
 
@@ -82,7 +84,7 @@ def _modules_without_a_test() -> tuple[int, list[str]]:
     return len(modules), [m for m in modules if m.rsplit("/", 1)[1] not in tested]
 
 
-def section(tests: list[tuple[str, bool, bool]]) -> str:
+def section(tests: list[tuple[str, bool, bool, bool]]) -> str:
     """The text between (and including) the markers."""
     rows = _folders(tests)
     total = Row(*(sum(column) for column in zip(*rows.values())))
@@ -98,12 +100,13 @@ def section(tests: list[tuple[str, bool, bool]]) -> str:
         f"Regenerate after adding, moving or removing tests: `{REGENERATE}`",
         "(`tests/test_inventory.py` fails until it is). Two tiers",
         "([BUILD.md](../BUILD.md#test)): a test that starts a process (a binary, a",
-        "cluster, a helper script) is marked `process` automatically (`tests/tiers.py`);",
-        "`./dev test --fast` runs the rest, in process. GPU tests are collected only",
-        "with `-m gpu` on a GPU host.",
+        "cluster, a helper script) is marked `process` automatically (`tests/tiers.py`),",
+        "an in-process test of a module that trains whole runs to compare them",
+        "`compares` (`tiers.COMPARING_MODULES`); `./dev test --fast` runs the rest.",
+        "GPU tests are collected only with `-m gpu` on a GPU host.",
         "",
-        "| folder | test files | tests | start a process | fast tier | GPU only |",
-        "|---|---|---|---|---|---|",
+        "| folder | test files | tests | start a process | train runs to compare | fast tier | GPU only |",
+        "|---|---|---|---|---|---|---|",
         *(line(f"`{folder}`", row) for folder, row in rows.items()),
         line("all", total),
         "",

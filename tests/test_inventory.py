@@ -20,13 +20,15 @@ def test_the_inventory_in_reliability_md_is_the_suites():
 
 
 def test_the_inventory_counts_each_folders_files_tests_and_tiers():
-    tests = [("tests/bin/test_a.py::test_1", True, False),
-             ("tests/bin/test_a.py::test_2", False, False),
-             ("tests/bin/test_b.py::test_3[x]", False, True),
-             ("tests/test_c.py::test_4", False, False)]
+    tests = [("tests/bin/test_a.py::test_1", True, False, False),
+             ("tests/bin/test_a.py::test_2", False, False, False),
+             ("tests/bin/test_b.py::test_3[x]", False, False, True),
+             ("tests/bin/test_b.py::test_5", False, True, False),
+             ("tests/test_c.py::test_4", False, False, False)]
     text = inventory.section(tests)
     assert text.startswith(inventory.BEGIN) and text.endswith(inventory.END + "\n")
-    assert "| `tests/bin/` | 2 | 3 | 1 | 1 | 1 |" in text
-    assert "| `tests/` | 1 | 1 | 0 | 1 | 0 |" in text
-    assert "| all | 3 | 4 | 1 | 2 | 1 |" in text
+    # files, tests, start a process, train runs to compare, fast tier, GPU only
+    assert "| `tests/bin/` | 2 | 4 | 1 | 1 | 1 | 1 |" in text
+    assert "| `tests/` | 1 | 1 | 0 | 0 | 1 | 0 |" in text
+    assert "| all | 3 | 5 | 1 | 1 | 2 | 1 |" in text
     assert inventory.REGENERATE in text

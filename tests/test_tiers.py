@@ -70,3 +70,19 @@ def test_the_guard_refuses_a_process_naming_the_test_and_the_mark():
     # Everything is put back when the test ends.
     assert _sample("import subprocess\ndef f():\n    return subprocess.Popen.__init__")() \
         is popen_init
+
+
+def test_every_comparing_module_exists_and_its_tests_are_marked(request):
+    """The list names files that are there (a renamed module would silently
+    come back into the fast tier), and collection marks their tests."""
+    repo = tiers.Path(tiers.TESTS).parent
+    missing = [name for name in tiers.COMPARING_MODULES if not (repo / name).is_file()]
+    assert not missing, f"tests/tiers.py COMPARING_MODULES names files that are gone: {missing}"
+    assert len(set(tiers.COMPARING_MODULES)) == len(tiers.COMPARING_MODULES)
+
+    class Item:
+        nodeid = "tests/engine/keras_fit/test_parity_matrix.py::test_x[2]"
+    assert tiers.compares(Item())
+    Item.nodeid = "tests/engine/keras_fit/test_fit_arguments.py::test_x"
+    assert not tiers.compares(Item())
+    assert not request.node.get_closest_marker(tiers.COMPARES)  # this module is fast

@@ -11,7 +11,8 @@ bench's sweeps): the static reading cannot see there, and the guard below
 names such a test the first time the fast tier runs it.
 
 The fast tier (`./dev test --fast`, `pytest --fast`) runs only the tests not
-marked: in-process, no binary, no cluster. While it runs, starting a process
+marked: in-process, no binary, no cluster, and none of the in-process tests
+that train whole runs to compare them (`compares`, by module: COMPARING_MODULES). While it runs, starting a process
 fails the test with a line naming the missing mark (`guard`): the tier checks
 itself, so a new test cannot slip a subprocess into it unseen.
 """
@@ -30,6 +31,38 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 PROCESS = "process"
+#: The mark of the in-process tests that train whole runs to compare them.
+COMPARES = "compares"
+
+#: Test modules whose tests train whole runs in process to compare them with
+#: another run (Keras's fit, one device, an uninterrupted run): each test is
+#: seconds to a minute of training, and together they are most of the
+#: in-process tier's time. Marked `compares` at collection; the fast tier
+#: leaves them out, the whole suite (CI) runs them. A module is listed whole:
+#: its cheap tests are few, and a list by module stays readable.
+COMPARING_MODULES = (
+    "tests/engine/keras_fit/test_fit.py",
+    "tests/engine/keras_fit/test_fit_callbacks.py",
+    "tests/engine/keras_fit/test_parity_basics.py",
+    "tests/engine/keras_fit/test_parity_matrix.py",
+    "tests/engine/loop/test_distributed_equivalence.py",
+    "tests/engine/loop/test_nan_guard.py",
+    "tests/engine/loop/test_step_options.py",
+    "tests/engine/recipe/test_ema.py",
+    "tests/engine/recipe/test_weight_decay.py",
+    "tests/engine/run_dir/test_checkpoint_recovery.py",
+    "tests/engine/run_dir/test_resume_changes.py",
+    "tests/engine/test_elastic_resume.py",
+    "tests/engine/test_run_and_resume.py",
+    "tests/examples/test_example_tasks.py",
+    "tests/inputs/test_tfrecord.py",
+    "tests/models/test_vision_models.py",
+)
+
+
+def compares(item) -> bool:
+    """Whether a collected test is in one of COMPARING_MODULES."""
+    return item.nodeid.split("::")[0] in COMPARING_MODULES
 TESTS = str(Path(__file__).resolve().parent) + os.sep
 
 #: Modules whose use starts (or manages) processes.
