@@ -422,50 +422,14 @@ def decide_batch(config: RunConfig, replicas: int, *, resumed: Optional[dict] = 
     recorded range while the global batch is the same: an elastic resume
     changes how a step is computed, not the step.
     """
-    per_replica, most = config.per_replica_batch_size, config.max_per_replica_batch_size
-    micro = config.accumulation_steps
     recorded = int((resumed or {}).get("global_batch_size") or 0)
-    if per_replica:
-        if recorded:
-            batch = recorded
-            micro, rest = divmod(batch, per_replica * replicas)
-            if rest or not micro:
-                raise ConfigError(
-                    f"--per_replica_batch_size={per_replica} on {replicas} replica(s) cannot "
-                    f"make the global batch {batch} this run trained with: {batch} is not "
-                    f"{per_replica} x {replicas} x a whole number of micro-batches; resume on "
-                    f"{_replica_counts(batch // per_replica if batch % per_replica == 0 else 0)}"
-                    f" replica(s), or use --max_per_replica_batch_size={per_replica} to let "
-                    "the per-replica batch shrink")
-        else:
-            batch = per_replica * replicas * micro
-        logger.info("global batch %d: --per_replica_batch_size=%d x %d replicas%s%s", batch,
-                    per_replica, replicas, f" x {micro} micro-batches" if micro > 1 else "",
-                    " (the global batch the run recorded)" if recorded else "")
+    if config.per_replica_batch_size:
+        batch, micro = _from_per_replica(config, replicas, recorded)
+    elif config.max_per_replica_batch_size:
+        batch, micro = _within_max_per_replica(config, replicas, recorded)
     else:
-        batch = config.global_batch_size
-        if most and recorded and not config.changed("global_batch_size"):
-            batch = recorded
-        if most:
-            micro = next((a for a in range(1, batch // replicas + 1)
-                          if batch % (replicas * a) == 0 and batch // (replicas * a) <= most),
-                         0)
-            if not micro:
-                raise ConfigError(
-                    f"--max_per_replica_batch_size={most} cannot cut the global batch {batch} "
-                    f"over {replicas} replica(s): {batch} does not divide by {replicas}; use "
-                    f"{_replica_counts(batch)} replica(s), or a global batch that divides by "
-                    f"{replicas}")
-            logger.info("global batch %d over %d replica(s): %d micro-batch(es) of %d per "
-                        "replica (--max_per_replica_batch_size=%d)", batch, replicas, micro,
-                        batch // (replicas * micro), most)
-        elif batch % (replicas * micro):
-            parts = replicas * micro
-            into = (f"the {replicas} replicas" if micro == 1
-                    else f"{replicas} replicas x {micro} micro-batches (--accumulation_steps)")
-            raise ConfigError(
-                f"--global_batch_size={batch} does not divide by {into}; use a multiple of "
-                f"{parts}, e.g. {max(parts, batch // parts * parts)}")
+        batch, micro = config.global_batch_size, config.accumulation_steps
+        _check_divides(batch, replicas, micro)
     if task is not None:
         _check_batch_fits(batch, task)
     scaled = replicas
@@ -480,6 +444,64 @@ def decide_batch(config: RunConfig, replicas: int, *, resumed: Optional[dict] = 
         if config.deterministic:
             logger.warning(REPLICAS_DIFFER, batching.change["from"], replicas)
     return batching
+
+
+def _from_per_replica(config: RunConfig, replicas: int, recorded: int) -> tuple[int, int]:
+    """`--per_replica_batch_size=P`: (global batch, micro-batches) of a new run
+    (P x replicas x `--accumulation_steps`), or of a resumed one that keeps
+    its `recorded` global batch (the micro-batches that make it)."""
+    per_replica, micro = config.per_replica_batch_size, config.accumulation_steps
+    if recorded:
+        batch = recorded
+        micro, rest = divmod(batch, per_replica * replicas)
+        if rest or not micro:
+            raise ConfigError(
+                f"--per_replica_batch_size={per_replica} on {replicas} replica(s) cannot "
+                f"make the global batch {batch} this run trained with: {batch} is not "
+                f"{per_replica} x {replicas} x a whole number of micro-batches; resume on "
+                f"{_replica_counts(batch // per_replica if batch % per_replica == 0 else 0)}"
+                f" replica(s), or use --max_per_replica_batch_size={per_replica} to let "
+                "the per-replica batch shrink")
+    else:
+        batch = per_replica * replicas * micro
+    logger.info("global batch %d: --per_replica_batch_size=%d x %d replicas%s%s", batch,
+                per_replica, replicas, f" x {micro} micro-batches" if micro > 1 else "",
+                " (the global batch the run recorded)" if recorded else "")
+    return batch, micro
+
+
+def _within_max_per_replica(config: RunConfig, replicas: int,
+                            recorded: int) -> tuple[int, int]:
+    """`--max_per_replica_batch_size=M`: the global batch as given (a resume
+    without --global_batch_size keeps the `recorded` one), and the fewest
+    micro-batches that cut it into shares of at most M per replica."""
+    most, batch = config.max_per_replica_batch_size, config.global_batch_size
+    if recorded and not config.changed("global_batch_size"):
+        batch = recorded
+    micro = next((a for a in range(1, batch // replicas + 1)
+                  if batch % (replicas * a) == 0 and batch // (replicas * a) <= most), 0)
+    if not micro:
+        raise ConfigError(
+            f"--max_per_replica_batch_size={most} cannot cut the global batch {batch} "
+            f"over {replicas} replica(s): {batch} does not divide by {replicas}; use "
+            f"{_replica_counts(batch)} replica(s), or a global batch that divides by "
+            f"{replicas}")
+    logger.info("global batch %d over %d replica(s): %d micro-batch(es) of %d per "
+                "replica (--max_per_replica_batch_size=%d)", batch, replicas, micro,
+                batch // (replicas * micro), most)
+    return batch, micro
+
+
+def _check_divides(batch: int, replicas: int, micro: int) -> None:
+    """`--global_batch_size` (with `--accumulation_steps`) as given: it must
+    cut into equal shares, one per replica and micro-batch."""
+    if batch % (replicas * micro):
+        parts = replicas * micro
+        into = (f"the {replicas} replicas" if micro == 1
+                else f"{replicas} replicas x {micro} micro-batches (--accumulation_steps)")
+        raise ConfigError(
+            f"--global_batch_size={batch} does not divide by {into}; use a multiple of "
+            f"{parts}, e.g. {max(parts, batch // parts * parts)}")
 
 
 def _replica_counts(total: int) -> str:
