@@ -8,7 +8,8 @@ directly. Each field is declared once, with everything known about it::
 
 its flag's default and help (`bin/flag_defs.py`, docs/flags.md), its section
 (`SECTIONS`, and the typed view `config.model_and_data` a module is handed),
-its own check (`check_field`) and whether run.json remembers it (`IDENTITY`):
+its own check (`check_field`), whether run.json remembers it (`IDENTITY`)
+and whether it records it per range of a resumed run (`PER_RANGE`):
 adding a flag is that one edit, plus its use. Checks of one field and of
 fields together happen here, at construction; checks that need the machine
 or the file system (devices, data files, `model_dir`) and the batch
@@ -259,7 +260,7 @@ def eval_metric(name: str, value: str) -> None:
 
 
 def option(default: Value, help: str, *, section: str, check: Optional[Check] = None,
-           identity: bool = False) -> Any:
+           identity: bool = False, per_range: bool = False) -> Any:
     """A `RunConfig` field, written once with everything known about it:
 
     - `default` and `help`: `bin/train` defines `--<field name>` from them
@@ -269,10 +270,15 @@ def option(default: Value, help: str, *, section: str, check: Optional[Check] = 
     - `check`: its own range or choice (`check_field`), run by `RunConfig` and
       by `bin/train` on the given flag before TensorFlow loads;
     - `identity`: it decides what the checkpoints' variables are and what they
-      were trained on, so run.json remembers it (`IDENTITY`, `run_identity`).
+      were trained on, so run.json remembers it (`IDENTITY`, `run_identity`);
+    - `per_range`: it is part of how a run trains, which a resumed run may
+      change, so run.json records it for each range of steps trained with one
+      value (`PER_RANGE`, `run_identity.RECIPE`; `--optimizer` is recorded
+      too, and a change of it refused by `run_identity.check`).
     """
     return dataclasses.field(default=default, metadata={
-        "help": help, "section": section, "check": check, "identity": identity})
+        "help": help, "section": section, "check": check, "identity": identity,
+        "per_range": per_range})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,9 +290,10 @@ class Section:
     view: str
 
     def option(self, default: Value, help: str, *, check: Optional[Check] = None,
-               identity: bool = False) -> Any:
+               identity: bool = False, per_range: bool = False) -> Any:
         """`option(...)` in this section."""
-        return option(default, help, section=self.title, check=check, identity=identity)
+        return option(default, help, section=self.title, check=check, identity=identity,
+                      per_range=per_range)
 
 
 DISTRIBUTION = Section("Distribution", "distribution")
@@ -398,7 +405,7 @@ class RunConfig:
     global_batch_size: int = LOOP.option(
         256, "Examples per step (one optimizer update) over all replicas and, with "
         "--accumulation_steps, all its micro-batches; must divide by the replica count times "
-        "--accumulation_steps.", check=POSITIVE)
+        "--accumulation_steps.", check=POSITIVE, per_range=True)
     per_replica_batch_size: int = LOOP.option(
         0, "Instead of --global_batch_size: examples per replica per step; the global batch "
         "is this times the replica count (times --accumulation_steps) (0: use "
@@ -447,18 +454,19 @@ class RunConfig:
         check=batches_or_all)
     optimizer: str = RECIPE.option(
         "adam", "sgd | momentum (0.9) | adam | adamw (adam with --weight_decay, 0.004 when "
-        "that is 0).")
+        "that is 0).", per_range=True)
     learning_rate: float = RECIPE.option(
         0.001, "Peak learning rate: reached after --warmup_steps, before any decay; times the "
-        "replica count with --scale_learning_rate=linear.", check=positive_number)
+        "replica count with --scale_learning_rate=linear.", check=positive_number,
+        per_range=True)
     lr_schedule: str = RECIPE.option(
         "constant", "constant | cosine (decays to --end_learning_rate at the last step) | "
         "step (times --lr_decay_rate at each of --lr_decay_steps) | polynomial (to "
         "--end_learning_rate, power --lr_power); a function of the global step, after "
-        "--warmup_steps.", check=one_of(LR_SCHEDULES, "schedule"))
+        "--warmup_steps.", check=one_of(LR_SCHEDULES, "schedule"), per_range=True)
     warmup_steps: int = RECIPE.option(
         0, "Steps of linear warmup from 0 to --learning_rate before the schedule starts.",
-        check=NON_NEGATIVE)
+        check=NON_NEGATIVE, per_range=True)
     lr_decay_steps: str = RECIPE.option(
         "", "--lr_schedule=step: comma-separated global steps where the rate is multiplied by "
         "--lr_decay_rate, e.g. 30000,60000.", check=step_list)
@@ -470,14 +478,15 @@ class RunConfig:
         check=positive_number)
     end_learning_rate: float = RECIPE.option(
         0.0, "--lr_schedule=cosine|polynomial: the rate at the last step.",
-        check=non_negative_number)
+        check=non_negative_number, per_range=True)
     scale_learning_rate: str = RECIPE.option(
         "none", "none | linear: multiply --learning_rate (and --end_learning_rate) by the "
         "replica count (the linear scaling rule), logged at start.",
         check=one_of(LR_SCALING, "rule"))
     weight_decay: float = RECIPE.option(
         0.0, "Decoupled weight decay (AdamW's, for every optimizer): each step subtracts "
-        "learning rate x weight_decay x weight (0: off).", check=non_negative_number)
+        "learning rate x weight_decay x weight (0: off).", check=non_negative_number,
+        per_range=True)
     weight_decay_exclude: str = RECIPE.option(
         BIASES_AND_NORMS, "Variables weight decay leaves alone: biases_and_norms (every "
         "variable of at most one dimension: biases, normalization scales and offsets), none, "
@@ -485,11 +494,11 @@ class RunConfig:
     clip_norm: float = RECIPE.option(
         0.0, "Clip the all-reduced gradients to this global norm, identically on every "
         "replica (0: off); the norm before clipping is the train metric grad_norm.",
-        check=non_negative_number)
+        check=non_negative_number, per_range=True)
     accumulation_steps: int = RECIPE.option(
         1, "Micro-batches per step: each replica's share of the global batch is split in "
         "this many, their gradients summed, then one all-reduce and one update (1: off).",
-        check=POSITIVE)
+        check=POSITIVE, per_range=True)
     ema_decay: float = RECIPE.option(
         0.0, "Keep an exponential moving average of the trained weights with this decay, "
         "e.g. 0.999; evaluation and export use the average (0: off).", check=decay)
@@ -510,7 +519,7 @@ class RunConfig:
         "stops at the end of its loop with one line naming the steps, exit 1, and saves "
         "nothing, so the last checkpoint stays finite) | skip_step (skip that step's update, "
         "count it in the train metric skipped_steps, stop after --nan_max_skips in a row).",
-        check=one_of(NAN_POLICIES, "policy"))
+        check=one_of(NAN_POLICIES, "policy"), per_range=True)
     nan_max_skips: int = KEEPING.option(
         10, "--nan_policy=skip_step: stop (as --nan_policy=stop does) after this many steps "
         "in a row had non-finite gradients.", check=POSITIVE)
@@ -559,7 +568,7 @@ class RunConfig:
         False, "Compile each replica's forward and backward pass with XLA.")
     mixed_precision: str = SPEED.option(
         "float32", "float32 | mixed_float16 (with a dynamic loss scale) | mixed_bfloat16; "
-        "weights stay float32.", check=one_of(PRECISIONS, "policy"))
+        "weights stay float32.", check=one_of(PRECISIONS, "policy"), per_range=True)
     fused_optimizer: bool = SPEED.option(
         False, "Update with TensorFlow's fused kernels (one op per variable), same formulas.")
     profile_steps: str = SPEED.option(
@@ -756,6 +765,10 @@ SECTIONS = _sections()
 #: The fields that decide what a checkpoint's variables are and what they were
 #: trained on (`option(identity=True)`): run.json remembers them (`run_identity`).
 IDENTITY = tuple(name for name, field in _FIELDS.items() if field.metadata["identity"])
+
+#: The fields a resumed run may change (`option(per_range=True)`), in flag
+#: order: run.json records them per range of steps (`run_identity.RECIPE`).
+PER_RANGE = tuple(name for name, field in _FIELDS.items() if field.metadata["per_range"])
 
 
 def _view(section: Section, doc: str, **extra: property) -> type:

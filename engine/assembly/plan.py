@@ -100,12 +100,12 @@ class Plan:
     input_workers: int
     shard_policy: str
     latest_checkpoint: Optional[str]
+    batching: "Batching"
     connection: Any = None
     intra_op_threads: Optional[int] = None
     implementation: Optional[str] = None
     checkpoints: Optional[checkpoint_files.Survey] = None
     lock: Optional[str] = None
-    batching: Optional["Batching"] = None
     run_json: Optional[Mapping[str, Any]] = None
 
     @property
@@ -113,7 +113,7 @@ class Plan:
         """The replica count `--scale_learning_rate=linear` multiplies by: the
         one the run's global batch was first trained on (`Batching`), so a
         resume on another replica count keeps the learning rate."""
-        return self.batching.schedule_replicas if self.batching else self.replicas
+        return self.batching.schedule_replicas
 
     @property
     def for_trainer(self) -> strategies.TrainerPlan:
@@ -139,60 +139,115 @@ class Plan:
             run_json=self.run_json)
 
     def describe(self, num_replicas: int) -> str:
-        """The start-up line: who runs what, on which devices, reduced how."""
-        batch, micro = self.config.global_batch_size, self.config.accumulation_steps
+        """The start-up line: who runs what, on which devices, reduced how,
+        and the batch as `decide_batch` settled it (`Batching.describe`).
+        `num_replicas`: the replicas the built strategy runs in sync."""
+        collective = self.spec.describe_collective(self.collective, self.config, self.devices,
+                                                   self.implementation)
         return "".join([
             f"{self.role.name}: " if self.role.in_cluster else "",
             "evaluator" if self.role.is_evaluator else self.spec.name,
             f" over {num_replicas} replica(s) [{device_names.short_list(self.devices)}], ",
-            f"collective {self.spec.describe_collective(self.collective, self.config, self.devices, self.implementation)}, ",
-            f"global batch {batch} ({batch // num_replicas} per replica",
-            f" in {micro} micro-batches of {batch // num_replicas // micro})" if micro > 1 else ")",
+            f"collective {collective}, {self.batching.describe()}",
             f", {self.intra_op_threads} intra-op thread(s) per op" if self.intra_op_threads else "",
         ])
 
 
 def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
-    """Runs every check that can fail (`task.prepare()` among them); see the
-    module docstring. Without a task, the built-in `--model`/`--dataset` one."""
+    """Runs every check that can fail (`task.prepare()` among them), in the
+    order of the module docstring, each step a function below; nothing is
+    written. Without a task, the built-in `--model`/`--dataset` one."""
     task = task or ClassificationTask.from_config(config)
     # --cluster_from: which source; logs it, the task and its peers; TF reads what it read
     role = tf_config.adopt(source=config.cluster_from)
+    placed = _place(config, role)
+    config = placed.config
+    _prepare_task(config, task)
+    stored, resuming = _read_model_dir(config, role, placed.spec)
+    resumed = run_identity.last_range(stored) if stored and resuming else None
+    batching = decide_batch(config, placed.replicas, resumed=resumed, task=task)
+    config = _resolve_epochs(batching.apply(config), task)
+    input_workers, shard_policy = _shard_input(config, role, placed.spec, task)
+    mode = _resolve_mode(config, task, role)
+    _check_other_paths(config)
+    lock = _check_claims(config, role, mode, stored, task)
+    checkpoints, latest = _find_checkpoint(config, role, mode, run_exists=stored is not None)
+    return Plan(config=config, role=role, spec=placed.spec, devices=placed.devices,
+                replicas=placed.replicas, collective=placed.collective, task=task, mode=mode,
+                input_workers=input_workers, shard_policy=shard_policy,
+                latest_checkpoint=latest, connection=placed.connection,
+                intra_op_threads=placed.intra_op_threads, checkpoints=checkpoints, lock=lock,
+                implementation=placed.implementation, batching=batching, run_json=stored)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Placement:
+    """Where this process's replicas run and how they all-reduce (`_place`);
+    `config` with `--reduce_device` renumbered as the process sees its GPUs."""
+
+    config: RunConfig
+    spec: strategies.StrategySpec
+    connection: Any
+    devices: list
+    replicas: int
+    intra_op_threads: Optional[int]
+    collective: Optional[collectives.Collective]
+    implementation: Optional[str]
+
+
+def _place(config: RunConfig, role: tf_config.Role) -> _Placement:
+    """The strategy, its devices and replicas, the thread pools and the
+    collective: the first touch of TensorFlow's runtime, which logical CPU
+    devices and thread pools must precede."""
     spec, connection = _strategy_for(config, role)
-    device_names = devices.parse_devices(config.devices, virtual_gpus=config.virtual_gpus)
+    named = devices.parse_devices(config.devices, virtual_gpus=config.virtual_gpus)
     if role.is_evaluator or role.task_type == tf_config.PS:
         # The sidecar evaluates on one device; a ps task only serves variables.
-        device_names = devices.support_task_devices(device_names, role.name)
-    replicas = spec.num_replicas(device_names, role=role, connection=connection)
-    # Logical CPU devices (and the thread pools) must be set up before anything
-    # else touches TensorFlow.
-    named = device_names
-    device_names = devices.prepare_devices(device_names, memory_growth=config.gpu_memory_growth,
-                                           virtual_gpus=config.virtual_gpus)
-    config = renumber_reduce_device(config, dict(zip(named, device_names)))
-    intra_op_threads = devices.configure_threads(device_names, config.intra_op_threads)
-    collective = None if role.is_evaluator else spec.create_collective(config, device_names)
-    implementation = None if role.is_evaluator else spec.collective_implementation(
-        config, device_names)
-    _prepare_task(config, task)
+        named = devices.support_task_devices(named, role.name)
+    replicas = spec.num_replicas(named, role=role, connection=connection)
+    prepared = devices.prepare_devices(named, memory_growth=config.gpu_memory_growth,
+                                       virtual_gpus=config.virtual_gpus)
+    config = renumber_reduce_device(config, dict(zip(named, prepared)))
+    threads = devices.configure_threads(prepared, config.intra_op_threads)
+    trains = not role.is_evaluator
+    return _Placement(
+        config=config, spec=spec, connection=connection, devices=prepared, replicas=replicas,
+        intra_op_threads=threads,
+        collective=spec.create_collective(config, prepared) if trains else None,
+        implementation=spec.collective_implementation(config, prepared) if trains else None)
+
+
+def _read_model_dir(config: RunConfig, role: tf_config.Role,
+                    spec: strategies.StrategySpec) -> tuple[Optional[dict], bool]:
+    """Checks `model_dir` and the folders kept in it (a link there is refused
+    before run.json is read through it), then reads run.json, the run's one
+    read of it. Returns it (None: a new run) and whether the run resumes
+    from a checkpoint (in `model_dir`, or this task's `--local_checkpoint_dir`)."""
     check_model_dir(config.model_dir)
-    check_run_directories(config)  # before run.json is read: a link there is refused, not read
+    check_run_directories(config)
     local_checkpoints.check(config, asynchronous_cluster=role.in_cluster
                             and not spec.compares_workers and not role.is_evaluator)
-    exists = tf.io.gfile.isdir(config.model_dir)
-    stored = run_identity.load(config.model_dir) if exists else None
+    stored = (run_identity.load(config.model_dir) if tf.io.gfile.isdir(config.model_dir)
+              else None)
     resuming = checkpoint_files.on_disk(config.model_dir) or local_checkpoints.held(
         config, role.name if role.in_cluster else "")
-    resumed = run_identity.last_range(stored) if stored and resuming else None
-    batching = decide_batch(config, replicas, resumed=resumed, task=task)
-    config = batching.apply(config)
-    config = _resolve_epochs(config, task)
+    return stored, resuming
+
+
+def _shard_input(config: RunConfig, role: tf_config.Role, spec: strategies.StrategySpec,
+                 task: Task) -> tuple[int, str]:
+    """The processes the input is sharded over, and how (`auto` resolved for the task's data)."""
     input_workers = 1 if role.is_evaluator else spec.input_workers(role)
     shard_policy = task.resolve_shard_policy(config.auto_shard_policy, input_workers)
     if input_workers > 1:
         logger.info("%s: input sharded by %s over %d workers", role.name, shard_policy,
                     input_workers)
-    mode = _resolve_mode(config, task, role)
+    return input_workers, shard_policy
+
+
+def _check_other_paths(config: RunConfig) -> None:
+    """The paths besides `model_dir` a run writes or reads, and a warning for
+    an in-memory `model_dir`, which the process takes with it."""
     if config.summaries_dir:  # its own folder (Vertex's $AIP_TENSORBOARD_LOG_DIR): checked alike
         check_directory(config.summaries_dir, "--summaries_dir")
     if config.init_from:  # gs:// out of reach: 138 now, not a traceback at the warm start
@@ -201,6 +256,13 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
         logger.warning("--model_dir=%s is in memory: its checkpoints, metrics.json and export "
                        "vanish when this process ends; use a local path or gs:// to keep them",
                        config.model_dir)
+
+
+def _check_claims(config: RunConfig, role: tf_config.Role, mode: str,
+                  stored: Optional[dict], task: Task) -> Optional[str]:
+    """What this process would take from others: `model_dir`'s lock (free, or
+    refused; returns which one it will hold), the run it continues (run.json's
+    identity and optimizer agree), and its cluster port (free)."""
     lock = lock_name(role, mode)
     if lock:
         run_lock.check_free(config.model_dir, lock)
@@ -208,24 +270,30 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
                        and not isinstance(task, ClassificationTask))
     if role.in_cluster and not role.is_evaluator:
         tf_config.check_port_free(role)
+    return lock
+
+
+def _find_checkpoint(config: RunConfig, role: tf_config.Role, mode: str, *,
+                     run_exists: bool) -> tuple[Optional[checkpoint_files.Survey], Optional[str]]:
+    """The survey of `model_dir`'s checkpoints (damaged ones skipped, with a
+    line) and the newest that reads: `--local_checkpoint_dir`'s where newer
+    (a cluster's is settled across workers in `engine.assembly.run`). The
+    evaluator task surveys nothing: it reads each checkpoint as it appears.
+    `--mode=evaluate` without a checkpoint is refused."""
     checkpoints = None
-    if not role.is_evaluator:  # it reads each checkpoint as it appears
+    if not role.is_evaluator:
         checkpoints = checkpoint_files.survey(config.model_dir)
         skipped = checkpoints.skip_line("evaluating" if mode == "evaluate" else "resuming from")
         if skipped:
             logger.info(skipped)
     latest = checkpoints.newest if checkpoints else None
-    if checkpoints and mode != "evaluate" and not role.in_cluster:  # a cluster's: engine.run
-        latest = local_checkpoints.newer(config, latest, run_exists=stored is not None) or latest
+    if checkpoints and mode != "evaluate" and not role.in_cluster:
+        latest = local_checkpoints.newer(config, latest, run_exists=run_exists) or latest
     if mode == "evaluate" and not latest:
         raise ConfigError(
             f"--mode=evaluate found no checkpoint in --model_dir={config.model_dir}; "
             "train first or point --model_dir at a trained run")
-    return Plan(config=config, role=role, spec=spec, devices=device_names, replicas=replicas,
-                collective=collective, task=task, mode=mode, input_workers=input_workers,
-                shard_policy=shard_policy, latest_checkpoint=latest, connection=connection,
-                intra_op_threads=intra_op_threads, checkpoints=checkpoints, lock=lock,
-                implementation=implementation, batching=batching, run_json=stored)
+    return checkpoints, latest
 
 
 def renumber_reduce_device(config: RunConfig, renamed: dict) -> RunConfig:
@@ -312,6 +380,15 @@ class Batching:
                                        self.accumulation_steps],
                 "global_batch_size": self.global_batch_size}
 
+    def describe(self) -> str:
+        """`global batch 32 (8 per replica)`, or `... (8 per replica in 2
+        micro-batches of 4)`: the start-up line's part (`Plan.describe`)."""
+        per_replica = self.global_batch_size // self.replicas
+        return "".join([
+            f"global batch {self.global_batch_size} ({per_replica} per replica",
+            f" in {self.accumulation_steps} micro-batches of {self.per_replica_batch_size})"
+            if self.accumulation_steps > 1 else ")"])
+
     def apply(self, config: RunConfig) -> RunConfig:
         """`config` with the batch as decided: the global batch and the
         micro-batches set, the per-replica requests spent."""
@@ -345,50 +422,14 @@ def decide_batch(config: RunConfig, replicas: int, *, resumed: Optional[dict] = 
     recorded range while the global batch is the same: an elastic resume
     changes how a step is computed, not the step.
     """
-    per_replica, most = config.per_replica_batch_size, config.max_per_replica_batch_size
-    micro = config.accumulation_steps
     recorded = int((resumed or {}).get("global_batch_size") or 0)
-    if per_replica:
-        if recorded:
-            batch = recorded
-            micro, rest = divmod(batch, per_replica * replicas)
-            if rest or not micro:
-                raise ConfigError(
-                    f"--per_replica_batch_size={per_replica} on {replicas} replica(s) cannot "
-                    f"make the global batch {batch} this run trained with: {batch} is not "
-                    f"{per_replica} x {replicas} x a whole number of micro-batches; resume on "
-                    f"{_replica_counts(batch // per_replica if batch % per_replica == 0 else 0)}"
-                    f" replica(s), or use --max_per_replica_batch_size={per_replica} to let "
-                    "the per-replica batch shrink")
-        else:
-            batch = per_replica * replicas * micro
-        logger.info("global batch %d: --per_replica_batch_size=%d x %d replicas%s%s", batch,
-                    per_replica, replicas, f" x {micro} micro-batches" if micro > 1 else "",
-                    " (the global batch the run recorded)" if recorded else "")
+    if config.per_replica_batch_size:
+        batch, micro = _from_per_replica(config, replicas, recorded)
+    elif config.max_per_replica_batch_size:
+        batch, micro = _within_max_per_replica(config, replicas, recorded)
     else:
-        batch = config.global_batch_size
-        if most and recorded and not config.changed("global_batch_size"):
-            batch = recorded
-        if most:
-            micro = next((a for a in range(1, batch // replicas + 1)
-                          if batch % (replicas * a) == 0 and batch // (replicas * a) <= most),
-                         0)
-            if not micro:
-                raise ConfigError(
-                    f"--max_per_replica_batch_size={most} cannot cut the global batch {batch} "
-                    f"over {replicas} replica(s): {batch} does not divide by {replicas}; use "
-                    f"{_replica_counts(batch)} replica(s), or a global batch that divides by "
-                    f"{replicas}")
-            logger.info("global batch %d over %d replica(s): %d micro-batch(es) of %d per "
-                        "replica (--max_per_replica_batch_size=%d)", batch, replicas, micro,
-                        batch // (replicas * micro), most)
-        elif batch % (replicas * micro):
-            parts = replicas * micro
-            into = (f"the {replicas} replicas" if micro == 1
-                    else f"{replicas} replicas x {micro} micro-batches (--accumulation_steps)")
-            raise ConfigError(
-                f"--global_batch_size={batch} does not divide by {into}; use a multiple of "
-                f"{parts}, e.g. {max(parts, batch // parts * parts)}")
+        batch, micro = config.global_batch_size, config.accumulation_steps
+        _check_divides(batch, replicas, micro)
     if task is not None:
         _check_batch_fits(batch, task)
     scaled = replicas
@@ -403,6 +444,64 @@ def decide_batch(config: RunConfig, replicas: int, *, resumed: Optional[dict] = 
         if config.deterministic:
             logger.warning(REPLICAS_DIFFER, batching.change["from"], replicas)
     return batching
+
+
+def _from_per_replica(config: RunConfig, replicas: int, recorded: int) -> tuple[int, int]:
+    """`--per_replica_batch_size=P`: (global batch, micro-batches) of a new run
+    (P x replicas x `--accumulation_steps`), or of a resumed one that keeps
+    its `recorded` global batch (the micro-batches that make it)."""
+    per_replica, micro = config.per_replica_batch_size, config.accumulation_steps
+    if recorded:
+        batch = recorded
+        micro, rest = divmod(batch, per_replica * replicas)
+        if rest or not micro:
+            raise ConfigError(
+                f"--per_replica_batch_size={per_replica} on {replicas} replica(s) cannot "
+                f"make the global batch {batch} this run trained with: {batch} is not "
+                f"{per_replica} x {replicas} x a whole number of micro-batches; resume on "
+                f"{_replica_counts(batch // per_replica if batch % per_replica == 0 else 0)}"
+                f" replica(s), or use --max_per_replica_batch_size={per_replica} to let "
+                "the per-replica batch shrink")
+    else:
+        batch = per_replica * replicas * micro
+    logger.info("global batch %d: --per_replica_batch_size=%d x %d replicas%s%s", batch,
+                per_replica, replicas, f" x {micro} micro-batches" if micro > 1 else "",
+                " (the global batch the run recorded)" if recorded else "")
+    return batch, micro
+
+
+def _within_max_per_replica(config: RunConfig, replicas: int,
+                            recorded: int) -> tuple[int, int]:
+    """`--max_per_replica_batch_size=M`: the global batch as given (a resume
+    without --global_batch_size keeps the `recorded` one), and the fewest
+    micro-batches that cut it into shares of at most M per replica."""
+    most, batch = config.max_per_replica_batch_size, config.global_batch_size
+    if recorded and not config.changed("global_batch_size"):
+        batch = recorded
+    micro = next((a for a in range(1, batch // replicas + 1)
+                  if batch % (replicas * a) == 0 and batch // (replicas * a) <= most), 0)
+    if not micro:
+        raise ConfigError(
+            f"--max_per_replica_batch_size={most} cannot cut the global batch {batch} "
+            f"over {replicas} replica(s): {batch} does not divide by {replicas}; use "
+            f"{_replica_counts(batch)} replica(s), or a global batch that divides by "
+            f"{replicas}")
+    logger.info("global batch %d over %d replica(s): %d micro-batch(es) of %d per "
+                "replica (--max_per_replica_batch_size=%d)", batch, replicas, micro,
+                batch // (replicas * micro), most)
+    return batch, micro
+
+
+def _check_divides(batch: int, replicas: int, micro: int) -> None:
+    """`--global_batch_size` (with `--accumulation_steps`) as given: it must
+    cut into equal shares, one per replica and micro-batch."""
+    if batch % (replicas * micro):
+        parts = replicas * micro
+        into = (f"the {replicas} replicas" if micro == 1
+                else f"{replicas} replicas x {micro} micro-batches (--accumulation_steps)")
+        raise ConfigError(
+            f"--global_batch_size={batch} does not divide by {into}; use a multiple of "
+            f"{parts}, e.g. {max(parts, batch // parts * parts)}")
 
 
 def _replica_counts(total: int) -> str:

@@ -180,17 +180,8 @@ class KeepBest(Action):
                  model_dir: str, write_dir: Optional[str] = None, is_chief: bool = True,
                  export_fn: Optional[ExportFn] = None, patience: int = 0,
                  start_step: Optional[int] = None):
-        if not isinstance(metric, str) or not metric.startswith("eval/"):
-            raise ValueError(f"`metric` ({metric!r}) must name an evaluation metric, eval/<name>")
-        if mode not in MODES:
-            raise ValueError(f"`mode` ({mode!r}) must be one of {MODES}")
-        if not isinstance(checkpoint, tf.train.Checkpoint):
-            raise ValueError(f"`checkpoint` ({checkpoint!r}) must be a tf.train.Checkpoint")
-        if export_fn is not None and not callable(export_fn):
-            raise ValueError(f"`export_fn` ({export_fn!r}) must be callable as "
-                             "export_fn(export_root) or None")
-        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
-            raise ValueError(f"`patience` ({patience!r}) must be an integer >= 0 (0: never stop)")
+        _check_arguments(metric=metric, mode=mode, checkpoint=checkpoint,
+                         export_fn=export_fn, patience=patience)
         self.metric, self.mode = metric, mode
         self.name = metric[len("eval/"):]
         self.checkpoint = checkpoint
@@ -206,12 +197,8 @@ class KeepBest(Action):
         if self.record is not None and self.record.get("metric") != metric:
             raise ValueError(f"{self.directory} keeps the best by {self.record.get('metric')}, "
                              f"not {metric}")
-        state = layout.read_json(layout.RunDir(self.directory).best_state) or {}
-        after = self.record["step"] if self.record else -1
         #: Steps evaluated since the best, none of them better.
-        self.since: list[int] = sorted(
-            step for step in state.get("since_best", [])
-            if step > after and (start_step is None or step <= start_step))
+        self.since: list[int] = _since_best(self.directory, self.record, start_step)
         if is_chief:
             left = self._remove_unnamed()
             if left:
@@ -291,6 +278,32 @@ class KeepBest(Action):
                 layout.RunDir(self.directory).exports, {str(self.record["step"])},
                 within=self.model_dir)]
         return removed + _remove_except(self.directory, keep, within=self.model_dir)
+
+
+def _check_arguments(*, metric: str, mode: str, checkpoint: tf.train.Checkpoint,
+                     export_fn: Optional[ExportFn], patience: int) -> None:
+    """`KeepBest`'s arguments, refused at construction, each naming itself and its value."""
+    if not isinstance(metric, str) or not metric.startswith("eval/"):
+        raise ValueError(f"`metric` ({metric!r}) must name an evaluation metric, eval/<name>")
+    if mode not in MODES:
+        raise ValueError(f"`mode` ({mode!r}) must be one of {MODES}")
+    if not isinstance(checkpoint, tf.train.Checkpoint):
+        raise ValueError(f"`checkpoint` ({checkpoint!r}) must be a tf.train.Checkpoint")
+    if export_fn is not None and not callable(export_fn):
+        raise ValueError(f"`export_fn` ({export_fn!r}) must be callable as "
+                         "export_fn(export_root) or None")
+    if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
+        raise ValueError(f"`patience` ({patience!r}) must be an integer >= 0 (0: never stop)")
+
+
+def _since_best(directory: str, record: Optional[dict], start_step: Optional[int]) -> list[int]:
+    """The evaluations state.json counts since best.json's step, without those
+    after `start_step` (not covered by the checkpoint the run resumed from:
+    they will be made again; None keeps them all)."""
+    state = layout.read_json(layout.RunDir(directory).best_state) or {}
+    after = record["step"] if record else -1
+    return sorted(step for step in state.get("since_best", [])
+                  if step > after and (start_step is None or step <= start_step))
 
 
 def _checkpoint_names(step: int) -> set:

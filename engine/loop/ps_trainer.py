@@ -42,14 +42,14 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Optional
+from typing import Any
 
 import keras
 import tensorflow as tf
 
 from tfloop.engine.recipe import schedules
+from tfloop.engine.recipe.objectives import BoundObjective
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.task.losses import LossFn, classification_loss
 from tfloop.engine.loop.replica_step import metric_names, replica_gradients
 from tfloop.engine.loop.replica_sums import EXAMPLES
 from tfloop.engine.loop.runner import AbstractTrainer, Metrics
@@ -97,30 +97,31 @@ class ParameterServerTrainer(AbstractTrainer):
 
     Args:
       strategy: the `ParameterServerStrategy` model and optimizer were built under.
-      model, optimizer: built under `strategy.scope()`.
+      model: built under `strategy.scope()`.
+      objective: what a step does (`engine.recipe.objectives.BoundObjective`,
+        the task's one objective): its per-example `loss` (see
+        `engine.task.losses`), its `optimizer` (built under `strategy.scope()`)
+        and the `learning_rate` schedule assigned to it before each step
+        (`engine.recipe.schedules`; None: the optimizer keeps its own rate).
       train_dataset_fn: `batch_size -> tf.data.Dataset` of endless batches of
         that size, built on each worker (seedless: see below).
       global_batch_size: examples per step (each step is one worker's).
       global_step: the int64 step counter, a ps variable.
       num_workers: the cluster's workers; each loop gets one closure per worker.
-      loss_fn: the user's per-example loss (see `engine.task.losses`).
       seed: the run's seed, restored after the per-worker input is traced.
-      learning_rate: the schedule assigned to `optimizer` before each step
-        (`engine.recipe.schedules`); None: the optimizer keeps its own rate.
     """
 
     def __init__(self, *, strategy: tf.distribute.Strategy, model: Any,
-                 optimizer: keras.optimizers.Optimizer, train_dataset_fn: Any,
+                 objective: BoundObjective, train_dataset_fn: Any,
                  global_batch_size: int, global_step: tf.Variable,
-                 num_workers: int, loss_fn: Optional[LossFn] = None, seed: int = 0,
-                 learning_rate: Optional[schedules.LearningRate] = None):
+                 num_workers: int, seed: int = 0):
         self.strategy = strategy
         self.model = model
-        self.optimizer = optimizer
+        self.optimizer = objective.optimizer
         self.global_step = global_step
         self.global_batch_size = global_batch_size
-        self._loss_fn = loss_fn or classification_loss
-        self._learning_rate = learning_rate
+        self._loss_fn = objective.loss
+        self._learning_rate = objective.learning_rate
         self._variables = list(model.trainable_variables)
         self.coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
         self._num_workers = num_workers

@@ -54,7 +54,7 @@ import logging
 from typing import Any, Iterable, Mapping, Optional
 
 from tfloop.engine.run_dir import checkpoint_files, layout, storage
-from tfloop.engine.config import IDENTITY, RunConfig, check_model_dir_text
+from tfloop.engine.config import IDENTITY, PER_RANGE, RunConfig, check_model_dir_text
 from tfloop.engine.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -63,10 +63,9 @@ logger = logging.getLogger(__name__)
 # IDENTITY (from engine.config): the flags that decide what a checkpoint's
 # variables are and what they were trained on, each declared there with
 # `option(..., identity=True)`.
-#: The flags a resumed run may change, recorded per range of steps.
-RECIPE = ("global_batch_size", "optimizer", "learning_rate", "lr_schedule", "warmup_steps",
-          "end_learning_rate", "weight_decay", "clip_norm", "accumulation_steps",
-          "mixed_precision", "nan_policy")
+#: The flags a resumed run may change, recorded per range of steps: each
+#: declared in engine.config with `option(..., per_range=True)` (`PER_RANGE`).
+RECIPE = PER_RANGE
 #: What `fill` takes from run.json when not given: the identity, and the
 #: optimizer whose state the checkpoints hold (another is refused).
 REMEMBERED = IDENTITY + ("optimizer",)

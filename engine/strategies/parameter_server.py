@@ -89,8 +89,7 @@ class ParameterServer(ReducesItself):
             return task_inputs.train_dataset(task, context)
 
         return ps_trainer.ParameterServerTrainer(
-            strategy=strategy, model=model, optimizer=objectives[0].optimizer,
+            strategy=strategy, model=model, objective=objectives[0],
             train_dataset_fn=train_dataset_fn, global_batch_size=config.global_batch_size,
             global_step=global_step, num_workers=len(plan.role.cluster["worker"]),
-            loss_fn=objectives[0].loss, seed=config.seed,
-            learning_rate=objectives[0].learning_rate)
+            seed=config.seed)

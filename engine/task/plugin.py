@@ -189,8 +189,15 @@ class Task:
 class ClassificationTask(Task):
     """The built-in `--model`/`--dataset` image classification, as a task.
 
-    `model_fn(input_shape, num_classes)` and `loss_fn` replace the registry
-    model and the cross-entropy loss (the older `run(loss_fn=, model_fn=)`).
+    Its keyword arguments are the flags of the same names (`--dataset`,
+    `--model`, `--data_dir`, `--image_size`, `--num_classes`,
+    `--eval_fraction`, `--seed`), each with the flag's default, so a user
+    writes only what they change, as with a Keras layer or callback:
+    `ClassificationTask(dataset="mnist", model="cnn")`; `from_config` takes
+    them all from a `RunConfig`. `model_fn(input_shape, num_classes)` and
+    `loss_fn` replace the registry model and the cross-entropy loss (the
+    older `run(loss_fn=, model_fn=)`); `exact_epochs` (`from_config`: `--epochs`
+    without `--steps_per_epoch`) makes each epoch one pass over the train split.
 
     Its batches carry uint8 pixels, and `loss` scales them to [0, 1]
     (`inputs.to_float`) inside the step, on the replica's device: a quarter

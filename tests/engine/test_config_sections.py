@@ -2,7 +2,8 @@
 own check and whether run.json remembers it; everything else derived.
 
 Adding a flag is one edit (its `SECTION.option(...)` line in engine/config.py,
-plus its use): `SECTIONS`, `check_field`, `run_identity.IDENTITY`, the typed
+plus its use): `SECTIONS`, `check_field`, `run_identity.IDENTITY` and
+`run_identity.RECIPE`, the typed
 section views, `bin/train`'s flags and docs/flags.md all come from it. The
 count below is what proves it: a field's name appears in engine/ and bin/ in
 one declaration and no list of names.
@@ -22,9 +23,10 @@ REPO = Path(__file__).resolve().parents[2]
 #: Representative fields: a number with a ceiling that run.json remembers
 #: (image_size), a fraction it remembers (eval_fraction), a factor with an
 #: "off" (straggler_threshold), a timeout (hang_timeout), a choice (best_mode)
-#: and a path (summaries_dir).
+#: a path (summaries_dir), and two that run.json records per range of a
+#: resumed run (end_learning_rate, nan_policy).
 REPRESENTATIVE = ("image_size", "eval_fraction", "straggler_threshold", "hang_timeout",
-                  "best_mode", "summaries_dir")
+                  "best_mode", "summaries_dir", "end_learning_rate", "nan_policy")
 #: Where a representative field's name is written as text and that is a use,
 #: not a declaration: a binary picking the flags it takes, or its own flag.
 USES = {
@@ -70,7 +72,8 @@ def test_every_field_is_in_exactly_one_section_in_flag_order():
     names = [field.name for field in dataclasses.fields(config.RunConfig)]
     assert [name for section in config.SECTIONS.values() for name in section] == names
     for field in dataclasses.fields(config.RunConfig):
-        assert set(field.metadata) == {"help", "section", "check", "identity"}, field.name
+        assert set(field.metadata) == {"help", "section", "check", "identity",
+                                       "per_range"}, field.name
 
 
 def test_a_section_reads_as_a_dict_and_the_flags_stay_flat():
@@ -111,6 +114,22 @@ def test_run_json_remembers_the_fields_declared_identity():
     assert run_identity.IDENTITY == tuple(
         field.name for field in dataclasses.fields(config.RunConfig)
         if field.metadata["identity"])
+
+
+def test_run_json_records_per_range_the_fields_declared_per_range():
+    """`run_identity.RECIPE` (what a resumed run may change, one entry per
+    range of steps) is derived from `option(per_range=True)`, not listed:
+    the eleven fields it held as a hand-written list, in flag order."""
+    from tfloop.engine.run_dir import run_identity
+
+    assert run_identity.RECIPE == config.PER_RANGE == tuple(
+        field.name for field in dataclasses.fields(config.RunConfig)
+        if field.metadata["per_range"])
+    assert set(run_identity.RECIPE) == {
+        "global_batch_size", "optimizer", "learning_rate", "lr_schedule", "warmup_steps",
+        "end_learning_rate", "weight_decay", "clip_norm", "accumulation_steps",
+        "mixed_precision", "nan_policy"}
+    assert not set(run_identity.RECIPE) & set(run_identity.IDENTITY)
 
 
 def test_one_check_serves_every_field_that_declares_it():

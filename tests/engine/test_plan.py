@@ -120,3 +120,16 @@ def test_a_plan_carries_run_json_as_read_and_hands_each_room_its_values(tmp_path
     watched = plan.watched
     assert (watched.config, watched.role, watched.compares_workers,
             watched.loop_runs_here) == (plan.config, plan.role, False, True)
+
+
+def test_the_start_up_line_shows_the_batch_as_decided(tmp_path):
+    """`describe` takes the per-replica numbers from the plan's `Batching`
+    (decided once), here micro-batches that --max_per_replica_batch_size
+    chose, not from the flags."""
+    plan = make_plan(_config(tmp_path / "run", max_per_replica_batch_size=4))
+    assert (plan.batching.accumulation_steps, plan.config.accumulation_steps) == (2, 2)
+    assert plan.batching.describe() == "global batch 32 (8 per replica in 2 micro-batches of 4)"
+    assert ", collective reduce_to_one_device, " + plan.batching.describe() in plan.describe(4)
+    assert decide_batch(RunConfig(global_batch_size=12), 3).describe() == (
+        "global batch 12 (4 per replica)")
+    assert not (tmp_path / "run").exists()

@@ -261,3 +261,26 @@ def test_a_task_s_own_step_runs_in_the_engine_s_step_and_its_slips_are_one_line(
     message = str(error.value)
     assert "returned 1 gradients for objective 'loss', which has 2 variables" in message
     assert "\n" not in message and not (tmp_path / "slip").exists()
+
+
+def test_the_built_in_task_takes_the_flags_of_its_names_as_keywords_with_their_defaults():
+    """`ClassificationTask(dataset=..., model=..., seed=...)`: a public
+    constructor that mirrors the `--model`/`--dataset` flags, keyword-only,
+    each with its flag's default, so a user writes only what they change and
+    `from_config` builds the same task from a `RunConfig`."""
+    import dataclasses
+    import inspect
+
+    from tfloop.engine.task import ClassificationTask
+
+    flags = {field.name: field.default for field in dataclasses.fields(RunConfig)}
+    parameters = inspect.signature(ClassificationTask).parameters
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters.values())
+    mirrored = {name: p.default for name, p in parameters.items() if name in flags}
+    assert set(mirrored) == {"dataset", "model", "data_dir", "image_size", "num_classes",
+                             "eval_fraction", "seed"}
+    assert mirrored == {name: flags[name] for name in mirrored}
+    built = ClassificationTask.from_config(RunConfig(dataset="synthetic", seed=3, image_size=8))
+    by_hand = ClassificationTask(seed=3, image_size=8)
+    assert (built.dataset, built.model_name, built._data, built.exact_epochs) == (
+        by_hand.dataset, by_hand.model_name, by_hand._data, by_hand.exact_epochs)

@@ -421,3 +421,24 @@ def test_two_workers_evaluate_alike_stop_together_and_only_the_chief_keeps_the_b
     for name in kept:
         np.testing.assert_array_equal(kept[name], rolling[name])
     assert os.listdir(worker_tmp) == []
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (dict(metric="loss"), r"^`metric` \('loss'\) must name an evaluation metric, eval/<name>$"),
+    (dict(mode="auto"), r"^`mode` \('auto'\) must be one of \('max', 'min'\)$"),
+    (dict(checkpoint=object()), r"^`checkpoint` \(<object object at .*\) must be a "
+     r"tf.train.Checkpoint$"),
+    (dict(export_fn="export"), r"^`export_fn` \('export'\) must be callable as "
+     r"export_fn\(export_root\) or None$"),
+    (dict(patience=True), r"^`patience` \(True\) must be an integer >= 0 \(0: never stop\)$"),
+    (dict(patience=-1), r"^`patience` \(-1\) must be an integer >= 0"),
+])
+def test_keep_best_refuses_a_wrong_argument_naming_it_and_its_value(tmp_path, arguments,
+                                                                     message):
+    """Refused at construction, before `best/` is read or anything removed."""
+    given = dict(dict(metric="eval/loss", mode="min",
+                      checkpoint=tf.train.Checkpoint(global_step=step_variable(0)),
+                      model_dir=str(tmp_path / "run")), **arguments)
+    with pytest.raises(ValueError, match=message):
+        best.KeepBest(**given)
+    assert not (tmp_path / "run").exists()
