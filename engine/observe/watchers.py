@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import tensorflow as tf
 
@@ -39,30 +39,31 @@ class _LoopEnded(Action):
 
 class Watchers:
     """Built before the Controller (its actions go in the Controller's list);
-    `phase` reads the Controller once it exists.
+    `start(controller)` hands it the Controller, whose phase a hang dump
+    reads (`Controller.phase`), and `finish(controller)` its final metrics.
 
     Args:
       plan: the run's plan (config, role, strategy spec).
       strategy: the run's strategy.
       trainer: the trainer (its `step_phase` and `clock`, where it has them).
-      phase: `() -> (Controller.running, Controller.running_steps)`.
       train_summaries, eval_summaries: the chief's writers, else None.
       start_step: the step training starts from.
       run_dir: the run's `RunDir` (where its summaries and diagnostics go).
     """
 
     def __init__(self, *, plan: Any, strategy: Any, trainer: Any,
-                 phase: Callable[[], tuple], train_summaries: Optional[SummaryWriter],
+                 train_summaries: Optional[SummaryWriter],
                  eval_summaries: Optional[SummaryWriter], start_step: int,
                  run_dir: layout.RunDir):
         config, role = plan.config, plan.role
         phase_marks = getattr(trainer, "step_phase", None)
         clock = getattr(trainer, "clock", None)
+        self._controller: Optional[Any] = None
         self.watch = hang.HangWatch(
             timeout=config.hang_timeout, task=role.name,
             directory=hang.directory_for(run_dir.diagnostics),
             file_name=lambda number: layout.hang_dump_name(role.name, os.getpid(), number),
-            phase=phase,
+            phase=self._phase,
             step_phase=phase_marks.describe_phase if phase_marks is not None else None)
         self.actions: list[Action] = [_LoopEnded(self.watch)]
         # Every worker decides alike (the table is a collective): same flags, same determinism.
@@ -83,8 +84,14 @@ class Watchers:
         self._config = config
         self._start_step = start_step
 
-    def start(self) -> None:
-        """The chief's TensorBoard marks, then the hang watch's thread."""
+    def _phase(self) -> tuple:
+        """The Controller's phase and loop, once `start` has it."""
+        return self._controller.phase() if self._controller is not None else (None, (0, 0))
+
+    def start(self, controller: Any) -> None:
+        """The chief's TensorBoard marks, then the hang watch's thread, which
+        reads `controller`'s phase."""
+        self._controller = controller
         if self._root is not None:
             for writer in (*self._writers, self._root):
                 board.mark_start(writer, self._start_step)
