@@ -192,11 +192,17 @@ class Runner:
     def train(self) -> RunResult:
         """`train` and `train_and_evaluate`: resume or warm-start, train to the
         last step (evaluating between loops in the latter), export."""
-        plan, parts = self.plan, self.parts
-        config = plan.config
+        config, role, parts = self.plan.config, self.plan.role, self.parts
         # Workers other than the chief take part in saving, into a directory of their own.
-        write_dir = (config.model_dir if plan.role.is_chief
-                     else checkpointing.worker_save_dir(config.model_dir, plan.role.name))
+        write_dir = (config.model_dir if role.is_chief
+                     else checkpointing.worker_save_dir(config.model_dir, role.name))
+        if role.in_cluster and config.local_checkpoint_dir:
+            # Agreed by every worker: the newest local checkpoint all of them hold.
+            self.plan = dataclasses.replace(
+                self.plan, latest_checkpoint=local_checkpoints.newer_on_every_worker(
+                    config, role.name, parts.strategy, self.plan.latest_checkpoint)
+                or self.plan.latest_checkpoint)
+        plan = self.plan
         checkpoints = self.build_checkpointing(write_dir)
         start_step = checkpoints.start_step
         trainer = plan.spec.build_trainer(
@@ -246,23 +252,17 @@ class Runner:
     def build_checkpointing(self, write_dir: Optional[str]) -> Checkpoints:
         """The checkpoint and its manager saving into `write_dir` (None: the
         run reads only), the newest checkpoint restored (or, for a fresh
-        run, `--init_from`'s weights)."""
+        run, `--init_from`'s weights): the plan's `latest_checkpoint`."""
         plan, parts = self.plan, self.parts
         config = plan.config
-        if write_dir is not None and plan.role.in_cluster and config.local_checkpoint_dir:
-            # Agreed by every worker: the newest local checkpoint all of them hold.
-            plan = self.plan = dataclasses.replace(
-                plan, latest_checkpoint=local_checkpoints.newer_on_every_worker(
-                    config, plan.role.name, parts.strategy, plan.latest_checkpoint)
-                or plan.latest_checkpoint)
-        torn = checkpointing.parts(parts.model, objectives_lib.checkpointed(parts.objectives),
+        pieces = checkpointing.parts(parts.model, objectives_lib.checkpointed(parts.objectives),
                                    parts.global_step)
         checkpoint, manager = checkpointing.create(
-            model=parts.model, optimizer=torn["optimizer"], global_step=parts.global_step,
+            model=parts.model, optimizer=pieces["optimizer"], global_step=parts.global_step,
             directory=write_dir, max_to_keep=config.max_checkpoints if plan.role.is_chief else 1,
             averages=parts.average.averages if parts.average else None,
             extra=getattr(parts.task, "checkpointed", dict)())
-        restored = _restore(plan, checkpoint, torn, parts.average)
+        restored = _restore(plan, checkpoint, pieces, parts.average)
         start_step = int(parts.global_step.numpy())
         if restored:
             logger.info("resuming from %s at step %d%s", restored, start_step,

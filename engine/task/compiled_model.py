@@ -1,4 +1,4 @@
-"""A compiled Keras model as a kind of task: its loss, metrics and optimizer through the engine's step.
+"""A compiled Keras model as a kind of task: its loss, metrics and optimizer in the engine's step.
 
 Beside `plugin.Task`, in the user's room: `CompiledLoss` (the compiled
 loss and metrics as a `LossOutput`) and `CompiledClassificationTask`
@@ -226,7 +226,8 @@ class CompiledClassificationTask(ClassificationTask):
         model = checked_model(self.compiled_model_fn)
         if not model.built:
             model.build((None, *self.splits.input_shape))
-        self._compiled, self._optimizer = CompiledLoss(model, mean_fn=self._mean_fn), model.optimizer
+        self._compiled = CompiledLoss(model, mean_fn=self._mean_fn)
+        self._optimizer = model.optimizer
         self.jit_compile = bool(getattr(model, "jit_compile", False))
         return model
 

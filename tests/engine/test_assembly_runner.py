@@ -51,8 +51,8 @@ def test_build_actions_gives_both_lists_in_their_final_order(tmp_path):
     extra = actions.RunActions(train=[Mine()], eval=[Mine()])
     runner = _runner(tmp_path, Hooks(on_loop_end=lambda step, metrics: None,
                                      add_actions=lambda **_: extra),
-                     profile_steps="2,3", best_metric="eval/loss", local_checkpoint_dir=str(tmp_path / "local"),
-                     local_checkpoint_interval=1)
+                     profile_steps="2,3", best_metric="eval/loss",
+                     local_checkpoint_dir=str(tmp_path / "local"), local_checkpoint_interval=1)
     checkpoints = runner.build_checkpointing(str(tmp_path / "run"))
     trainer = FakeTrainer(runner.parts.global_step)
     loop = runner.build_actions(trainer, checkpoints)
