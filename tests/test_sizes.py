@@ -135,3 +135,26 @@ def test_a_long_function_and_a_wide_constructor_fail(tmp_path):
         ("engine/big.py:long", "61 code lines (at most 60)"),
         ("engine/wide.py:Wide.__init__",
          "9 parameters (at most 8: take a typed options object)")]
+
+
+def longest(root: Path, package: str = "engine", count: int = 10) -> list[tuple[int, str]]:
+    """The `count` longest functions under `root/package`: (code lines, path:name)."""
+    sizes = []
+    for path in sorted((Path(root) / package).rglob("*.py")):
+        source = path.read_text()
+        lines = source.splitlines()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                sizes.append((code_lines(lines, node),
+                              f"{path.relative_to(root).as_posix()}:{node.name}"))
+    return sorted(sizes, reverse=True)[:count]
+
+
+if __name__ == "__main__":  # ./dev python tests/test_sizes.py [root]: the longest, and what is over
+    import sys
+
+    where = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO
+    for size, name in longest(where):
+        print(f"{size:4d}  {name}")
+    for key, what in oversized(where):
+        print(f"over: {key}: {what}")
