@@ -5,11 +5,15 @@
     engine                       ->  collectives, models, inputs, launch
       inside it, rooms on floors (each imports only the floors below it):
         base (config, errors, task/) < runtime < recipe, run_dir < loop
-        < observe < strategies < the assembly on top (assembly/, keras_fit/)
+        < observe < strategies < assembly/ < keras_fit/ (Keras's front door,
+        a user of the assembly) < the public face (engine/__init__.py)
     bench                        ->  engine, collectives, models, inputs
     bin                          ->  imported by no one
 
-and no import circle between the modules of one package. Every import
+and no import circle between the modules of one package, nor between any
+two of engine's rooms (its top-level entries: config, task/, loop/, ...),
+whatever modules carry it: a circle between rooms on one floor (config and
+task/ in the base) is not a floor violation, and is still a tangle. Every import
 statement counts, including those inside functions: a lazy import is how a
 circle hides (`inputs/registry.py` <-> `inputs/tfrecord.py` was one). Names
 may be flat (`engine.errors`), under the install namespace
@@ -206,15 +210,19 @@ ENGINE_FLOORS: Mapping[str, frozenset[str]] = {
     "strategies": frozenset({"base", "runtime", "recipe", "run_dir", "loop", "observe"}),
     "assembly": frozenset({"base", "runtime", "recipe", "run_dir", "loop", "observe",
                            "strategies"}),
+    "keras_fit": frozenset({"base", "runtime", "recipe", "run_dir", "loop", "observe",
+                            "strategies", "assembly"}),
+    "face": frozenset({"base", "runtime", "recipe", "run_dir", "loop", "observe",
+                       "strategies", "assembly", "keras_fit"}),
 }
 
 
 def _room(module: str) -> str:
     """engine.loop.trainer -> loop; engine.config, engine.task.plugin -> base;
-    engine.assembly.run, engine.keras_fit.fit -> assembly."""
+    engine.assembly.run -> assembly; engine.keras_fit.fit -> keras_fit."""
     parts = module.split(".")
     if len(parts) < 2:
-        return "assembly"  # engine/__init__.py: the public face
+        return "face"  # engine/__init__.py: the public face
     if parts[1] in ENGINE_FLOORS:
         return parts[1]
     return "base" if parts[1] in ENGINE_BASE else "assembly"
@@ -239,6 +247,73 @@ def room_violations(root: Path) -> list[str]:
     return problems
 
 
+def _entry(module: str) -> str:
+    """engine's top-level entry a module belongs to: engine.task.plugin -> task,
+    engine.config -> config, engine -> engine (the public face)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def room_circles(root: Path) -> list[str]:
+    """Every import circle between engine's top-level entries (rooms), each
+    with the import lines that close it."""
+    engine = Path(root) / "engine"
+    files = {_module_name(path, root): path for path in sorted(engine.rglob("*.py"))}
+    modules = set(files)
+    graph: dict[str, set[str]] = {}
+    where: dict[tuple[str, str], list[str]] = {}
+    for module, path in files.items():
+        for line, candidates in _imports(path, module):
+            target = _resolve(candidates, modules)
+            if target not in modules or _entry(target) == _entry(module):
+                continue
+            edge = (_entry(module), _entry(target))
+            graph.setdefault(edge[0], set()).add(edge[1])
+            where.setdefault(edge, []).append(
+                f"{path.relative_to(root).as_posix()}:{line} imports {target}")
+    return [f"import circle between rooms {' <-> '.join(cycle)} ("
+            + "; ".join(where[(a, b)][0] for a in cycle for b in cycle if (a, b) in where) + ")"
+            for cycle in _cycles(graph)]
+
+
+def test_no_import_circle_between_the_engine_rooms():
+    circles = room_circles(REPO)
+    assert not circles, "import circles between engine rooms (see tests/test_layers.py):\n" + \
+        "\n".join(circles)
+
+
+def test_a_circle_between_two_rooms_on_one_floor_fails(tmp_path):
+    """config and task/ share the base floor, so no floor rule sees a circle
+    between them; the room rule does, even through a lazy import and
+    modules that make no circle of their own."""
+    root = _tree(tmp_path, {
+        "engine/config.py": "def load():\n    from engine.task import losses\n",
+        "engine/task/losses.py": "",
+        "engine/task/plugin.py": "from engine import config\n",
+        "engine/loop/trainer.py": "from engine.task import plugin\n",
+    })
+    assert room_violations(root) == [] and layer_violations(root) == []
+    circles = room_circles(root)
+    assert circles == ["import circle between rooms config <-> task (engine/config.py:2 imports "
+                       "engine.task.losses; engine/task/plugin.py:1 imports engine.config)"], circles
+
+
+def test_keras_fit_stands_above_the_assembly(tmp_path):
+    """fit uses run(); the assembly never imports keras_fit (issue 32: the
+    circle they made was invisible while both were filed as one room)."""
+    root = _tree(tmp_path, {
+        "engine/assembly/run.py": "from engine.keras_fit import compiled\n",
+        "engine/keras_fit/compiled.py": "",
+        "engine/keras_fit/fit.py": "from engine.assembly.run import run\n",
+    })
+    problems = room_violations(root)
+    assert len(problems) == 1 and problems[0].startswith(
+        "engine/assembly/run.py:1 imports engine.keras_fit.compiled: assembly may import"), problems
+    assert room_circles(root) == [
+        "import circle between rooms assembly <-> keras_fit (engine/assembly/run.py:1 imports "
+        "engine.keras_fit.compiled; engine/keras_fit/fit.py:1 imports engine.assembly.run)"]
+
+
 def test_the_engine_rooms_keep_their_floors():
     problems = room_violations(REPO)
     assert not problems, "engine room floors broken (see tests/test_layers.py):\n" + "\n".join(
@@ -248,12 +323,12 @@ def test_the_engine_rooms_keep_their_floors():
 def test_the_engine_has_its_rooms_and_a_short_top_level():
     """A newcomer finds the room for a change from the tree: at most a dozen
     entries at engine/'s top: the six rooms, the base (config, errors and task/:
-    the request and the user's plug-in) and the assembly's two rooms
-    (assembly/: plan, run, serving; keras_fit/: Keras's front door)."""
+    the request and the user's plug-in), the assembly (plan, parts, runner,
+    run, serving) and keras_fit/ above it (Keras's front door)."""
     entries = sorted(p.name for p in (REPO / "engine").iterdir() if p.name != "__pycache__")
     assert len(entries) <= 12, entries
     for room in ENGINE_FLOORS:
-        if room not in ("base", "assembly"):
+        if room not in ("base", "face"):
             assert (REPO / "engine" / room / "__init__.py").is_file(), room
 
 

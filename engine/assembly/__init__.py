@@ -2,9 +2,17 @@
 
 - `plan`: every check of a request before anything is built or written, and
   the decisions made once (devices, strategy, global batch);
-- `run`: builds the run a `Plan` describes (checkpoints, actions, controller)
-  and runs its mode: train, evaluate, continuous evaluation, export;
+- `parts`: what every mode runs with (model, objectives, moving average,
+  evaluator), built once under the strategy's scope;
+- `runner`: `Runner`, the run in four steps (`build_checkpointing`,
+  `build_actions`, `build_controller`, `run_mode`), as Model Garden's
+  `OrbitExperimentRunner`;
+- `run`: the public functions, thin: `run(config)` (plan, strategy, lock,
+  parts, runner) and `export_checkpoint`;
 - `serving`: the exported SavedModel's signatures.
+
+`keras_fit` stands above this floor (it calls `run`); nothing here imports
+it. docs/engine.md describes the assembly on one page.
 
 Users reach it through the public face (`from tfloop.engine import run`).
 """

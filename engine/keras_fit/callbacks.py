@@ -49,6 +49,7 @@ Across a kill (exact resume, mid-epoch included):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from typing import Any, Callable, Optional, Sequence
@@ -150,16 +151,39 @@ class EpochState:
         return dict(state.get("sums") or {}), int(state.get("steps") or 0)
 
 
+@dataclasses.dataclass(frozen=True)
+class Epochs:
+    """How `fit` counts epochs, as Keras's arguments say it.
+
+    Attributes:
+      steps_per_epoch: the steps of one epoch.
+      epochs: the epoch training ends at (Keras's `epochs`).
+      validates: whether there is validation data.
+      validation_freq: validate after every that many epochs.
+      initial_epoch: the epoch the engine's step 0 starts (Keras's `initial_epoch`).
+      verbose: Keras's verbosity (0 silent, 1 a progress bar, 2 a line per epoch).
+    """
+
+    steps_per_epoch: int
+    epochs: int
+    validates: bool = False
+    validation_freq: int = 1
+    initial_epoch: int = 0
+    verbose: int = 0
+
+
 class KerasCallbacks:
     """The callbacks of one run, driven by two actions: `train_action` after
     each train loop, `eval_action` after each validation (an epoch with
-    validation ends there, with the val_ logs)."""
+    validation ends there, with the val_ logs). `to_logs` makes Keras's logs
+    from the engine's means; `strategy` (None: this process decides alone)
+    agrees on `model.stop_training`; `model_dir` holds fit_epochs.json;
+    `epoch_state` the running sums a resume inside an epoch restores."""
 
-    def __init__(self, callbacks: Sequence[Any], *, model: Any, steps_per_epoch: int,
-                 epochs: int, validates: bool, is_chief: bool, strategy: Any = None,
-                 to_logs: Callable[[dict], dict] = dict, validation_freq: int = 1,
-                 initial_epoch: int = 0, verbose: int = 0, model_dir: Optional[str] = None,
-                 epoch_state: Optional[EpochState] = None):
+    def __init__(self, callbacks: Sequence[Any], *, model: Any, epochs: Epochs, is_chief: bool,
+                 strategy: Any = None, to_logs: Callable[[dict], dict] = dict,
+                 model_dir: Optional[str] = None, epoch_state: Optional[EpochState] = None):
+        verbose, steps_per_epoch = epochs.verbose, epochs.steps_per_epoch
         history = [c for c in callbacks if isinstance(c, keras.callbacks.History)]
         here = [c for c in callbacks if runs_here(c, is_chief)
                 and not isinstance(c, (keras.callbacks.History,
@@ -167,15 +191,15 @@ class KerasCallbacks:
         # The user's callbacks, then History, then the progress bar: model.fit's order.
         self.callbacks = keras.callbacks.CallbackList(
             [*here, *history], add_history=False, add_progbar=bool(verbose) and is_chief,
-            model=model, verbose=verbose, epochs=epochs, steps=steps_per_epoch)
+            model=model, verbose=verbose, epochs=epochs.epochs, steps=steps_per_epoch)
         self.model = model
-        self.steps_per_epoch, self.epochs = steps_per_epoch, epochs
-        self.validates = validates
+        self.steps_per_epoch, self.epochs = steps_per_epoch, epochs.epochs
+        self.validates = epochs.validates
         self.is_chief = is_chief
         # Keras validates after the epochs whose count is a multiple of
         # validation_freq, and numbers epochs from initial_epoch: the engine's
         # step 0 is the start of epoch initial_epoch.
-        self.validation_freq, self.initial_epoch = validation_freq, initial_epoch
+        self.validation_freq, self.initial_epoch = epochs.validation_freq, epochs.initial_epoch
         # The engine's means -> Keras's logs (`CompiledModelTask.keras_logs`).
         self._to_logs = to_logs
         # In a cluster one tiny all-reduce per loop agrees on model.stop_training

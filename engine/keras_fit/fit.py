@@ -107,6 +107,41 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
     Raises:
       ConfigError: a model, data or callback `fit` cannot take (one line).
     """
+    _check_model_fn(model_fn)
+    config = config or RunConfig()
+    callbacks = callbacks_lib.check(callbacks)
+    verbose = _check_epochs(epochs, initial_epoch, validation_freq, verbose)
+    train_data, validation_data = _data(
+        train_data, y, sample_weight, class_weight, validation_split, validation_data,
+        batch_size=batch_size, validation_batch_size=validation_batch_size, shuffle=shuffle,
+        seed=config.seed)
+    global_batch, steps_per_epoch = _batch_and_epoch(train_data, steps_per_epoch, batch_size,
+                                                     config)
+    counting = callbacks_lib.Epochs(
+        steps_per_epoch=steps_per_epoch, epochs=epochs, validates=validation_data is not None,
+        validation_freq=validation_freq, initial_epoch=initial_epoch, verbose=verbose)
+    backup = callbacks_lib.backup_for(callbacks)
+    config, temporary = _run_config(config, train_data, counting, global_batch=global_batch,
+                                    validation_steps=validation_steps, backup=backup)
+    task = CompiledModelTask(model_fn, train_data, global_batch_size=global_batch,
+                             validation_data=validation_data)
+    history = keras.callbacks.History()
+    driven: list[callbacks_lib.KerasCallbacks] = []
+    add_actions = _keras_actions(callbacks, history, counting, task, driven)
+    level = progress_logger.level
+    if verbose == 2:  # Keras's epoch lines, and the engine's other lines (set-up, resume, stop)
+        progress_logger.setLevel(logging.WARNING)
+    try:
+        result = _run(config, task, add_actions, driven, verbose=verbose == 2)
+    finally:
+        progress_logger.setLevel(level)
+        if temporary is not None:  # nobody can resume it: its name was never given
+            _remove_run_folder(temporary)
+    return _history(history, result, task, driven, config, backup=backup,
+                    temporary=temporary)
+
+
+def _check_model_fn(model_fn: Any) -> None:
     if isinstance(model_fn, keras.Model) or not callable(model_fn):
         # A model built outside the strategy's scope has its variables on one
         # device: the engine must build it, under the scope, on every replica.
@@ -114,8 +149,10 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
             f"fit: the first argument is a {type(model_fn).__name__}; give the function that "
             "builds and compiles the model (fit calls it under the strategy's scope, as "
             "`with strategy.scope(): model = ...` does), e.g. tfloop.fit(build_model, x, y)")
-    config = config or RunConfig()
-    callbacks = callbacks_lib.check(callbacks)
+
+
+def _check_epochs(epochs: Any, initial_epoch: Any, validation_freq: Any, verbose: Any) -> int:
+    """Refuses epoch counts Keras would refuse; returns the verbosity as a number."""
     verbose = _verbosity(verbose)
     if not isinstance(epochs, int) or epochs < 1:
         raise ConfigError(f"fit: epochs={epochs!r} must be a positive integer")
@@ -125,7 +162,14 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
     if not isinstance(validation_freq, int) or validation_freq < 1:
         raise ConfigError(f"fit: validation_freq={validation_freq!r} must be a positive "
                           "integer (validate every that many epochs)")
-    seed = config.seed
+    return verbose
+
+
+def _data(train_data: Any, y: Any, sample_weight: Any, class_weight: Optional[dict],
+          validation_split: float, validation_data: Any, *, batch_size: Optional[int],
+          validation_batch_size: Optional[int], shuffle: bool, seed: int) -> tuple[Any, Any]:
+    """The training and validation data as the engine takes them: arrays
+    batched (`engine.keras_fit.arrays`), a validation split cut off, class weights applied."""
     train_data, y, sample_weight, validation_data = arrays.split_for_validation(
         train_data, y, sample_weight, validation_split, validation_data)
     train_data = arrays.training_data(train_data, y, sample_weight, batch_size=batch_size,
@@ -133,20 +177,26 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
     train_data = arrays.class_weighted(train_data, class_weight)
     validation_data = arrays.validation_data(validation_data,
                                              batch_size=validation_batch_size or batch_size)
-    global_batch, steps_per_epoch = _batch_and_epoch(train_data, steps_per_epoch, batch_size,
-                                                     config)
+    return train_data, validation_data
+
+
+def _run_config(config: RunConfig, train_data: Any, counting: callbacks_lib.Epochs, *,
+                global_batch: int, validation_steps: Optional[int],
+                backup: Any) -> tuple[RunConfig, Optional[str]]:
+    """The run's config from fit's arguments (epochs, batch, mode, evaluation,
+    checkpoints, devices, model_dir), and the temporary model_dir made when
+    none was named (None: one was)."""
     in_cluster = bool(os.environ.get("TF_CONFIG"))
-    validates = validation_data is not None
-    trained_epochs = epochs - initial_epoch
+    trained_epochs = counting.epochs - counting.initial_epoch
+    steps_per_epoch, freq = counting.steps_per_epoch, counting.validation_freq
     changes = dict(global_batch_size=global_batch, per_replica_batch_size=0,
                    epochs=trained_epochs, steps_per_epoch=steps_per_epoch,
                    train_steps=trained_epochs * steps_per_epoch,
-                   mode="train_and_evaluate" if validates else "train",
+                   mode="train_and_evaluate" if counting.validates else "train",
                    # Keras validates after epochs e with (e + 1) % freq == 0; the
                    # callbacks skip any other evaluation (initial_epoch off the beat).
-                   eval_interval=(steps_per_epoch * (validation_freq
-                                                     if initial_epoch % validation_freq == 0
-                                                     else 1)) if validates else 0,
+                   eval_interval=(steps_per_epoch * (freq if counting.initial_epoch % freq == 0
+                                                     else 1)) if counting.validates else 0,
                    eval_steps=validation_steps or -1, export=False, task="")
     if in_cluster and isinstance(train_data, tf.data.Dataset) and _has_peers():
         raise ConfigError(
@@ -155,7 +205,6 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
             "TensorFlow, and a multi-worker strategy must set up its collectives first")
     if in_cluster and not config.changed("strategy") and _has_peers():
         changes["strategy"] = "multi_worker"  # the tutorial's MultiWorkerMirroredStrategy
-    backup = callbacks_lib.backup_for(callbacks)
     changes.update(_checkpoints(config, backup, steps_per_epoch))
     if not config.changed("devices") and devices_lib.chosen():
         changes["devices"] = devices_lib.chosen()  # tfloop.use_devices(...)
@@ -167,33 +216,32 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
             raise ConfigError("fit in a cluster needs config=RunConfig(model_dir=...), one "
                               "directory every worker names alike")
         temporary = changes["model_dir"] = tempfile.mkdtemp(prefix="tfloop-fit-")
-    config = dataclasses.replace(config, **changes)
-    task = CompiledModelTask(model_fn, train_data, global_batch_size=global_batch,
-                             validation_data=validation_data)
-    history = keras.callbacks.History()
-    driven: list[callbacks_lib.KerasCallbacks] = []
+    return dataclasses.replace(config, **changes), temporary
 
+
+def _keras_actions(callbacks: Sequence[Any], history: keras.callbacks.History,
+                   counting: callbacks_lib.Epochs, task: CompiledModelTask,
+                   driven: list) -> Callable[..., RunActions]:
+    """`run`'s `add_actions`: the Keras callbacks driven by two actions, made
+    once the model is built (and kept in `driven`, for what fit does after)."""
     def add_actions(*, plan, strategy, model) -> RunActions:
         keras_callbacks = callbacks_lib.KerasCallbacks(
             # History last, as in Keras: it records what callbacks add to the logs.
-            [*callbacks, history], model=model, steps_per_epoch=steps_per_epoch, epochs=epochs,
-            validates=validates, validation_freq=validation_freq, initial_epoch=initial_epoch,
-            is_chief=plan.role.is_chief,
+            [*callbacks, history], model=model, epochs=counting, is_chief=plan.role.is_chief,
             strategy=strategy if plan.spec.agrees_to_stop else None, to_logs=task.keras_logs,
-            verbose=verbose, model_dir=plan.config.model_dir, epoch_state=task.epoch_state)
+            model_dir=plan.config.model_dir, epoch_state=task.epoch_state)
         driven.append(keras_callbacks)
         return RunActions(train=[keras_callbacks.train_action],
                           eval=[keras_callbacks.eval_action])
+    return add_actions
 
-    level = progress_logger.level
-    if verbose == 2:  # Keras's epoch lines, and the engine's other lines (set-up, resume, stop)
-        progress_logger.setLevel(logging.WARNING)
-    try:
-        result = _run(config, task, add_actions, driven, verbose=verbose == 2)
-    finally:
-        progress_logger.setLevel(level)
-        if temporary is not None:  # nobody can resume it: its name was never given
-            _remove_run_folder(temporary)
+
+def _history(history: keras.callbacks.History, result: Any, task: CompiledModelTask,
+             driven: list, config: RunConfig, *, backup: Any,
+             temporary: Optional[str]) -> keras.callbacks.History:
+    """What fit returns once the run ended: the callbacks told training
+    ended, the History with the model and the record, and the backup
+    removed as Keras removes it after training."""
     if driven:
         driven[0].train_end()
     history.run_result = result

@@ -14,10 +14,12 @@ exactly steps A to B, resumed runs included::
         for action in train_actions: action.loop_begin(step)
         metrics = trainer.train(n)
         for action in train_actions: action(LoopEnd(...))   # in order
-        maybe evaluate, then each eval action; maybe save a checkpoint
+        maybe evaluate, then each eval action; maybe save a checkpoint,
+            then for action in train_actions: action.saved(step, path)
     for action in train_actions: action.close()   # also on an exception
 
-Order matters and is the caller's: `for_run` puts the profiler first (its
+Order matters and is the caller's: the run's runner
+(`engine.assembly.runner.Runner.build_actions`) puts the profiler first (its
 trace stops before any logging), the user's hook after the summaries, and
 the stop request last, so a stopping run has logged and summarized its last
 loop before it saves and raises `Preempted`. Among the eval actions the
@@ -36,7 +38,7 @@ from typing import Callable, Mapping, NamedTuple, Optional
 import tensorflow as tf
 
 from tfloop.engine.errors import RunFailure
-from tfloop.engine.run_dir import checkpointing, run_record
+from tfloop.engine.run_dir import checkpointing, layout, run_record
 from tfloop.engine.loop.preemption import Preempted, StopRequest
 from tfloop.engine.loop.summaries import SummaryWriter
 
@@ -102,6 +104,10 @@ class Action(abc.ABC):
     def train_begin(self, step: int) -> None:
         """Runs when `Controller.train` starts, at global step `step`, for train
         and eval actions alike; may raise `StopTraining` to train nothing."""
+
+    def saved(self, step: int, path: str) -> None:
+        """Runs after each checkpoint `Controller.train` saves (the stop
+        request's included), with its step and path."""
 
     def close(self) -> None:
         """Runs when `Controller.train` returns or raises."""
@@ -346,55 +352,37 @@ def for_evaluation(eval_summaries: Optional[SummaryWriter],
     return actions
 
 
-def for_run(
-    *,
-    is_chief: bool,
-    global_batch_size: int,
-    summary_interval: int,
-    profile_steps: Optional[tuple[int, int]],
-    profile_dir: str,
-    train_summaries: Optional[SummaryWriter],
-    eval_summaries: Optional[SummaryWriter],
-    stop_request: Optional[StopRequest],
-    checkpoint_manager: Optional[tf.train.CheckpointManager],
-    on_loop_end: Optional[LoopHook] = None,
-    record_evaluations: Optional[RecordEvaluation] = None,
-    steps_per_epoch: int = 0,
-    epochs: int = 0,
-    keep_best: Optional[Action] = None,
-    step_time: Optional[Action] = None,
-    extra: Optional[RunActions] = None,
-) -> RunActions:
-    """The actions `bin/train` gives a run, in their order (see the module docstring).
+class RecordProgress(Action):
+    """`metrics.json` while the run trains (`engine.run_dir.run_record.running`):
+    written when training starts and after each checkpoint, so that after a
+    kill -9 it names the checkpoint a resume starts from. `last` is that
+    checkpoint, `(step, path)`: the run's final record reads it too.
 
-    `extra` (a caller's own, `fit`'s Keras callbacks) come after the user's
-    hook and before the stop request among the train actions, and before the
-    best checkpoint among the eval actions (which may stop training).
-
-    Every worker gets the same loop cutting (summary and profile boundaries);
-    only the chief traces, and only where there are writers are summaries written.
+    Args:
+      path: the run's metrics.json.
+      record: `(step, checkpoint) -> dict`, the record at a checkpoint.
+      step, checkpoint: where training starts from (the restored checkpoint, or None).
     """
-    train: list[Action] = []
-    if profile_steps is not None:
-        train.append(Profile(steps=profile_steps, logdir=profile_dir if is_chief else None))
-    train.append(TrainProgress(global_batch_size=global_batch_size,
-                               steps_per_epoch=steps_per_epoch, epochs=epochs))
-    train.append(TrainSummaries(writer=train_summaries, interval=summary_interval,
-                                global_batch_size=global_batch_size))
-    if step_time is not None:  # where the time goes (engine.observe.step_time)
-        train.append(step_time)
-    if on_loop_end is not None:
-        train.append(OnLoopEnd(on_loop_end))
-    if extra is not None:
-        train.extend(extra.train)
-    if stop_request is not None:
-        train.append(StopOnSignal(request=stop_request, checkpoint_manager=checkpoint_manager))
-    evaluation = for_evaluation(eval_summaries, record_evaluations, None)
-    if extra is not None:
-        evaluation.extend(extra.eval)
-    if keep_best is not None:
-        evaluation.append(keep_best)
-    return RunActions(train=train, eval=evaluation)
+
+    def __init__(self, *, path: str, record: Callable[[int, Optional[str]], dict], step: int,
+                 checkpoint: Optional[str]):
+        if not callable(record):
+            raise ValueError(f"`record` ({record!r}) must be callable as record(step, checkpoint)")
+        self.path, self.record = path, record
+        self.last: tuple[int, Optional[str]] = (step, checkpoint)
+
+    def train_begin(self, step: int) -> None:
+        self._write()
+
+    def saved(self, step: int, path: str) -> None:
+        self.last = (step, path)
+        self._write()
+
+    def __call__(self, loop: LoopEnd) -> None:
+        """Nothing at a loop's end: only a checkpoint changes what a resume starts from."""
+
+    def _write(self) -> None:
+        layout.write_json(self.path, self.record(*self.last))
 
 
 class SaveLocal(Action):

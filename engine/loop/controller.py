@@ -40,12 +40,14 @@ from typing import Any, Callable, Optional, Sequence
 
 import tensorflow as tf
 
-from tfloop.engine.run_dir import checkpoint_files, checkpointing
+from tfloop.engine.run_dir import checkpoint_files, checkpointing, run_record
+from tfloop.engine.runtime import hardware
 from tfloop.engine.loop import finite
+from tfloop.engine.loop.preemption import Preempted
 from tfloop.engine.loop.actions import Action, LoopEnd, StopTraining, crossed, next_multiple
 from tfloop.engine.config import INT32_MAX
 from tfloop.engine.errors import NonFinite
-from tfloop.engine.loop.runner import AbstractEvaluator, AbstractTrainer, Metrics
+from tfloop.engine.loop.runner import AbstractEvaluator, AbstractTrainer, LoopClock, Metrics
 
 logger = logging.getLogger(__name__)
 
@@ -138,6 +140,25 @@ class Controller:
     def step(self) -> int:
         return int(self.global_step.numpy())
 
+    def phase(self) -> tuple[Optional[str], tuple[int, int]]:
+        """(`running`, `running_steps`): what the loop is doing now, for a
+        hang dump (`engine.observe.watchers`) and for tracing an error to
+        the task (`engine.task.failures`)."""
+        return self.running, self.running_steps
+
+    def outcome(self) -> run_record.Outcome:
+        """What the loops did, as the run record takes it: steps, speed,
+        last metrics, and what the trainer's clock counted for `mfu`."""
+        trainer = self.trainer
+        clock = (trainer.clock if trainer is not None else None) or LoopClock()
+        strategy = trainer.strategy if trainer is not None else None
+        return run_record.Outcome(
+            step=self.step, steps_per_second=self.steps_per_second,
+            stopped_early=self.stopped_early, train_metrics=dict(self.last_train_metrics),
+            eval_metrics=dict(self.last_eval_metrics), flops_per_step=clock.flops,
+            peak=clock.peak,
+            devices=hardware.local_devices(strategy) if strategy is not None else ())
+
     @property
     def steps_per_second(self) -> float:
         """Training speed over the loops timed (each `train` call's first excluded)."""
@@ -179,6 +200,10 @@ class Controller:
             logger.info("stopping early at step %d: %s", self.step, stop.reason)
             self.stopped_early = stop.reason
             self.save_checkpoint()
+        except Preempted as stop:  # the stop request saved its checkpoint: told as any save
+            if stop.checkpoint:
+                self._tell_saved(stop.step, stop.checkpoint)
+            raise
         finally:
             for action in self.train_actions:
                 action.close()
@@ -284,11 +309,19 @@ class Controller:
         return f"the newest checkpoint, {posixpath.basename(latest)}, is the last good one"
 
     def save_checkpoint(self) -> Optional[str]:
-        """Saves `ckpt-<step>` unless one exists for this step already."""
+        """Saves `ckpt-<step>` unless one exists for this step already; the
+        train actions are told of a new one (`Action.saved`)."""
+        before = self.checkpoint_manager.latest_checkpoint if self.checkpoint_manager else None
         self.running = "save"  # for a hang dump (engine.runtime.hang); no error names it
         path = checkpointing.save(self.checkpoint_manager, self.step)
         self.running = None
+        if path is not None and path != before:
+            self._tell_saved(self.step, path)
         return path
+
+    def _tell_saved(self, step: int, path: str) -> None:
+        for action in self.train_actions:
+            action.saved(step, path)
 
     def _steps_to_next_stop(self, step: int, target: int, eval_interval: int) -> int:
         stops = [step + self.steps_per_loop, target]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Callable, Optional
+from typing import Optional
 
 import tensorflow as tf
 
@@ -66,30 +66,30 @@ class WatchedRun:
 
 class Watchers:
     """Built before the Controller (its actions go in the Controller's list);
-    `phase` reads the Controller once it exists.
+    `start(controller)` hands it the Controller, whose phase a hang dump
+    reads (`Controller.phase`), and `finish(controller)` its final metrics.
 
     Args:
       run: what the watchers need of the run's plan (`WatchedRun`).
       strategy: the run's strategy.
       trainer: the trainer (its `step_phase` and `clock`, where it has them).
-      phase: `() -> (Controller.running, Controller.running_steps)`.
       train_summaries, eval_summaries: the chief's writers, else None.
       start_step: the step training starts from.
       run_dir: the run's `RunDir` (where its summaries and diagnostics go).
     """
 
     def __init__(self, *, run: WatchedRun, strategy: tf.distribute.Strategy,
-                 trainer: AbstractTrainer, phase: Callable[[], tuple],
-                 train_summaries: Optional[SummaryWriter],
+                 trainer: AbstractTrainer, train_summaries: Optional[SummaryWriter],
                  eval_summaries: Optional[SummaryWriter], start_step: int,
                  run_dir: layout.RunDir):
         config, role = run.config, run.role
         phase_marks, clock = trainer.step_phase, trainer.clock
+        self._controller: Optional[Controller] = None
         self.watch = hang.HangWatch(
             timeout=config.hang_timeout, task=role.name,
             directory=hang.directory_for(run_dir.diagnostics),
             file_name=lambda number: layout.hang_dump_name(role.name, os.getpid(), number),
-            phase=phase,
+            phase=self._phase,
             step_phase=phase_marks.describe_phase if phase_marks is not None else None)
         self.actions: list[Action] = [_LoopEnded(self.watch)]
         # Every worker decides alike (the table is a collective): same flags, same determinism.
@@ -110,8 +110,14 @@ class Watchers:
         self._config = config
         self._start_step = start_step
 
-    def start(self) -> None:
-        """The chief's TensorBoard marks, then the hang watch's thread."""
+    def _phase(self) -> tuple:
+        """The Controller's phase and loop, once `start` has it."""
+        return self._controller.phase() if self._controller is not None else (None, (0, 0))
+
+    def start(self, controller: Controller) -> None:
+        """The chief's TensorBoard marks, then the hang watch's thread, which
+        reads `controller`'s phase."""
+        self._controller = controller
         if self._root is not None:
             for writer in (*self._writers, self._root):
                 board.mark_start(writer, self._start_step)

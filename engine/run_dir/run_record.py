@@ -15,12 +15,38 @@ record: `{"evaluations": [{"step": ..., "by": ..., "eval/loss": ...}, ...]}`.
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from tfloop.engine.run_dir import layout
 from tfloop.engine.runtime import hardware
 
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What the loops did, as the Controller tells it (`Controller.outcome`):
+    the record's only view of the loop, so this module reaches into no
+    controller or trainer.
+
+    Attributes:
+      step: the global step reached.
+      steps_per_second: training speed over the timed loops (0: none timed).
+      stopped_early: why training stopped early, or None.
+      train_metrics, eval_metrics: the last train loop's and evaluation's metrics.
+      flops_per_step: FLOPs of one step as the trainer's clock counted them (None: not counted).
+      peak: the devices' peak rate `mfu` is measured against (None: unknown).
+      devices: this process's replicas' devices (whose GPU memory peak is reported).
+    """
+
+    step: int
+    steps_per_second: float = 0.0
+    stopped_early: Optional[str] = None
+    train_metrics: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    eval_metrics: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    flops_per_step: Optional[float] = None
+    peak: Optional[hardware.Peak] = None
+    devices: tuple[str, ...] = ()
 
 
 def running(plan: Any, *, start_step: int, restored: Optional[str], step: int,
@@ -41,7 +67,7 @@ def running(plan: Any, *, start_step: int, restored: Optional[str], step: int,
     }
 
 
-def summarize(plan: Any, controller: Any, *, num_replicas: int, restored: Optional[str],
+def summarize(plan: Any, outcome: Outcome, *, num_replicas: int, restored: Optional[str],
               start_step: int, status: str, saved_step: int, checkpoint: Optional[str],
               wall_seconds: float, best: Optional[dict] = None,
               export: Optional[str] = None) -> dict:
@@ -58,7 +84,7 @@ def summarize(plan: Any, controller: Any, *, num_replicas: int, restored: Option
     run wrote at its end, or None: none was asked for (or this process is not
     the chief), or it was not written, and then `status` is not `finished`:
     a run is finished once its export is written too."""
-    reached = controller.step
+    reached = outcome.step
     summary = {
         "status": status,
         "step": reached if status in ("finished", "stopped_early") else saved_step,
@@ -68,42 +94,35 @@ def summarize(plan: Any, controller: Any, *, num_replicas: int, restored: Option
         "mode": plan.mode,
         "interrupted": status not in ("finished", "stopped_early"),
         "examples_per_second": round(
-            controller.steps_per_second * plan.config.global_batch_size, 1),
+            outcome.steps_per_second * plan.config.global_batch_size, 1),
         "num_replicas": num_replicas,
         "collective": plan.collective.describe(),
         # Which weights the evaluations and the export hold (--ema_decay).
         "evaluated_weights": "moving_average" if plan.config.ema_decay else "trained",
         "wall_seconds": round(wall_seconds, 2),
         "best": dict(best) if best else None,
-        "stopped_early": getattr(controller, "stopped_early", None),
+        "stopped_early": outcome.stopped_early,
         "config": plan.config.as_dict(),
     }
     if plan.mode != "evaluate":
         summary["export"] = export
     if summary["step"] != reached:
         summary["unsaved_step"] = reached
-    summary.update(utilization(controller))
-    summary.update({f"train/{k}": v for k, v in controller.last_train_metrics.items()})
-    summary.update({f"eval/{k}": v for k, v in controller.last_eval_metrics.items()})
+    summary.update(utilization(outcome))
+    summary.update({f"train/{k}": v for k, v in outcome.train_metrics.items()})
+    summary.update({f"eval/{k}": v for k, v in outcome.eval_metrics.items()})
     return summary
 
 
-def utilization(controller: Any) -> dict:
+def utilization(outcome: Outcome) -> dict:
     """How close the run came to its hardware: `mfu` over the timed loops
     (each `train` call's first excluded, as `examples_per_second`; a run of one
-    loop has none), the step's
-    FLOPs and the peak it is measured against (`engine.observe.step_flops`,
-    `engine.runtime.hardware`), when the trainer counts them; and
-    `peak_memory` (host RSS, GPU allocation) always."""
-    trainer = getattr(controller, "trainer", None)
-    strategy = getattr(trainer, "strategy", None)
-    record: dict = {"peak_memory": hardware.peak_memory(
-        hardware.local_devices(strategy) if strategy is not None else ())}
-    peak = getattr(trainer, "peak", None)
-    rate = controller.steps_per_second
-    # Counted by the trainer from its second loop on (a run of one loop has no mfu).
-    flops = trainer.flops_per_step(count=False) if peak is not None and rate else None
-    if flops:
+    loop has none), the step's FLOPs and the peak it is measured against
+    (`engine.observe.step_flops`, `engine.runtime.hardware`), when the
+    trainer's clock counted them; and `peak_memory` (host RSS, GPU allocation) always."""
+    record: dict = {"peak_memory": hardware.peak_memory(outcome.devices)}
+    rate, flops, peak = outcome.steps_per_second, outcome.flops_per_step, outcome.peak
+    if flops and rate and peak is not None:
         record.update(mfu=round(flops * rate / peak.flops_per_second, 4), flops_per_step=flops,
                       peak_flops_per_second=peak.flops_per_second, peak_source=peak.source)
     return record

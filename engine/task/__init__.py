@@ -4,6 +4,8 @@
   its own variables and optimizer: a GAN's two), `ClassificationTask` (the
   built-in --model/--dataset task), and `load` for `--task=module:Class`;
 - `losses`: `LossOutput` and `Gradients`, what a loss function returns;
+- `compiled_model`: a compiled Keras model as a kind of task (its loss and
+  metrics as a `LossOutput`; `--task=module:function`);
 - `failures`: a task's own mistakes in one line naming its method, and
   `exit_class`, where every failure of a run becomes its exit status.
 

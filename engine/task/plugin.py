@@ -319,7 +319,7 @@ def load(reference: str, config: Any, *,
     path, as for `python -m`), then `Class.from_config(config)`. With
     `from_function`, `--task=module:function` (a function, not a class) is
     `from_function(function, config)` (the run's: a function that builds and
-    compiles a Keras model, `engine.keras_fit.compiled`).
+    compiles a Keras model, `engine.task.compiled_model`).
 
     Raises:
       ConfigError: not `module:Class`, the module does not import, or the

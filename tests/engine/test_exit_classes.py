@@ -228,12 +228,13 @@ def test_outside_a_cluster_the_same_error_stays_the_tasks(tmp_path):
 
 
 def test_every_site_translates_through_the_one_context_manager():
-    """engine/assembly/run.py has no `except` ladder of its own: each stage runs under
-    `task_failures.exit_class` (issue 32)."""
+    """The assembly (engine/assembly/run.py and runner.py) has no `except` ladder
+    of its own: each stage runs under `task_failures.exit_class` (issue 32)."""
     import importlib
     import inspect
 
-    source = inspect.getsource(importlib.import_module("tfloop.engine.assembly.run"))
+    source = "".join(inspect.getsource(importlib.import_module(f"tfloop.engine.assembly.{name}"))
+                     for name in ("run", "runner"))
     assert "lost_peer_errors as" not in source and "unrecoverable_errors as" not in source
     assert "except tf.errors.OpError" not in source
     assert source.count("exit_class(") >= 3

@@ -172,23 +172,43 @@ def test_throughput_leaves_out_each_trains_first_loop():
     assert controller.steps_per_second > 1000
 
 
-def test_for_run_assembles_a_runs_actions_in_order():
+def test_metrics_json_progress_is_an_action_told_of_every_checkpoint(tmp_path):
+    """`RecordProgress` writes the record when training starts and after each
+    checkpoint the Controller saves, the stop request's included (issue 32:
+    an action, not a callback hung on the checkpoint manager)."""
+    import json
+
+    from tfloop.engine.run_dir import checkpointing
+
+    step = step_variable()
+    _, manager = checkpointing.create(model=tf.Module(), optimizer=tf.Module(), global_step=step,
+                                      directory=str(tmp_path / "ckpt"), max_to_keep=5)
+    path = str(tmp_path / "metrics.json")
+    written = []
+
+    def record(at, checkpoint):
+        written.append((at, checkpoint and os.path.basename(checkpoint)))
+        return {"step": at, "checkpoint": checkpoint}
+
+    progress = actions.RecordProgress(path=path, record=record, step=0, checkpoint=None)
     request = StopRequest()
-    chief = actions.for_run(
-        is_chief=True, global_batch_size=8, summary_interval=4, profile_steps=(2, 3),
-        profile_dir="/tmp/trace", train_summaries=RecordingWriter(),
-        eval_summaries=RecordingWriter(), stop_request=request, checkpoint_manager=None,
-        on_loop_end=lambda step, metrics: None)
-    assert [type(a).__name__ for a in chief.train] == [
-        "Profile", "TrainProgress", "TrainSummaries", "OnLoopEnd", "StopOnSignal"]
-    assert [type(a).__name__ for a in chief.eval] == ["EvalProgress", "EvalSummaries"]
-    worker = actions.for_run(
-        is_chief=False, global_batch_size=8, summary_interval=4, profile_steps=(2, 3),
-        profile_dir="/tmp/trace", train_summaries=None, eval_summaries=None,
-        stop_request=None, checkpoint_manager=None)
-    assert worker.train[0].logdir is None  # cuts like the chief, traces nothing
-    assert [a.next_stop(0) for a in worker.train] == [2, None, 4]
-    assert [type(a).__name__ for a in worker.eval] == ["EvalProgress"]
+    stop = actions.StopOnSignal(request=request, checkpoint_manager=manager)
+    controller = Controller(global_step=step, trainer=FakeTrainer(step), steps_per_loop=2,
+                            checkpoint_manager=manager, checkpoint_interval=4,
+                            train_actions=[progress, stop])
+    controller.train(8)
+    assert written == [(0, None), (4, "ckpt-4"), (8, "ckpt-8")]
+    controller.save_checkpoint()  # the same step again: nothing new, nothing told
+    assert len(written) == 3 and json.load(open(path))["step"] == 8
+    request.requested = True
+    with pytest.raises(actions.Preempted):
+        controller.train(20)
+    assert written[-1] == (10, "ckpt-10") and progress.last[0] == 10
+
+
+def test_record_progress_refuses_a_record_that_is_not_callable():
+    with pytest.raises(ValueError, match=r"`record` \('x'\) must be callable"):
+        actions.RecordProgress(path="/tmp/m.json", record="x", step=0, checkpoint=None)
 
 
 @pytest.mark.parametrize("build,says", [

@@ -135,3 +135,21 @@ def test_bad_arguments_are_refused_at_construction_naming_them(overrides, says):
         Controller(**arguments)
     assert says in str(error.value)
     assert "\n" not in str(error.value)
+
+
+def test_the_outcome_is_what_the_loops_did_as_a_plain_value():
+    """`Controller.outcome()`: the run record's only view of the loop (issue
+    32: run_record reaches into no trainer); a trainer without a clock
+    counts no FLOPs and names no peak."""
+    from tfloop.engine.run_dir import run_record
+
+    step = step_variable()
+    controller = Controller(global_step=step, trainer=FakeTrainer(step), steps_per_loop=2)
+    controller.train(6)
+    outcome = controller.outcome()
+    assert isinstance(outcome, run_record.Outcome)
+    assert (outcome.step, outcome.stopped_early, outcome.eval_metrics) == (6, None, {})
+    assert outcome.train_metrics == controller.last_train_metrics
+    assert outcome.steps_per_second == controller.steps_per_second
+    assert (outcome.flops_per_step, outcome.peak, outcome.devices) == (None, None, ())
+    assert controller.phase() == (None, (4, 6))

@@ -1,0 +1,89 @@
+"""`engine.assembly.runner.Runner`: the run's assembly in four steps, built once, in order.
+
+`build_actions` owns both action lists in their final order (nothing is
+patched afterwards), metrics.json's progress among them; the hang watch gets
+the Controller when it starts, not a lambda that reads it before it exists.
+In process, one logical CPU, a fake trainer: nothing is trained here (the
+runs themselves: tests/engine/test_run*.py).
+"""
+
+import tensorflow as tf
+
+from tfloop.engine.assembly import parts as parts_lib
+from tfloop.engine.assembly.plan import make_plan
+from tfloop.engine.assembly.runner import Hooks, Runner
+from tfloop.engine.config import RunConfig
+from tfloop.engine.loop import actions
+from tfloop.engine.loop.controller import Controller
+from tfloop.engine.loop.runner import AbstractTrainer
+
+
+class FakeTrainer(AbstractTrainer):
+    """Counts steps and trains nothing."""
+
+    def __init__(self, step: tf.Variable):
+        self.step = step
+
+    def train(self, num_steps):
+        self.step.assign_add(num_steps)
+        return {"loss": 0.0}
+
+
+def _runner(tmp_path, hooks=Hooks(), **flags):
+    config = RunConfig(**{"model_dir": str(tmp_path / "run"), "devices": "cpu:0",
+                          "global_batch_size": 8, "train_steps": 4, "steps_per_loop": 2,
+                          "export": False, **flags})
+    plan = make_plan(config)
+    strategy = plan.spec.build(plan.devices, config=plan.config, role=plan.role,
+                               connection=plan.connection, implementation=plan.implementation)
+    return Runner(plan, parts_lib.build_parts(plan, strategy), hooks=hooks)
+
+
+def _names(action_list):
+    return [type(action).__name__ for action in action_list]
+
+
+def test_build_actions_gives_both_lists_in_their_final_order(tmp_path):
+    class Mine(actions.Action):
+        def __call__(self, loop):
+            pass
+
+    extra = actions.RunActions(train=[Mine()], eval=[Mine()])
+    runner = _runner(tmp_path, Hooks(on_loop_end=lambda step, metrics: None,
+                                     add_actions=lambda **_: extra),
+                     profile_steps="2,3", best_metric="eval/loss",
+                     local_checkpoint_dir=str(tmp_path / "local"), local_checkpoint_interval=1)
+    checkpoints = runner.build_checkpointing(str(tmp_path / "run"))
+    trainer = FakeTrainer(runner.parts.global_step)
+    loop = runner.build_actions(trainer, checkpoints)
+    try:
+        train = _names(loop.train)
+        assert train[:6] == ["RecordProgress", "History", "Profile", "TrainProgress",
+                             "TrainSummaries", "OnLoopEnd"], train
+        assert train[6] == "Mine" and train[-2:] == ["SaveLocal", "StopOnSignal"], train
+        assert "_LoopEnded" in train[7:-2]  # the hang watch's, among the watchers'
+        assert _names(loop.eval) == ["History", "EvalProgress", "EvalSummaries", "Mine",
+                                     "KeepBest"]
+        controller = runner.build_controller(trainer, checkpoints, loop)
+        assert controller.train_actions == tuple(loop.train)
+        loop.watchers.start(controller)  # the hang watch reads the Controller from here on
+        assert loop.watchers.watch.phase() == (None, (0, 0))
+    finally:
+        loop.close(Controller(global_step=runner.parts.global_step, trainer=trainer))
+
+
+def test_a_run_that_only_evaluates_records_evaluations_and_no_progress(tmp_path):
+    runner = _runner(tmp_path)  # the evaluate mode's path: no write_dir, no trainer
+    checkpoints = runner.build_checkpointing(None)
+    assert checkpoints.manager is None and checkpoints.start_step == 0
+    loop = runner.build_actions(None, checkpoints)
+    try:
+        assert loop.progress is None and loop.watchers is None
+        assert _names(loop.train) == ["History", "TrainProgress", "TrainSummaries",
+                                      "StopOnSignal"]
+        assert _names(loop.eval) == ["History", "EvalProgress", "EvalSummaries",
+                                     "RecordEvaluation"]
+    finally:
+        loop.close(Controller(global_step=runner.parts.global_step,
+                              evaluator=runner.parts.evaluator))
+    assert isinstance(runner.parts.global_step, tf.Variable)
