@@ -24,7 +24,7 @@ import logging
 import os
 import posixpath
 import tempfile
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import tensorflow as tf
 
@@ -54,13 +54,9 @@ def parts(model: Any, optimizer: Any, global_step: tf.Variable) -> dict:
                 model_weights=named_weights(model))
 
 
-class Manager(tf.train.CheckpointManager):
-    """A `CheckpointManager` that tells `after_save` callbacks `(step, path)`
-    about each checkpoint `save` (below) completes (metrics.json's progress)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.after_save: list[Callable[[int, str], None]] = []
+#: The run's checkpoint manager, TensorFlow's own: who hears of a new
+#: checkpoint is the Controller's business (`Action.saved`), not the manager's.
+Manager = tf.train.CheckpointManager
 
 
 def create(
@@ -100,8 +96,6 @@ def save(manager: Optional[tf.train.CheckpointManager], step: int) -> Optional[s
         _remove_partial_save(manager.directory, step)
         raise RunFailure(_save_failed(manager.directory, step, latest, error)) from None
     logger.info("saved checkpoint %s", path)
-    for callback in getattr(manager, "after_save", ()):
-        callback(step, path)
     return path
 
 

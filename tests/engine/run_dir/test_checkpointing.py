@@ -3,7 +3,7 @@
 The module's contract, on a tiny Keras model in this process (no strategy,
 no training loop): `ckpt-<step>` holds the model, the optimizer, the step and
 the flat `model_weights/NNN_name` listing; a second save of a step costs
-nothing and tells `after_save` once; a restore puts back exactly what was
+nothing; a restore puts back exactly what was
 saved, refuses another model's checkpoint before touching a variable, and
 for inference prefers the moving averages; a worker's temporary save folder
 left by a killed run is removed by the next start of that task only.
@@ -56,15 +56,12 @@ def test_a_checkpoint_lists_the_weights_by_order_and_name(tmp_path):
     assert not checkpointing.holds(None, "model_weights")
 
 
-def test_a_second_save_of_a_step_writes_nothing_and_tells_after_save_once(tmp_path):
+def test_a_second_save_of_a_step_writes_nothing(tmp_path):
     _, _, manager, _ = _trained(tmp_path, steps=())
-    told = []
-    manager.after_save.append(lambda step, path: told.append((step, path)))
     first = checkpointing.save(manager, 5)
     written = {name: os.stat(tmp_path / name).st_mtime_ns for name in os.listdir(tmp_path)}
     again = checkpointing.save(manager, 5)
     assert again == first == str(tmp_path / "ckpt-5")
-    assert told == [(5, first)]
     assert {name: os.stat(tmp_path / name).st_mtime_ns
             for name in os.listdir(tmp_path)} == written
     assert checkpointing.save(None, 5) is None  # a run that only reads saves nothing
