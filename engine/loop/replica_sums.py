@@ -50,7 +50,7 @@ class ReplicaSums:
         example count, as one vector (the loop adds it to its totals)."""
         by_name = {EXAMPLES: tf.cast(num_examples, tf.float32), **{
             name: _summed(tf.cast(value, tf.float32)) for name, value in values.items()}}
-        return tf.stack([by_name.get(name, tf.constant(0.0)) for name in self._names])
+        return tf.stack([by_name[name] if name in by_name else 0.0 for name in self._names])
 
     def assign(self, totals: tf.Tensor) -> None:
         """Replica context: this replica's copies set to a loop's `totals`."""

@@ -153,6 +153,15 @@ def _check_batch(global_batch_size: int, num_replicas: int, accumulation_steps: 
                          f"{accumulation_steps} micro-batches")
 
 
+def _examples(per_example: tf.Tensor):
+    """A replica's examples in a step, as a float: the static batch size
+    where the shape has it (no op per step), else read from the tensor."""
+    static = per_example.shape[0]
+    if static is not None:
+        return float(static)
+    return tf.cast(tf.shape(per_example)[0], tf.float32)
+
+
 def _scales_loss(optimizer) -> bool:
     """A `LossScaleOptimizer` (mixed_float16), which skips non-finite steps itself."""
     return isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
@@ -505,7 +514,7 @@ class Trainer(AbstractTrainer):
         else:  # a LossScaleOptimizer skips a non-finite step by itself
             objective.optimizer.apply_gradients(zip(reduced, updated))
 
-        count = tf.cast(tf.shape(reported_loss)[0], tf.float32)
+        count = _examples(reported_loss)
         # One norm per step, weighed by the examples so the loop's mean is the steps' mean.
         step_totals = self._sums[index].step_totals(count, {
             "loss": reported_loss, **metrics, GRAD_NORM: grad_norm * count})
