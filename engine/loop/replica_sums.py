@@ -4,6 +4,11 @@ A step adds each replica's sums to its own copy of a `SyncOnRead` variable,
 so accumulating costs no communication; one cross-replica reduction happens
 when a loop reads the result. Means are sum / example count, so partial and
 empty per-replica batches weigh exactly by the examples they hold.
+
+The train loop keeps its sums cheaper still (issue 30: the engine's per-step
+cost): each replica carries one vector of them through the loop's
+`tf.while_loop` (`zeros`, `step_totals`, added by the loop) and `assign`s it to
+its copies once, after the loop; no variable is written per step.
 """
 
 from __future__ import annotations
@@ -36,6 +41,22 @@ class ReplicaSums:
         for name, value in values.items():
             self._sums[name].assign_add(tf.reduce_sum(tf.cast(value, tf.float32)))
 
+    def zeros(self) -> tf.Tensor:
+        """Replica context: a loop's first totals (`step_totals`'s layout)."""
+        return tf.zeros([len(self._names)], tf.float32)
+
+    def step_totals(self, num_examples: tf.Tensor, values: Mapping[str, tf.Tensor]) -> tf.Tensor:
+        """Replica context: this replica's per-example `values`, summed, and the
+        example count, as one vector (the loop adds it to its totals)."""
+        by_name = {EXAMPLES: tf.cast(num_examples, tf.float32), **{
+            name: _summed(tf.cast(value, tf.float32)) for name, value in values.items()}}
+        return tf.stack([by_name[name] if name in by_name else 0.0 for name in self._names])
+
+    def assign(self, totals: tf.Tensor) -> None:
+        """Replica context: this replica's copies set to a loop's `totals`."""
+        for index, name in enumerate(self._names):
+            self._sums[name].assign(totals[index])
+
     def reset(self) -> None:
         """Cross-replica context: zeroes every replica's copy."""
         for variable in self._sums.values():
@@ -52,3 +73,8 @@ class ReplicaSums:
         }
         means[EXAMPLES] = count
         return means
+
+
+def _summed(value: tf.Tensor) -> tf.Tensor:
+    """`value`'s sum; a scalar as it is (no reduction op for it)."""
+    return value if value.shape.rank == 0 else tf.reduce_sum(value)

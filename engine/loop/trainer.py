@@ -4,15 +4,18 @@ One call of `Trainer.train(num_steps)` is one loop: a single `tf.function`
 call whose body is a `tf.while_loop`, so Python runs once per loop, not once
 per step::
 
+    optimizer.learning_rate = schedule(global_step)    # a constant rate: once per loop
+    totals = zeros on every replica                    # the loop's running sums
     for _ in tf.range(num_steps):                  # inside one tf.function
         batch = next(iterator)                     # sampled loops: the input wait (engine.observe)
-        optimizer.learning_rate = schedule(global_step)    # engine.recipe.schedules.assign
+        optimizer.learning_rate = schedule(global_step)    # a rate that varies: every step
         for objective in objectives:               # usually one; a GAN's two
             if global_step % objective.every == 0:
-                strategy.run(replica_step, objective, batch)
+                totals += strategy.run(replica_step, objective, batch)
         global_step += 1
 
         average.update(global_step)                # --ema_decay: the weights' moving average
+    running sums (variables) = totals              # once; the loop's means are read from them
 
     replica_step(objective, batch):                # on every replica
         out  = loss_fn(model, batch, training=True)        # these four lines are
@@ -22,6 +25,16 @@ per step::
         grads = all-reduce(grads)                  # the one all-reduce, via the collective
         grad_norm = global_norm(grads)             # a train metric; --clip_norm clips to it
         objective's optimizer.apply_gradients(grads)  # applies; does not reduce again
+        return [examples, sum(loss), sum(metrics)..., grad_norm * examples]
+
+What a step does beyond the gradient step is kept to what its features
+need (issue 30: the engine's per-step cost): the running sums are tensors
+the `tf.while_loop` carries (no variable written per step), a constant
+learning rate is set once per loop, the finiteness check exists only where a
+step can be skipped, and the hang dump's marks are one counter per step (two
+with an all-reduce: `engine.loop.step_phase`). A step writes the optimizer's
+variables, the global step and those marks, nothing else
+(`tests/engine/observe/test_sampled_loops.py`).
 
 A task may own the forward and backward lines (`Task.gradients(model,
 batch, step)`: a gradient penalty, several backward passes); the rest of
@@ -95,6 +108,7 @@ from tfloop.engine.loop.replica_step import (accumulated_gradients, hook_gradien
 from tfloop.engine.recipe.objectives import BoundObjective
 from tfloop.engine.loop.replica_sums import EXAMPLES, ReplicaSums
 from tfloop.engine.loop.step_phase import StepPhase
+from tfloop.engine.loop.trainer_options import TrainerOptions
 from tfloop.engine.loop.runner import AbstractTrainer, LoopClock, Metrics, StepStamps
 from tfloop.engine.runtime import hardware
 
@@ -128,6 +142,26 @@ _CHECKS = ("Assert", "CheckNumerics", "CheckNumericsV2")
 SKIPPED_STEPS = "skipped_steps"
 
 
+def _check_batch(global_batch_size: int, num_replicas: int, accumulation_steps: int) -> None:
+    """Refuses a global batch that is not positive or does not split into
+    the replicas' micro-batches."""
+    if global_batch_size <= 0:
+        raise ValueError(f"`global_batch_size` ({global_batch_size}) must be positive")
+    per_replica = global_batch_size // num_replicas
+    if per_replica % accumulation_steps:
+        raise ValueError(f"the per-replica batch ({per_replica}) does not divide into "
+                         f"{accumulation_steps} micro-batches")
+
+
+def _examples(per_example: tf.Tensor):
+    """A replica's examples in a step, as a float: the static batch size
+    where the shape has it (no op per step), else read from the tensor."""
+    static = per_example.shape[0]
+    if static is not None:
+        return float(static)
+    return tf.cast(tf.shape(per_example)[0], tf.float32)
+
+
 def _scales_loss(optimizer) -> bool:
     """A `LossScaleOptimizer` (mixed_float16), which skips non-finite steps itself."""
     return isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
@@ -156,22 +190,13 @@ class Trainer(AbstractTrainer):
       optimizer: a Keras 3 optimizer created under `strategy.scope()`, and
       loss_fn: the user's per-example loss (see `engine.task.losses`; default
         classification).
-      jit_compile: compile each replica's forward and backward pass with XLA.
-      accumulation_steps: micro-batches per step (see the module docstring).
-      clip_norm: clip the reduced gradients to this global norm (0: off).
       average: the weights' moving average (`engine.recipe.ema`), updated after
         every step; None: off.
-      nan_policy: `stop` (a loop with a non-finite loss or gradient norm
-        raises `NonFinite`) or `skip_step` (such a step applies no update; see
-        the module docstring).
-      max_skips: with `skip_step`, raise `NonFinite` after this many skipped
-        steps in a row.
       clock: times the loops (`engine.loop.runner.LoopClock`; the engine's
         is `engine.observe.clock.SampledClock`: wall time per loop, per-step
         stamps in sampled loops, `mfu`); None: nothing is timed.
-      input_on_device: train every step on one batch taken once from
-        `train_dataset` and kept on the devices (`--synthetic_on_device`:
-        compute alone, no input pipeline per step).
+      options: how each step runs (`TrainerOptions`: XLA, accumulation,
+        clipping, the non-finite policy, input kept on the devices).
 
     The trainer calls its clock at three points (`LoopClock`) and knows
     nothing else about timing.
@@ -189,51 +214,52 @@ class Trainer(AbstractTrainer):
         objectives: Optional[Sequence[BoundObjective]] = None,
         optimizer: Optional[keras.optimizers.Optimizer] = None,
         loss_fn: Optional[LossFn] = None,
-        jit_compile: bool = False,
-        accumulation_steps: int = 1,
-        clip_norm: float = 0.0,
         average: Optional[WeightAverage] = None,
-        nan_policy: str = finite.STOP,
-        max_skips: int = 10,
         clock: Optional[LoopClock] = None,
-        input_on_device: bool = False,
+        options: TrainerOptions = TrainerOptions(),
     ):
-        if global_batch_size <= 0:
-            raise ValueError(f"`global_batch_size` ({global_batch_size}) must be positive")
-        if not isinstance(accumulation_steps, int) or accumulation_steps < 1:
-            raise ValueError(f"`accumulation_steps` ({accumulation_steps!r}) must be a "
-                             "positive integer")
-        per_replica = global_batch_size // strategy.num_replicas_in_sync
-        if per_replica % accumulation_steps:
-            raise ValueError(f"the per-replica batch ({per_replica}) does not divide into "
-                             f"{accumulation_steps} micro-batches")
-        if clip_norm < 0:
-            raise ValueError(f"`clip_norm` ({clip_norm!r}) must be >= 0 (0: off)")
-        if nan_policy not in (finite.STOP, finite.SKIP_STEP):
-            raise ValueError(f"`nan_policy` ({nan_policy!r}) must be {finite.STOP!r} or "
-                             f"{finite.SKIP_STEP!r}")
-        if not isinstance(max_skips, int) or max_skips < 1:
-            raise ValueError(f"`max_skips` ({max_skips!r}) must be a positive integer")
+        _check_batch(global_batch_size, strategy.num_replicas_in_sync,
+                     options.accumulation_steps)
         self.strategy = strategy
         self.model = model
         self.collective = collective
         self.global_step = global_step
         self.global_batch_size = global_batch_size
-        self.accumulation_steps = accumulation_steps
-        self.clip_norm = clip_norm
+        self.options = options
         self.average = average
         if objectives is None:
             objectives = self._one_objective(strategy, model, optimizer, loss_fn)
         self.objectives = list(objectives)
-        self.nan_policy = nan_policy
-        self.max_skips = max_skips if nan_policy == finite.SKIP_STEP else 0
+        self.max_skips = options.max_skips if options.skips_steps else 0
         self.clock = clock or LoopClock()
         self.train_dataset = train_dataset
         self.element_spec = train_dataset.element_spec
         # Steps are skipped by the engine (skip_step) or by a LossScaleOptimizer.
-        self._skipping = nan_policy == finite.SKIP_STEP or any(
+        self._skipping = options.skips_steps or any(
             _scales_loss(o.optimizer) for o in self.objectives)
-        with strategy.scope():
+        self._build_state()
+        self._build_input(options.input_on_device)
+        compile_fn = ((lambda f: tf.function(f, jit_compile=True)) if options.jit_compile
+                      else (lambda f: f))
+        self._gradients = [compile_fn(functools.partial(self._compute_gradients, o))
+                           for o in self.objectives]
+        # Traced once per value of `sampled` (engine.observe.clock): two at most.
+        self._loop = tf.function(self._train_loop)
+        for objective in self.objectives:  # a plug-in's results, checked before anything is written
+            checked.probe(collective, self.strategy, list(objective.variables))
+
+    @property
+    def accumulation_steps(self) -> int:
+        return self.options.accumulation_steps
+
+    @property
+    def clip_norm(self) -> float:
+        return self.options.clip_norm
+
+    def _build_state(self) -> None:
+        """The variables the loop keeps beside the model's: the skip streak,
+        each objective's running sums, and the step's phase marks."""
+        with self.strategy.scope():
             # Skipped steps in a row, across loops (not checkpointed: a resumed
             # run starts counting afresh).
             self._skip_streak = tf.Variable(
@@ -241,31 +267,28 @@ class Trainer(AbstractTrainer):
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
         # What the loop checks for non-finite values at its end: the model's
         # weights (batch-norm statistics too), or the objectives' variables.
-        watched = getattr(model, "variables", None) or [
+        watched = getattr(self.model, "variables", None) or [
             v for o in self.objectives for v in o.variables]
         self._weights = [v for v in watched if tf.as_dtype(v.dtype).is_floating]
         self._sums = [
-            ReplicaSums(strategy, ["loss", GRAD_NORM]
-                        + metric_names(o.loss, model, train_dataset.element_spec,
+            ReplicaSums(self.strategy, ["loss", GRAD_NORM]
+                        + metric_names(o.loss, self.model, self.element_spec,
                                        step_fn=self._probe_step(o) if o.gradients else None))
             for o in self.objectives
         ]
         # The step's phase, for a hang dump (engine.loop.step_phase).
-        self.step_phase = StepPhase(hardware.local_devices(strategy)[0])
+        self.step_phase = StepPhase(self.global_step,
+                                    hardware.local_devices(self.strategy)[0],
+                                    takes_input=not self.options.input_on_device)
+
+    def _build_input(self, input_on_device: bool) -> None:
         # Each replica's batches prefetched onto its device; destroyed without
         # a stall when the trainer goes (engine.loop.iterators).
         self._iterator = iterators.distributed(
-            strategy.experimental_distribute_dataset(train_dataset,
-                                                     options=_input_options(strategy)))
+            self.strategy.experimental_distribute_dataset(
+                self.train_dataset, options=_input_options(self.strategy)))
         # --synthetic_on_device: one batch, taken now, on the replicas' devices.
         self._device_batch = next(self._iterator) if input_on_device else None
-        compile_fn = (lambda f: tf.function(f, jit_compile=True)) if jit_compile else (lambda f: f)
-        self._gradients = [compile_fn(functools.partial(self._compute_gradients, o))
-                           for o in self.objectives]
-        # Traced once per value of `sampled` (engine.observe.clock): two at most.
-        self._loop = tf.function(self._train_loop)
-        for objective in self.objectives:  # a plug-in's results, checked before anything is written
-            checked.probe(collective, strategy, list(objective.variables))
 
     @staticmethod
     def _one_objective(strategy, model, optimizer, loss_fn) -> list[BoundObjective]:
@@ -334,46 +357,32 @@ class Trainer(AbstractTrainer):
 
     def _train_loop(self, iterator, num_steps, sampled):
         stamps = self.clock.stamps(sampled)  # no ops at all when not sampled
-        for sums in self._sums:
-            sums.reset()
+        self.step_phase.begin()  # once per loop: the hang dump's counters
+        schedules.assign_per_loop(self.objectives, self.global_step)  # a rate that never varies
+        # Each replica's running sums, carried by the loop and written once after it.
+        totals = [self.strategy.run(sums.zeros) for sums in self._sums]
         skipped = tf.constant(0, tf.int64)
+        # Skipped steps in a row (loop-carried; the variable written once, after the loop).
+        streak = (tf.convert_to_tensor(self._skip_streak) if self.max_skips
+                  else tf.constant(0, tf.int64))
         state = stamps.start()
         for _ in tf.range(num_steps):
             if self._device_batch is not None:
                 batch = self._device_batch
             else:
-                batch = self.step_phase.next(iterator)  # the phase, for a hang dump
+                batch = self.step_phase.next(iterator)  # marked, for a hang dump
             state = stamps.input(state, self.strategy.experimental_local_results(batch))
-            graph = tf.compat.v1.get_default_graph()  # the loop body's: its checks, below
-            first_op = len(graph.get_operations())
-            schedules.assign(self.objectives, self.global_step)  # the rate of this global step
-            step_skipped = tf.constant(False)
-            for index, objective in enumerate(self.objectives):
-                objective_skipped, span = self._run_objective(index, objective, batch, stamps)
-                step_skipped = tf.logical_or(step_skipped, objective_skipped)
-                state = stamps.all_reduce(state, span)
-            # Once the updates are applied too: read after each optimizer's step count.
-            state = stamps.step_end(state, [step_skipped] + [
-                tf.identity(objective.optimizer.iterations) for objective in self.objectives])
-            if self.average is not None:
-                self.average.update(self.global_step)
-            # After the step's updates: ops on different variables are not
-            # ordered in a tf.function, so a step whose batch or loss failed
-            # could still be counted (unsaved_step 31 where 30 trained).
-            # The step's own checks too (a task's tf.debugging.assert_*: nothing
-            # the update reads depends on them, so a failing one raced the count).
-            checks = [op for op in graph.get_operations()[first_op:] if op.type in _CHECKS]
-            with tf.control_dependencies([step_skipped] + checks + [
-                    tf.identity(objective.optimizer.iterations)
-                    for objective in self.objectives]):
-                self.global_step.assign_add(1)
+            step_skipped, totals, state = self._step(batch, totals, stamps, state)
             if self._skipping:
                 skipped += tf.cast(step_skipped, tf.int64)
             if self.max_skips:
-                self._skip_streak.assign(
-                    tf.where(step_skipped, self._skip_streak + 1, tf.constant(0, tf.int64)))
-                if self._skip_streak >= self.max_skips:
+                streak = tf.where(step_skipped, streak + 1, tf.constant(0, tf.int64))
+                if streak >= self.max_skips:
                     break
+        for sums, total in zip(self._sums, totals):
+            self.strategy.run(sums.assign, args=(total,))
+        if self.max_skips:
+            self._skip_streak.assign(streak)
         results = {**self._means(), **objectives_lib.learning_rates(self.objectives)}
         if self._skipping:
             results[SKIPPED_STEPS] = skipped
@@ -381,28 +390,60 @@ class Trainer(AbstractTrainer):
             [tf.reduce_all(tf.math.is_finite(v)) for v in self._weights] or [tf.constant(True)]))
         return results, weights_finite, stamps.totals(state)
 
-    def _run_objective(self, index, objective, batch, stamps: StepStamps):
-        """One objective's replicated step, on the steps it runs at (`every`);
-        whether its update was skipped, and in a sampled loop its all-reduce's
-        seconds (`engine.observe.step_time`: the last replica's arrival to the
-        last one's result)."""
+    def _step(self, batch, totals, stamps: StepStamps, state):
+        """One step of the loop: every objective on `batch`, then the global
+        step counted. Returns whether an update was skipped (None when no
+        step can be), the running sums with this step's added, and the stamps' state."""
+        graph = tf.compat.v1.get_default_graph()  # the loop body's: its checks, below
+        first_op = len(graph.get_operations())
+        schedules.assign(self.objectives, self.global_step)  # a rate that varies by step
+        step_skipped, totals = None, list(totals)
+        for index, objective in enumerate(self.objectives):
+            objective_skipped, span, totals[index] = self._run_objective(
+                index, objective, batch, totals[index], stamps)
+            if objective_skipped is not None:
+                step_skipped = (objective_skipped if step_skipped is None
+                                else tf.logical_or(step_skipped, objective_skipped))
+            state = stamps.all_reduce(state, span)
+        # Once the updates are applied: read after each optimizer's step count.
+        applied = ([step_skipped] if step_skipped is not None else []) + [
+            tf.identity(objective.optimizer.iterations) for objective in self.objectives]
+        state = stamps.step_end(state, applied)
+        if self.average is not None:
+            self.average.update(self.global_step)
+        # After the step's updates: ops on different variables are not
+        # ordered in a tf.function, so a step whose batch or loss failed
+        # could still be counted (unsaved_step 31 where 30 trained).
+        # The step's own checks too (a task's tf.debugging.assert_*: nothing
+        # the update reads depends on them, so a failing one raced the count).
+        checks = [op for op in graph.get_operations()[first_op:] if op.type in _CHECKS]
+        with tf.control_dependencies(applied + checks):
+            self.global_step.assign_add(1)
+        return step_skipped, totals, state
+
+    def _run_objective(self, index, objective, batch, totals, stamps: StepStamps):
+        """One objective's replicated step, on the steps it runs at (`every`):
+        whether its update was skipped (None when it cannot be), in a sampled
+        loop its all-reduce's seconds (`engine.observe.step_time`: the last
+        replica's arrival to the last one's result), and its running sums."""
         step = functools.partial(self._replica_step, index, stamps)
 
         def run():
-            skipped, ready, done = self.strategy.run(step, args=(batch,))
+            skipped, ready, done, summed = self.strategy.run(step, args=(batch, totals))
             local = self.strategy.experimental_local_results
             span = stamps.span(local(ready), local(done)) if ready is not None else None
-            return self._first_replica(skipped), span
+            return (self._first_replica(skipped) if skipped is not None else None), span, summed
 
         if objective.every == 1:
             return run()
 
         def ran():  # tf.cond's branches return alike: a zero span where none is taken
-            skipped, span = run()
-            return skipped, span if span is not None else tf.constant(0.0, tf.float64)
+            skipped, span, summed = run()
+            return (skipped if skipped is not None else tf.constant(False),
+                    span if span is not None else tf.constant(0.0, tf.float64), summed)
 
         return tf.cond(self.global_step % objective.every == 0, ran,
-                       lambda: (tf.constant(False), tf.constant(0.0, tf.float64)))
+                       lambda: (tf.constant(False), tf.constant(0.0, tf.float64), totals))
 
     def _first_replica(self, value):
         """The first local replica's copy of a value every replica computed alike."""
@@ -449,7 +490,7 @@ class Trainer(AbstractTrainer):
         return gradients_fn(objective.loss, self.model, batch, list(objective.variables),
                             optimizer=objective.optimizer, global_batch_size=self.global_batch_size)
 
-    def _replica_step(self, index, stamps, batch):
+    def _replica_step(self, index, stamps, batch, totals):
         objective = self.objectives[index]
         variables = list(objective.variables)
         grads, reported_loss, metrics = self._gradients[index](batch)
@@ -461,33 +502,40 @@ class Trainer(AbstractTrainer):
             self._all_reduce, args=(held, [variables[i] for i in present])
         )
         done = stamps.done(reduced)
-        # Under mixed_float16 the reduced gradients are still multiplied by the
-        # loss scale (the optimizer divides it out): norms are taken of the real ones.
-        scale = precision.loss_scale(objective.optimizer)
-        grad_norm = tf.linalg.global_norm(reduced) / scale
-        if self.clip_norm:
-            reduced, _ = tf.clip_by_global_norm(reduced, self.clip_norm * scale,
-                                                use_norm=grad_norm * scale)
+        grad_norm, reduced = self._norm_and_clip(objective.optimizer, reduced)
         updated = [variables[i] for i in present]
-        # The same on every replica: the reduced gradients are.
-        finite_step = tf.math.is_finite(grad_norm)
-        if self.nan_policy == finite.SKIP_STEP and not _scales_loss(objective.optimizer):
+        # The same on every replica: the reduced gradients are. Only where a
+        # step can be skipped: otherwise the loop checks its means afterwards.
+        finite_step = tf.math.is_finite(grad_norm) if self._skipping else None
+        if self.options.skips_steps and not _scales_loss(objective.optimizer):
             tf.distribute.get_replica_context().merge_call(
                 functools.partial(self._apply_if_finite, objective.optimizer, updated),
                 args=(reduced, finite_step))
         else:  # a LossScaleOptimizer skips a non-finite step by itself
             objective.optimizer.apply_gradients(zip(reduced, updated))
 
-        count = tf.shape(reported_loss)[0]
+        count = _examples(reported_loss)
         # One norm per step, weighed by the examples so the loop's mean is the steps' mean.
-        values = {"loss": reported_loss, **metrics,
-                  GRAD_NORM: grad_norm * tf.cast(count, tf.float32)}
-        if self._skipping:  # a skipped step stays out of the loop's means
-            values = {name: tf.where(finite_step, value, tf.zeros_like(value))
-                      for name, value in values.items()}
-            count = tf.where(finite_step, count, tf.zeros_like(count))
-        self._sums[index].add(count, values)
-        return tf.logical_not(finite_step), ready, done
+        step_totals = self._sums[index].step_totals(count, {
+            "loss": reported_loss, **metrics, GRAD_NORM: grad_norm * count})
+        if finite_step is None:
+            return None, ready, done, totals + step_totals
+        # A skipped step stays out of the loop's means, its example count too.
+        step_totals = tf.where(finite_step, step_totals, tf.zeros_like(step_totals))
+        return tf.logical_not(finite_step), ready, done, totals + step_totals
+
+    def _norm_and_clip(self, optimizer, reduced):
+        """The reduced gradients' global norm (the train metric) and the
+        gradients clipped to `clip_norm`. Under mixed_float16 the reduced
+        gradients are still multiplied by the loss scale (the optimizer divides
+        it out): the norm is taken of the real ones, and clipped alike."""
+        norm = tf.linalg.global_norm(reduced)
+        scale = precision.loss_scale(optimizer) if _scales_loss(optimizer) else None
+        grad_norm = norm / scale if scale is not None else norm
+        if self.clip_norm:
+            limit = self.clip_norm * scale if scale is not None else self.clip_norm
+            reduced, _ = tf.clip_by_global_norm(reduced, limit, use_norm=norm)
+        return grad_norm, reduced
 
     @tf.autograph.experimental.do_not_convert  # graph-building Python, not a loop body
     def _apply_if_finite(self, optimizer, variables, strategy, grads, finite_step):

@@ -10,7 +10,10 @@ Why a variable, and not a Keras `LearningRateSchedule`: the optimizers the
 engine builds keep Keras's float learning-rate variable (the checkpoint
 layout every earlier run has), and the train loop assigns
 `schedule(global_step)` to it before each step's objectives run
-(`assign`). An optimizer object a task or caller supplies keeps its own rate.
+(`assign`). A rate that does not vary with the step (constant, no warmup) is
+assigned once per loop instead, before its steps (`assign_per_loop`): a
+constant rate adds no op to a step. An optimizer object a task or caller
+supplies keeps its own rate.
 
 With peak `P` (`--learning_rate`), end `E` (`--end_learning_rate`), `W`
 warmup steps, `T` the run's last step (`--train_steps`), `t = s - W` and
@@ -88,12 +91,13 @@ class LearningRate:
         warmup = float(self.warmup_steps)
         # max(.., 1): a run of no steps after warmup has nothing to decay over.
         span = float(max(self.total_steps - self.warmup_steps, 1))
-        fraction = tf.minimum(tf.maximum(s - warmup, 0.0), span) / span
         if self.schedule == "constant":
             rate = peak
         elif self.schedule == "cosine":
+            fraction = tf.minimum(tf.maximum(s - warmup, 0.0), span) / span
             rate = end + (peak - end) * 0.5 * (1.0 + tf.cos(math.pi * fraction))
         elif self.schedule == "polynomial":
+            fraction = tf.minimum(tf.maximum(s - warmup, 0.0), span) / span
             rate = end + (peak - end) * tf.pow(1.0 - fraction, self.power)
         else:  # step
             passed = tf.constant(0.0)
@@ -107,6 +111,11 @@ class LearningRate:
     def value(self, step: int) -> float:
         """The rate at `step`, computed eagerly by the same ops as `__call__`."""
         return float(self(tf.constant(step, tf.int64)))
+
+    @property
+    def varies(self) -> bool:
+        """Whether the rate changes with the step: not for a constant rate without warmup."""
+        return self.schedule != "constant" or bool(self.warmup_steps)
 
     def describe(self) -> str:
         """The start-up log line, e.g. `learning rate: warmup 0 -> 0.4 over 500
@@ -165,9 +174,20 @@ def assign_rate(optimizer: Any, schedule: Optional[LearningRate], step: Any) -> 
 
 
 def assign(objectives: Sequence[Any], step: Any) -> None:
-    """Before a step's objectives run: each scheduled objective's rate for `step`."""
+    """Before a step's objectives run: the rate for `step` of each objective
+    whose schedule varies (`assign_per_loop` set the others)."""
     for objective in objectives:
-        assign_rate(objective.optimizer, objective.learning_rate, step)
+        if objective.learning_rate is not None and objective.learning_rate.varies:
+            assign_rate(objective.optimizer, objective.learning_rate, step)
+
+
+def assign_per_loop(objectives: Sequence[Any], step: Any) -> None:
+    """Before a loop's steps: the rate of each objective whose schedule does
+    not vary with the step (once per loop, so a resumed run whose flags
+    changed trains on the new rate from its first step)."""
+    for objective in objectives:
+        if objective.learning_rate is not None and not objective.learning_rate.varies:
+            assign_rate(objective.optimizer, objective.learning_rate, step)
 
 
 def announce(objectives: Sequence[Any], *, start_step: int, resumed: bool) -> None:

@@ -37,7 +37,7 @@ from tfloop.launch import tf_config
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.loop.runner import AbstractTrainer
-from tfloop.engine.loop.trainer import Trainer
+from tfloop.engine.loop.trainer import Trainer, TrainerOptions
 from tfloop.engine.recipe.ema import WeightAverage
 from tfloop.engine.recipe.objectives import BoundObjective
 from tfloop.engine.task import Task
@@ -191,17 +191,18 @@ class StrategySpec(abc.ABC):
             strategy=strategy, model=model, objectives=objectives, collective=plan.collective,
             train_dataset=task_inputs.train_dataset(task, context),
             global_batch_size=config.global_batch_size, global_step=global_step,
-            jit_compile=config.jit_compile or getattr(task, "jit_compile", False),
-            accumulation_steps=config.accumulation_steps,
-            clip_norm=config.clip_norm, average=average, nan_policy=config.nan_policy,
-            max_skips=config.nan_max_skips,
+            average=average,
+            options=TrainerOptions(
+                jit_compile=config.jit_compile or getattr(task, "jit_compile", False),
+                accumulation_steps=config.accumulation_steps, clip_norm=config.clip_norm,
+                nan_policy=config.nan_policy, max_skips=config.nan_max_skips,
+                input_on_device=config.synthetic_on_device),
             clock=clock.SampledClock(
                 peak=hardware.peak(hardware.local_devices(strategy), config.mixed_precision),
                 timed=step_time.timestamps_allowed(),
                 # The straggler table compares every loop's own time of each worker.
                 sample_every=1 if (self.compares_workers and plan.role.num_workers > 1
-                                   and config.straggler_threshold) else clock.SAMPLE_EVERY),
-            input_on_device=config.synthetic_on_device)
+                                   and config.straggler_threshold) else clock.SAMPLE_EVERY))
 
 
 def announce_open_server(role: tf_config.Role) -> None:

@@ -22,7 +22,7 @@ from tfloop.engine.task.losses import LossOutput
 from tfloop.engine.loop.preemption import StopRequest
 from tfloop.engine.assembly.run import run
 from tfloop.engine.task import Task
-from tfloop.engine.loop.trainer import Trainer
+from tfloop.engine.loop.trainer import Trainer, TrainerOptions
 
 BATCH = 8
 FEATURES = 4
@@ -58,8 +58,8 @@ def _trainer(devices, x, y, *, nan_policy="stop", max_skips=10, accumulation_ste
         strategy=strategy, model=model, optimizer=optimizer, loss_fn=_loss,
         collective=collectives.create("reduce_to_one_device", devices=devices),
         train_dataset=dataset, global_batch_size=BATCH, global_step=step,
-        nan_policy=nan_policy, max_skips=max_skips, accumulation_steps=accumulation_steps,
-        clip_norm=clip_norm)
+        options=TrainerOptions(nan_policy=nan_policy, max_skips=max_skips,
+                               accumulation_steps=accumulation_steps, clip_norm=clip_norm))
     return trainer, model, optimizer, strategy
 
 

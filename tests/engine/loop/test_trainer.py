@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from tfloop import collectives
 from tfloop.engine.task.losses import LossOutput
-from tfloop.engine.loop.trainer import GRAD_NORM, Trainer
+from tfloop.engine.loop.trainer import GRAD_NORM, Trainer, TrainerOptions
 
 BATCH, FEATURES, LEARNING_RATE = 8, 3, 0.05
 
@@ -52,7 +52,9 @@ def _trainer(x, y, **overrides):
         collective=collectives.create("reduce_to_one_device", devices=["/cpu:0"]),
         train_dataset=tf.data.Dataset.from_tensor_slices((x, y)).repeat(),
         global_batch_size=BATCH, global_step=step)
-    return Trainer(**{**arguments, **overrides}), model, step
+    options = {name: overrides.pop(name) for name in list(overrides)
+               if name in TrainerOptions.__dataclass_fields__}
+    return Trainer(**{**arguments, **overrides}, options=TrainerOptions(**options)), model, step
 
 
 def test_a_loop_returns_the_mean_loss_and_gradient_norm_of_its_steps():

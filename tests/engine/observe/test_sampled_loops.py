@@ -10,6 +10,7 @@ host wait for the device every step. The sampled loop holds all three, and
 on the CPU it still gives the breakdown.
 """
 
+import dataclasses
 import logging
 import types
 
@@ -20,9 +21,10 @@ import tensorflow as tf
 from tfloop import collectives
 from tfloop.engine.loop.actions import LoopEnd
 from tfloop.engine.loop.runner import LoopClock
-from tfloop.engine.loop.trainer import Trainer
+from tfloop.engine.loop.trainer import Trainer, TrainerOptions
 from tfloop.engine.observe import clock as clock_lib
 from tfloop.engine.observe import step_time
+from tfloop.engine.recipe import schedules
 
 GPUS = ["/gpu:0", "/gpu:1"]
 #: Ops that run on the host whatever the machine: the clock, the input
@@ -106,6 +108,90 @@ def test_an_unsampled_gpu_loop_holds_no_stamp_and_no_host_wait():
     assert trainer._loop.experimental_get_tracing_count() == 2
 
 
+#: Ops that write a variable.
+WRITES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp")
+
+
+def _loop_body(graph_def) -> list:
+    """The nodes of the one `tf.range` loop's body (a loop's step)."""
+    bodies = [f for f in graph_def.library.function if f.signature.name.startswith("while_body")]
+    assert len(bodies) == 1, [f.signature.name for f in bodies]
+    return list(bodies[0].node_def)
+
+
+def _writes(nodes) -> int:
+    return sum(n.op in WRITES or n.op.startswith("ResourceApply") for n in nodes)
+
+
+def _hand_loop_body(trainer) -> list:
+    """The body of a hand-written loop over the same model and optimizer
+    kind (forward, backward, Keras's apply: the optimizer's own writes)."""
+    strategy = tf.distribute.MirroredStrategy(
+        GPUS, cross_device_ops=tf.distribute.ReductionToOneDevice())
+    with strategy.scope():
+        model = keras.models.clone_model(trainer.model)
+        optimizer = keras.optimizers.SGD(0.1)
+    iterator = iter(strategy.experimental_distribute_dataset(trainer.train_dataset))
+
+    def step(batch):
+        x, y = batch
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(keras.losses.sparse_categorical_crossentropy(
+                y, model(x, training=True), from_logits=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+    @tf.function
+    def loop(iterator, steps):
+        for _ in tf.range(steps):
+            strategy.run(step, args=(next(iterator),))
+
+    return _loop_body(loop.get_concrete_function(iterator, tf.constant(2)).graph.as_graph_def())
+
+
+def _engine_loop_body(trainer, sampled=False) -> list:
+    return _loop_body(trainer._loop.get_concrete_function(
+        trainer._iterator, tf.constant(2), sampled).graph.as_graph_def())
+
+
+def test_an_unsampled_gpu_step_writes_no_variable_beyond_the_update_and_its_counts():
+    """Issue 30's per-step cost: the loop's running sums are loop-carried
+    tensors (written once, after the loop) and a constant learning rate is
+    set once per loop, so a step writes only what the optimizer's update
+    writes, the global step, and the hang dump's two marks (its batch
+    arrived, its all-reduce started)."""
+    trainer = _trainer(GPUS, clock_lib.SampledClock())
+    engine, hand = _engine_loop_body(trainer), _hand_loop_body(trainer)
+    assert _writes(hand) >= 2 * len(trainer.model.trainable_variables)  # it sees the update
+    # The global step: one write per device's copy (a mirrored variable); the marks: two.
+    assert _writes(engine) == _writes(hand) + len(GPUS) + 2, sorted(
+        n.name for n in engine if n.op in WRITES)
+
+
+def _scheduled_trainer(schedule, devices=GPUS):
+    trainer = _trainer(devices)
+    if schedule is not None:
+        trainer.objectives = [dataclasses.replace(o, learning_rate=schedule)
+                              for o in trainer.objectives]
+        trainer._loop = tf.function(trainer._train_loop)
+    return trainer
+
+
+def test_a_constant_learning_rate_adds_no_op_to_a_step_and_a_schedule_does(cpu_devices):
+    plain = _engine_loop_body(_scheduled_trainer(None))
+    constant = _scheduled_trainer(schedules.LearningRate(peak=0.1))
+    assert sorted(n.op for n in _engine_loop_body(constant)) == sorted(n.op for n in plain)
+    cosine = _engine_loop_body(_scheduled_trainer(
+        schedules.LearningRate(schedule="cosine", peak=0.1, total_steps=10)))
+    assert _writes(cosine) == _writes(plain) + 1 and "Cos" in {n.op for n in cosine}
+    # The constant rate is set nonetheless: once per loop, before its steps
+    # (a resumed run whose --learning_rate changed trains on the new one).
+    running = _scheduled_trainer(schedules.LearningRate(peak=0.1), cpu_devices[:2])
+    running.objectives[0].optimizer.learning_rate = 0.5
+    running.train(1)
+    assert float(running.objectives[0].optimizer.learning_rate) == pytest.approx(0.1)
+
+
 def test_the_do_nothing_clock_never_samples():
     clock = LoopClock()
     assert clock.begin(0) is False
@@ -165,7 +251,8 @@ def test_synthetic_on_device_trains_every_step_on_one_batch_taken_once(cpu_devic
     trainer = Trainer(strategy=strategy, model=model, global_step=step,
                       collective=collectives.create("ring", devices=cpu_devices[:2]),
                       train_dataset=one_batch, global_batch_size=8,
-                      optimizer=keras.optimizers.SGD(0.1), input_on_device=True)
+                      optimizer=keras.optimizers.SGD(0.1),
+                      options=TrainerOptions(input_on_device=True))
     losses = [trainer.train(3)["loss"] for _ in range(2)]
     assert int(step.numpy()) == 6
     assert losses[1] < losses[0]  # the same batch, learned
