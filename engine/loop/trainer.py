@@ -137,6 +137,8 @@ def _input_options(strategy: tf.distribute.Strategy):
 GRAD_NORM = "grad_norm"
 #: Ops that stop a step by failing (`tf.debugging.assert_*`, `check_numerics`).
 _CHECKS = ("Assert", "CheckNumerics", "CheckNumericsV2")
+#: The name scope of the global step's increment in a step (its graph tests find it by it).
+COUNT_SCOPE = "count_the_step"
 #: The train metric of the loop's steps whose update was skipped (non-finite
 #: gradients), reported when steps can be skipped.
 SKIPPED_STEPS = "skipped_steps"
@@ -417,7 +419,12 @@ class Trainer(AbstractTrainer):
         # The step's own checks too (a task's tf.debugging.assert_*: nothing
         # the update reads depends on them, so a failing one raced the count).
         checks = [op for op in graph.get_operations()[first_op:] if op.type in _CHECKS]
-        with tf.control_dependencies(applied + checks):
+        # And after this step's losses (its sums): they need the batch, so a
+        # batch that failed is never counted, even where no finiteness check
+        # ties the count to the gradients (the optimizer's count alone raced it).
+        losses = [value for total in totals
+                  for value in self.strategy.experimental_local_results(total)]
+        with tf.control_dependencies(applied + checks + losses), tf.name_scope(COUNT_SCOPE):
             self.global_step.assign_add(1)
         return step_skipped, totals, state
 

@@ -186,7 +186,8 @@ def test_compile_jit_compile_true_trains_with_xla(tmp_path, monkeypatch):
     asked = []
     real = spec_lib.Trainer
     monkeypatch.setattr(spec_lib, "Trainer",
-                        lambda **kwargs: asked.append(kwargs["jit_compile"]) or real(**kwargs))
+                        lambda **kwargs: asked.append(kwargs["options"].jit_compile)
+                        or real(**kwargs))
     fit(lambda: dense(jit_compile=True), dataset(), config=one_device(tmp_path / "xla"),
         verbose=0)
     fit(dense, dataset(), config=one_device(tmp_path / "plain"), verbose=0)

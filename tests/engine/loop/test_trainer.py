@@ -117,3 +117,48 @@ def test_a_loop_longer_than_int32_or_negative_is_refused_and_nothing_runs(num_st
     assert int(step.numpy()) == 0
     for was, now in zip(before, model.trainable_variables):
         np.testing.assert_array_equal(was, now.numpy())
+
+
+def test_the_global_step_is_counted_only_after_every_replicas_batch_arrived(cpu_devices):
+    """The traced loop body: the global step's increment has, among its
+    ancestors (data and control edges), the input op of every replica's
+    batch, so a batch that fails on any replica is never counted (a fresh
+    clone's run once saw `unsaved_step` 7 where 6 steps trained, when only
+    the optimizer's step count ordered the increment)."""
+    from tfloop.engine.loop import trainer as trainer_lib
+
+    devices = cpu_devices[:2]
+    strategy = tf.distribute.MirroredStrategy(devices)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+        step = tf.Variable(0, dtype=tf.int64,
+                           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    dataset = tf.data.Dataset.from_tensors(
+        (tf.zeros([8, 8]), tf.zeros([8], tf.int64))).repeat()
+    trainer = Trainer(strategy=strategy, model=model, global_step=step,
+                      collective=collectives.create("ring", devices=devices),
+                      train_dataset=dataset, global_batch_size=8,
+                      optimizer=keras.optimizers.SGD(0.1))
+    graph_def = trainer._loop.get_concrete_function(
+        trainer._iterator, tf.constant(2), False).graph.as_graph_def()
+    (body,) = [f for f in graph_def.library.function
+               if f.signature.name.startswith("while_body")]
+    nodes = {node.name: node for node in body.node_def}
+
+    def ancestors(name):
+        seen, frontier = set(), [name]
+        while frontier:
+            for edge in nodes[frontier.pop()].input:
+                parent = edge.lstrip("^").split(":")[0]
+                if parent in nodes and parent not in seen:
+                    seen.add(parent)
+                    frontier.append(parent)
+        return seen
+
+    counts = [name for name, node in nodes.items()
+              if node.op == "AssignAddVariableOp" and trainer_lib.COUNT_SCOPE in name]
+    inputs = [name for name, node in nodes.items() if node.op.startswith(
+        ("IteratorGetNext", "MultiDeviceIteratorGetNextFromShard"))]
+    assert counts and len(inputs) == len(devices), (counts, inputs)
+    for count in counts:
+        assert set(inputs) <= ancestors(count), (count, set(inputs) - ancestors(count))
