@@ -106,6 +106,7 @@ def import_tensorflow(verbose: bool = False) -> None:
         if not _TF_LOG_LEVEL_GIVEN:
             os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"
         import tensorflow  # noqa: F401
+        _as_signalled()  # a signal the import swallowed
         return
     sys.stderr.flush()
     saved = os.dup(2)
@@ -126,6 +127,11 @@ def import_tensorflow(verbose: bool = False) -> None:
         if kept:
             sys.stderr.write("".join(kept))
             sys.stderr.flush()
+    # A signal that arrived inside the import and was swallowed on its way up
+    # (TensorFlow's import catches some errors, and pybind11 turns a raising
+    # handler into a RuntimeError there): the binary ends now, in its one line,
+    # instead of training on (a CI run's SIGINT at 2 s once went unnoticed).
+    _as_signalled()
 
 
 def program_name() -> str:
