@@ -14,3 +14,30 @@ def victim(tmp_path):
     (folder / "sub" / "data.bin").write_bytes(b"\x00\x01")
     (folder / "saved_model.pb").write_bytes(b"not yours")
     return folder
+
+
+@pytest.fixture
+def mirrored_trainer(cpu_devices):
+    """`make(dataset, features, outputs)`: a `Trainer` of one Dense layer under
+    a MirroredStrategy on the session's first two logical CPUs (ring
+    all-reduce, SGD), for tests that trace or block its loop
+    (loop/test_trainer.py, loop/test_step_phase.py)."""
+    import keras
+    import tensorflow as tf
+
+    from tfloop import collectives
+    from tfloop.engine.loop.trainer import Trainer
+
+    def make(dataset, features, outputs):
+        devices = cpu_devices[:2]
+        strategy = tf.distribute.MirroredStrategy(devices)
+        with strategy.scope():
+            model = keras.Sequential([keras.Input((features,)), keras.layers.Dense(outputs)])
+            step = tf.Variable(0, dtype=tf.int64,
+                               aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        return Trainer(strategy=strategy, model=model, global_step=step,
+                       collective=collectives.create("ring", devices=devices),
+                       train_dataset=dataset, global_batch_size=8,
+                       optimizer=keras.optimizers.SGD(0.1))
+
+    return make

@@ -4,13 +4,10 @@ counters and the global step, marked once per step each, read from outside."""
 import threading
 import time
 
-import keras
 import numpy as np
 import tensorflow as tf
 
-from tfloop import collectives
 from tfloop.engine.loop import step_phase
-from tfloop.engine.loop.trainer import Trainer
 
 #: Bounded waits (seconds) for a loop in another thread.
 WAIT_S = 60
@@ -35,7 +32,7 @@ def test_the_counters_name_the_phase():
     assert _phase(7, 7, 8, takes_input=False) == step_phase.ALL_REDUCE
 
 
-def test_a_loop_blocked_on_its_input_is_read_as_waiting_on_input(cpu_devices):
+def test_a_loop_blocked_on_its_input_is_read_as_waiting_on_input(mirrored_trainer):
     """A dataset whose fourth batch waits for an event: the loop stops in
     `next(iterator)`, and the dump's thread reads that, while the loop runs."""
     release = threading.Event()
@@ -48,16 +45,8 @@ def test_a_loop_blocked_on_its_input_is_read_as_waiting_on_input(cpu_devices):
 
     dataset = tf.data.Dataset.from_generator(batches, output_signature=(
         tf.TensorSpec([8, 4], tf.float32), tf.TensorSpec([8], tf.int64)))
-    devices = cpu_devices[:2]
-    strategy = tf.distribute.MirroredStrategy(devices)
-    with strategy.scope():
-        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
-        step = tf.Variable(0, dtype=tf.int64,
-                           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-    trainer = Trainer(strategy=strategy, model=model, global_step=step,
-                      collective=collectives.create("ring", devices=devices),
-                      train_dataset=dataset, global_batch_size=8,
-                      optimizer=keras.optimizers.SGD(0.1))
+    trainer = mirrored_trainer(dataset, features=4, outputs=3)
+    step = trainer.global_step
     trainer.train(1)  # traced; its counters now equal the global step
     assert trainer.step_phase.describe_phase() == step_phase.INPUT
     loop = threading.Thread(target=trainer.train, args=(4,), daemon=True)

@@ -119,7 +119,7 @@ def test_a_loop_longer_than_int32_or_negative_is_refused_and_nothing_runs(num_st
         np.testing.assert_array_equal(was, now.numpy())
 
 
-def test_the_global_step_is_counted_only_after_every_replicas_batch_arrived(cpu_devices):
+def test_the_global_step_is_counted_only_after_every_replicas_batch_arrived(mirrored_trainer):
     """The traced loop body: the global step's increment has, among its
     ancestors (data and control edges), the input op of every replica's
     batch, so a batch that fails on any replica is never counted (a fresh
@@ -127,18 +127,9 @@ def test_the_global_step_is_counted_only_after_every_replicas_batch_arrived(cpu_
     the optimizer's step count ordered the increment)."""
     from tfloop.engine.loop import trainer as trainer_lib
 
-    devices = cpu_devices[:2]
-    strategy = tf.distribute.MirroredStrategy(devices)
-    with strategy.scope():
-        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
-        step = tf.Variable(0, dtype=tf.int64,
-                           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
     dataset = tf.data.Dataset.from_tensors(
         (tf.zeros([8, 8]), tf.zeros([8], tf.int64))).repeat()
-    trainer = Trainer(strategy=strategy, model=model, global_step=step,
-                      collective=collectives.create("ring", devices=devices),
-                      train_dataset=dataset, global_batch_size=8,
-                      optimizer=keras.optimizers.SGD(0.1))
+    trainer = mirrored_trainer(dataset, features=8, outputs=4)
     graph_def = trainer._loop.get_concrete_function(
         trainer._iterator, tf.constant(2), False).graph.as_graph_def()
     (body,) = [f for f in graph_def.library.function
@@ -159,6 +150,6 @@ def test_the_global_step_is_counted_only_after_every_replicas_batch_arrived(cpu_
               if node.op == "AssignAddVariableOp" and trainer_lib.COUNT_SCOPE in name]
     inputs = [name for name, node in nodes.items() if node.op.startswith(
         ("IteratorGetNext", "MultiDeviceIteratorGetNextFromShard"))]
-    assert counts and len(inputs) == len(devices), (counts, inputs)
+    assert counts and len(inputs) == trainer.strategy.num_replicas_in_sync, (counts, inputs)
     for count in counts:
         assert set(inputs) <= ancestors(count), (count, set(inputs) - ancestors(count))
