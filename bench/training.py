@@ -8,7 +8,8 @@ same model, data pipeline, strategy, devices and optimizer, it times:
                     timed from outside between loop ends (`on_loop_end`), so
                     every bit of per-loop Python the engine does is counted;
   engine+features   the same with the speed flags asked for (`--jit_compile`,
-                    `--mixed_precision`, `--fused_optimizer`);
+                    `--mixed_precision`; `--nofused_optimizer` for Keras's own
+                    update instead of the engine's default fused one);
   fit               `Model.fit`, compiled under the same strategy (the
                     strategy's all-reduce set to the engine's collective when
                     that is one of TF's cross-device ops), default
@@ -110,7 +111,7 @@ class TrainBenchConfig:
     steps_per_execution: int = 100
     jit_compile: bool = False
     mixed_precision: str = "float32"
-    fused_optimizer: bool = False
+    fused_optimizer: bool = True
     variants: tuple[str, ...] = VARIANTS
     output_dir: str = ""
     seed: int = 0
@@ -127,8 +128,9 @@ class TrainBenchConfig:
     @property
     def features(self) -> str:
         """What `engine+features` turns on, in flag form."""
-        on = [name for name, value in (("jit_compile", self.jit_compile),
-                                       ("fused_optimizer", self.fused_optimizer)) if value]
+        on = ["jit_compile"] if self.jit_compile else []
+        if not self.fused_optimizer:  # the engine's default is the fused update
+            on.append("nofused_optimizer")
         if self.mixed_precision != "float32":
             on.append(f"mixed_precision={self.mixed_precision}")
         return ",".join(on)
@@ -235,7 +237,7 @@ def _build(config: TrainBenchConfig, splits):
 
 
 def time_engine(config: TrainBenchConfig, *, jit_compile: bool = False,
-                mixed_precision: str = "float32", fused_optimizer: bool = False) -> list[float]:
+                mixed_precision: str = "float32", fused_optimizer: bool = True) -> list[float]:
     """Seconds per timed repetition of `engine.assembly.run.run`, one loop of `steps` each."""
     from tfloop.engine.config import RunConfig
     from tfloop.engine.assembly.run import run

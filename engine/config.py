@@ -570,7 +570,8 @@ class RunConfig:
         "float32", "float32 | mixed_float16 (with a dynamic loss scale) | mixed_bfloat16; "
         "weights stay float32.", check=one_of(PRECISIONS, "policy"), per_range=True)
     fused_optimizer: bool = SPEED.option(
-        False, "Update with TensorFlow's fused kernels (one op per variable), same formulas.")
+        True, "Update with TensorFlow's fused kernels (one op per variable; Keras's formulas "
+        "and slots): --nofused_optimizer for Keras's own element-wise update.")
     profile_steps: str = SPEED.option(
         "", "A,B: TensorBoard profiler trace of global steps A to B into "
         "<model_dir>/summaries/train (empty: none).", check=step_range)

@@ -130,19 +130,44 @@ def _handle(variable):
 
 
 class FusedAdam(keras.optimizers.Adam):
-    """`keras.optimizers.Adam` whose update is one `ResourceApplyAdam` per variable."""
+    """`keras.optimizers.Adam` whose update is one `ResourceApplyAdam` per variable.
+
+    The step's scalars (βᵗ powers, the learning rate in the variable's dtype)
+    are computed once per update and device, not once per variable as
+    Keras's `update_step` does: a ResNet-50 has 161 variables, and each
+    scalar op is a kernel launch and a read of `iterations` on a GPU.
+    """
+
+    def apply(self, grads, trainable_variables=None):
+        # Called by `apply_gradients`, in every replica's context, before
+        # the one cross-replica update: a fresh cache for this update.
+        self._scalars = {}
+        return super().apply(grads, trainable_variables)
+
+    def _step_scalars(self, variable, learning_rate):
+        """(lr, β₁ᵗ, β₂ᵗ) for this update on `variable`'s device and dtype."""
+        dtype = variable.dtype
+        key = (_handle(variable).device, dtype)
+        cache = getattr(self, "_scalars", None)
+        if cache is None:  # update_step called outside `apply`
+            cache = {}
+        if key not in cache:
+            local_step = tf.cast(self.iterations + 1, dtype)
+            cache[key] = (tf.cast(learning_rate, dtype),
+                          tf.pow(tf.cast(self.beta_1, dtype), local_step),
+                          tf.pow(tf.cast(self.beta_2, dtype), local_step))
+        return cache[key]
 
     def update_step(self, gradient, variable, learning_rate):
         if self.amsgrad:
             return super().update_step(gradient, variable, learning_rate)
         dtype = variable.dtype
-        local_step = tf.cast(self.iterations + 1, dtype)
+        lr, beta1_power, beta2_power = self._step_scalars(variable, learning_rate)
         m, v = keras_bridge.adam_slots(self, variable)
         tf.raw_ops.ResourceApplyAdam(
             var=_handle(variable), m=_handle(m), v=_handle(v),
-            beta1_power=tf.pow(tf.cast(self.beta_1, dtype), local_step),
-            beta2_power=tf.pow(tf.cast(self.beta_2, dtype), local_step),
-            lr=tf.cast(learning_rate, dtype), beta1=tf.cast(self.beta_1, dtype),
+            beta1_power=beta1_power, beta2_power=beta2_power,
+            lr=lr, beta1=tf.cast(self.beta_1, dtype),
             beta2=tf.cast(self.beta_2, dtype), epsilon=tf.cast(self.epsilon, dtype),
             grad=tf.cast(gradient, dtype), use_locking=False,
         )
