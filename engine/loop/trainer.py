@@ -34,7 +34,10 @@ learning rate is set once per loop, the finiteness check exists only where a
 step can be skipped, and the hang dump's marks are one counter per step (two
 with an all-reduce: `engine.loop.step_phase`). A step writes the optimizer's
 variables, the global step and those marks, nothing else
-(`tests/engine/observe/test_sampled_loops.py`).
+(`tests/engine/observe/test_sampled_loops.py`). The loop's condition is a
+hand loop's, `i < num_steps` on the host: nothing a step computes on the
+device decides whether the next one starts (only `max_skips` does, where set),
+so the host queues each step's kernels while the previous ones run.
 
 A task may own the forward and backward lines (`Task.gradients(model,
 batch, step)`: a gradient penalty, several backward passes); the rest of
@@ -363,34 +366,59 @@ class Trainer(AbstractTrainer):
         schedules.assign_per_loop(self.objectives, self.global_step)  # a rate that never varies
         # Each replica's running sums, carried by the loop and written once after it.
         totals = [self.strategy.run(sums.zeros) for sums in self._sums]
-        skipped = tf.constant(0, tf.int64)
-        # Skipped steps in a row (loop-carried; the variable written once, after the loop).
-        streak = (tf.convert_to_tensor(self._skip_streak) if self.max_skips
-                  else tf.constant(0, tf.int64))
         state = stamps.start()
-        for _ in tf.range(num_steps):
-            if self._device_batch is not None:
-                batch = self._device_batch
-            else:
-                batch = self.step_phase.next(iterator)  # marked, for a hang dump
-            state = stamps.input(state, self.strategy.experimental_local_results(batch))
-            step_skipped, totals, state = self._step(batch, totals, stamps, state)
-            if self._skipping:
-                skipped += tf.cast(step_skipped, tf.int64)
-            if self.max_skips:
-                streak = tf.where(step_skipped, streak + 1, tf.constant(0, tf.int64))
-                if streak >= self.max_skips:
-                    break
+        skipped = None
+        if self._skipping:
+            totals, skipped, state = self._skipping_steps(iterator, num_steps, totals, stamps,
+                                                          state)
+        else:
+            # The loop a hand-written one is: its condition reads the step
+            # counter alone, on the host. (A `break` anywhere in a loop's body
+            # makes autograph carry a flag the condition reads; on a GPU that
+            # flag lives on the device, and reading it made the host wait for
+            # every step: `_skipping_steps`.)
+            for _ in tf.range(num_steps):
+                _, totals, state = self._next_step(iterator, totals, stamps, state)
         for sums, total in zip(self._sums, totals):
             self.strategy.run(sums.assign, args=(total,))
-        if self.max_skips:
-            self._skip_streak.assign(streak)
         results = {**self._means(), **objectives_lib.learning_rates(self.objectives)}
-        if self._skipping:
+        if skipped is not None:
             results[SKIPPED_STEPS] = skipped
         weights_finite = tf.reduce_all(tf.stack(
             [tf.reduce_all(tf.math.is_finite(v)) for v in self._weights] or [tf.constant(True)]))
         return results, weights_finite, stamps.totals(state)
+
+    def _skipping_steps(self, iterator, num_steps, totals, stamps: StepStamps, state):
+        """The loop where a step can be skipped: it also counts the skipped
+        steps and, with `max_skips`, the streak of them, and stops at
+        `max_skips` in a row. That stop is a condition on a value the device
+        computes, so each step ends with the host reading it: the price of
+        `max_skips`, paid only where it is set."""
+        skipped = tf.constant(0, tf.int64)
+        if not self.max_skips:
+            for _ in tf.range(num_steps):
+                step_skipped, totals, state = self._next_step(iterator, totals, stamps, state)
+                skipped += tf.cast(step_skipped, tf.int64)
+            return totals, skipped, state
+        # Skipped steps in a row (loop-carried; the variable written once, after the loop).
+        streak = tf.convert_to_tensor(self._skip_streak)
+        for _ in tf.range(num_steps):
+            step_skipped, totals, state = self._next_step(iterator, totals, stamps, state)
+            skipped += tf.cast(step_skipped, tf.int64)
+            streak = tf.where(step_skipped, streak + 1, tf.constant(0, tf.int64))
+            if streak >= self.max_skips:
+                break
+        self._skip_streak.assign(streak)
+        return totals, skipped, state
+
+    def _next_step(self, iterator, totals, stamps: StepStamps, state):
+        """One step of the loop on the next batch (or the batch kept on the devices)."""
+        if self._device_batch is not None:
+            batch = self._device_batch
+        else:
+            batch = self.step_phase.next(iterator)  # marked, for a hang dump
+        state = stamps.input(state, self.strategy.experimental_local_results(batch))
+        return self._step(batch, totals, stamps, state)
 
     def _step(self, batch, totals, stamps: StepStamps, state):
         """One step of the loop: every objective on `batch`, then the global

@@ -34,7 +34,7 @@ HOST_ONLY = {"Timestamp", "IteratorGetNext", "IteratorGetNextAsOptional",
              "MultiDeviceIteratorGetNextFromShard", "EagerPyFunc", "PyFunc", "PrintV2"}
 
 
-def _trainer(devices, clock=None, **options):
+def _trainer(devices, clock=None, optimizer=lambda: keras.optimizers.SGD(0.1), **options):
     strategy = tf.distribute.MirroredStrategy(devices)
     with strategy.scope():
         model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
@@ -46,7 +46,7 @@ def _trainer(devices, clock=None, **options):
     return Trainer(strategy=strategy, model=model, global_step=step,
                    collective=collectives.create("ring", devices=devices),
                    train_dataset=dataset, global_batch_size=8,
-                   optimizer=keras.optimizers.SGD(0.1), clock=clock, **options)
+                   optimizer=optimizer(), clock=clock, **options)
 
 
 def _functions(trainer, sampled: bool):
@@ -106,6 +106,53 @@ def test_an_unsampled_gpu_loop_holds_no_stamp_and_no_host_wait():
     # Two traced loop functions at most, whatever the number of loops.
     trainer._loop.get_concrete_function(trainer._iterator, tf.constant(5), False)
     assert trainer._loop.experimental_get_tracing_count() == 2
+
+
+def _loop_graph(trainer, sampled: bool):
+    return trainer._loop.get_concrete_function(
+        trainer._iterator, tf.constant(2), sampled).graph.as_graph_def()
+
+
+def _condition_ops(graph_def) -> list:
+    """The op types of the one `tf.range` loop's condition."""
+    (loop,) = [n for n in graph_def.node if n.op in ("While", "StatelessWhile")]
+    (cond,) = [f for f in graph_def.library.function
+               if f.signature.name == loop.attr["cond"].func.name]
+    return sorted(node.op for node in cond.node_def)
+
+
+def _carried(graph_def) -> list:
+    """The dtypes the loop carries from step to step, resources left out."""
+    (loop,) = [n for n in graph_def.node if n.op in ("While", "StatelessWhile")]
+    return [tf.as_dtype(t).name for t in loop.attr["T"].list.type if t != tf.resource.as_datatype_enum]
+
+
+def test_the_loop_condition_reads_the_step_counter_alone():
+    """The loop's condition is a hand loop's, `i < num_steps` on host integers,
+    and the loop carries the counters and the running sums, nothing else.
+    A `break` anywhere in the loop's body (it was there for `max_skips`) made
+    autograph carry a flag and test it in a `tf.cond` every step, and the
+    loop carried the skip counts even where nothing skips: on an H200 the
+    Trainer with its per-step bookkeeping removed still ran at 0.75x the hand
+    loop, the host waiting for the flag each step. Only `max_skips`, which
+    stops on a count the device computes, keeps a condition on it."""
+    trainer = _trainer(GPUS, clock_lib.SampledClock())
+    for sampled in (False, True):
+        graph_def = _loop_graph(trainer, sampled)
+        assert _condition_ops(graph_def) == ["Identity", "Less"], sampled
+    # One running-sum vector per replica; no flag (bool), no skip count (int64).
+    carried = _carried(_loop_graph(trainer, False))
+    assert carried.count("float32") == len(GPUS) and not {"bool", "int64"} & set(carried), carried
+
+    skipping = _trainer(GPUS, clock_lib.SampledClock(),
+                        options=TrainerOptions(nan_policy="skip_step", max_skips=3))
+    condition = _condition_ops(_loop_graph(skipping, False))
+    assert "Less" in condition and len(condition) > 2, condition  # the check sees a break
+    assert "int64" in _carried(_loop_graph(skipping, False))  # and the skip counts
+    # mixed_float16's optimizer skips steps and the loop counts them, without a stop.
+    scaled = _trainer(GPUS, clock_lib.SampledClock(), optimizer=lambda: (
+        keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1))))
+    assert _condition_ops(_loop_graph(scaled, False)) == ["Identity", "Less"]
 
 
 #: Ops that write a variable.
