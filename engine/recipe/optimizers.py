@@ -120,6 +120,13 @@ def exclude_from_decay(optimizer: keras.optimizers.Optimizer, variables: Sequenc
 # op. The formulas are Keras's own (Adam: lr·√(1−β₂ᵗ)/(1−β₁ᵗ) · m/(√v+ε)), so
 # fused and unfused runs agree to float32 rounding; slots, names and
 # checkpoints are Keras's, so either can resume the other's checkpoint.
+#
+# They are the default (`--nofused_optimizer` gives Keras's own update). One
+# difference is deliberate: a sparse gradient (an Embedding's `IndexedSlices`)
+# is applied as the dense gradient it stands for, rows repeated in the batch
+# summed first, as Adam's formula and Keras 2 had it; Keras 3's own Adam
+# squares each slice before summing repeated rows, so on such a batch the two
+# differ (`tests/engine/recipe/test_optimizers.py`).
 
 
 def _handle(variable):

@@ -99,3 +99,46 @@ def test_fused_adam_computes_the_steps_scalars_once_per_device_not_per_variable(
     assert _ops(fused_graph, "ResourceApplyAdam") == 5 * len(devices)
     for want, got in zip(weights, fused_weights):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _embedding_adam(build, densify: bool):
+    """Weights after 3 Adam steps of a model whose first gradient is an
+    Embedding's `IndexedSlices`, with row 1 looked up twice in the batch."""
+    import tensorflow as tf
+
+    model = keras.Sequential([keras.Input((3,), dtype="int32"), keras.layers.Embedding(50, 4),
+                              keras.layers.Flatten(), keras.layers.Dense(2)])
+    model.set_weights([np.linspace(-1, 1, w.size, dtype="float32").reshape(w.shape)
+                       for w in model.get_weights()])
+    optimizer = build("adam", 0.1)
+    x, y = tf.constant([[1, 2, 3], [4, 5, 1]]), tf.constant([0, 1])
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
+                y, model(x), from_logits=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        assert isinstance(grads[0], tf.IndexedSlices)
+        if densify:
+            grads = [tf.convert_to_tensor(g) for g in grads]
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+    for _ in range(3):
+        step()
+    return model.get_weights()
+
+
+def test_fused_adam_on_a_sparse_gradient_is_adam_on_the_summed_gradient():
+    """An Embedding's gradient arrives as `IndexedSlices`. The fused kernel
+    applies Adam to it as one dense gradient, rows repeated in the batch
+    summed first: Keras's Adam on the densified gradient, and what one
+    device and N replicas agree on. Keras 3's own Adam squares each slice
+    before repeated rows are summed, so on such a batch it differs
+    (docs/performance.md, the speed flags)."""
+    fused = _embedding_adam(optimizers.build_fused, densify=False)
+    dense = _embedding_adam(optimizers.build, densify=True)
+    for want, got in zip(dense, fused):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    keras_sparse = _embedding_adam(optimizers.build, densify=False)
+    assert np.max(np.abs(keras_sparse[0] - fused[0])) > 1e-3  # the difference is real
