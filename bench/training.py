@@ -64,6 +64,7 @@ from tfloop.engine.observe import step_flops
 from tfloop.bench.timing import Progress
 from tfloop.bench.variants import VARIANTS
 from tfloop.collectives import device_names
+from tfloop.engine.config import RunConfig
 from tfloop.engine.runtime import devices as engine_devices
 from tfloop.engine.runtime import hardware
 from tfloop.engine.errors import ConfigError
@@ -111,7 +112,7 @@ class TrainBenchConfig:
     steps_per_execution: int = 100
     jit_compile: bool = False
     mixed_precision: str = "float32"
-    fused_optimizer: bool = True
+    fused_optimizer: bool = RunConfig.fused_optimizer  # the engine's default (the fused update)
     variants: tuple[str, ...] = VARIANTS
     output_dir: str = ""
     seed: int = 0
@@ -236,10 +237,11 @@ def _build(config: TrainBenchConfig, splits):
     return model, optimizers.build(config.optimizer, config.learning_rate)
 
 
-def time_engine(config: TrainBenchConfig, *, jit_compile: bool = False,
-                mixed_precision: str = "float32", fused_optimizer: bool = True) -> list[float]:
-    """Seconds per timed repetition of `engine.assembly.run.run`, one loop of `steps` each."""
-    from tfloop.engine.config import RunConfig
+def time_engine(config: TrainBenchConfig, **speed_flags) -> list[float]:
+    """Seconds per timed repetition of `engine.assembly.run.run`, one loop of `steps` each.
+
+    `speed_flags`: `RunConfig` speed fields to set (`jit_compile`,
+    `mixed_precision`, `fused_optimizer`); the engine's own defaults otherwise."""
     from tfloop.engine.assembly.run import run
 
     ends: list[float] = []
@@ -254,8 +256,7 @@ def time_engine(config: TrainBenchConfig, *, jit_compile: bool = False,
             steps_per_loop=config.steps,
             checkpoint_interval=0, summary_interval=0, mode="train",
             optimizer=config.optimizer, learning_rate=config.learning_rate, seed=config.seed,
-            jit_compile=jit_compile, mixed_precision=mixed_precision,
-            fused_optimizer=fused_optimizer,
+            **speed_flags,
             # What the process already runs with, as every other variant does.
             intra_op_threads=tf.config.threading.get_intra_op_parallelism_threads(),
         )

@@ -146,17 +146,22 @@ class FusedAdam(keras.optimizers.Adam):
     """
 
     def apply(self, grads, trainable_variables=None):
-        # Called by `apply_gradients`, in every replica's context, before
-        # the one cross-replica update: a fresh cache for this update.
+        # Called by `apply_gradients` in every replica's context; the one
+        # cross-replica update runs inside, once all replicas are in. The
+        # cache lives for this update only: its tensors belong to its graph.
         self._scalars = {}
-        return super().apply(grads, trainable_variables)
+        try:
+            return super().apply(grads, trainable_variables)
+        finally:
+            self._scalars = None
 
     def _step_scalars(self, variable, learning_rate):
-        """(lr, β₁ᵗ, β₂ᵗ) for this update on `variable`'s device and dtype."""
+        """(lr, β₁ᵗ, β₂ᵗ) for this update on `variable`'s device and dtype
+        (computed afresh when `update_step` is called outside `apply`)."""
         dtype = variable.dtype
         key = (_handle(variable).device, dtype)
         cache = getattr(self, "_scalars", None)
-        if cache is None:  # update_step called outside `apply`
+        if cache is None:
             cache = {}
         if key not in cache:
             local_step = tf.cast(self.iterations + 1, dtype)
