@@ -85,6 +85,12 @@ class CompiledModelTask(Task):
         return epochs.weighted_batches(self._dataset(self._train, context),
                                        self.global_batch_size, context.num_replicas)
 
+    def probe_dataset(self, context: InputContext) -> Optional[tf.data.Dataset]:
+        """A fresh pipeline only from a function of the context: a dataset
+        object handed to `fit` is the run's own (its shuffle's seeds are shared
+        by every iterator of it), so it gets no probe."""
+        return self.train_dataset(context) if callable(self._train) else None
+
     def eval_dataset(self, context: InputContext) -> Optional[tf.data.Dataset]:
         if self._validation is None:
             return None

@@ -16,7 +16,7 @@ construction instead of failing at the first loop.
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 if TYPE_CHECKING:  # annotations only: this contract module imports no TensorFlow
     from tfloop.engine.loop.step_phase import StepPhase
@@ -37,12 +37,17 @@ class AbstractTrainer(abc.ABC):
       clock          its `LoopClock` (`engine.observe.clock.SampledClock`: timed)
       step_phase     the phase inside the compiled step, for a hang dump
       train_dataset  the `tf.data` pipeline it trains on
+      input_probe    `() -> tf.data.Dataset or None`: the same data built
+                     afresh, for a probe of the input's own rate (never the
+                     pipeline above: a second iterator of a reshuffling
+                     dataset takes the seeds of the run's later epochs)
     """
 
     strategy: Any = None
     clock: Optional[LoopClock] = None
     step_phase: Optional[StepPhase] = None
     train_dataset: Any = None
+    input_probe: Optional[Callable[[], Any]] = None
 
     @abc.abstractmethod
     def train(self, num_steps: int) -> Metrics:

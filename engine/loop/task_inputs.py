@@ -117,6 +117,23 @@ def train_dataset(task: Task, context: InputContext) -> tf.data.Dataset:
     return inputs.with_shard_policy(dataset, context.shard_policy, context.deterministic)
 
 
+def probe_dataset(task: Task, context: InputContext,
+                  trained_on: tf.data.Dataset) -> Optional[tf.data.Dataset]:
+    """`task.probe_dataset(context)`: the train data built afresh for the
+    input-rate probe, or None where there is none. Never `trained_on`, the
+    run's own pipeline, nor a failure of the run: a probe that cannot be
+    built is no probe (the input-wait share alone decides then)."""
+    try:
+        with task_failures.calling(task, "probe_dataset"):
+            dataset = task.probe_dataset(context)
+    except Exception as error:  # the task's own code, built at a point the run did not choose
+        logger.debug("no input-rate probe: %s.probe_dataset failed (%s)", _name(task), error)
+        return None
+    if not isinstance(dataset, tf.data.Dataset) or dataset is trained_on:
+        return None
+    return dataset
+
+
 def eval_dataset(task: Task, context: InputContext) -> tf.data.Dataset:
     """`task.eval_dataset(context)`, checked: one pass, batches of at most the global batch."""
     dataset = _build(task, "eval_dataset", context)

@@ -92,7 +92,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import keras
 import tensorflow as tf
@@ -202,6 +202,9 @@ class Trainer(AbstractTrainer):
         stamps in sampled loops, `mfu`); None: nothing is timed.
       options: how each step runs (`TrainerOptions`: XLA, accumulation,
         clipping, the non-finite policy, input kept on the devices).
+      input_probe: `() -> tf.data.Dataset or None`, the train data built
+        afresh for the step-time report's probe of the input's own rate
+        (`AbstractTrainer.input_probe`); None: no probe.
 
     The trainer calls its clock at three points (`LoopClock`) and knows
     nothing else about timing.
@@ -222,6 +225,7 @@ class Trainer(AbstractTrainer):
         average: Optional[WeightAverage] = None,
         clock: Optional[LoopClock] = None,
         options: TrainerOptions = TrainerOptions(),
+        input_probe: Optional[Callable[[], Optional[tf.data.Dataset]]] = None,
     ):
         _check_batch(global_batch_size, strategy.num_replicas_in_sync,
                      options.accumulation_steps)
@@ -238,6 +242,7 @@ class Trainer(AbstractTrainer):
         self.max_skips = options.max_skips if options.skips_steps else 0
         self.clock = clock or LoopClock()
         self.train_dataset = train_dataset
+        self.input_probe = input_probe
         self.element_spec = train_dataset.element_spec
         # Steps are skipped by the engine (skip_step) or by a LossScaleOptimizer.
         self._skipping = options.skips_steps or any(

@@ -40,7 +40,10 @@ counts in compute.
 loop and after the loop a SIGUSR1 asked for (`kill -USR1 <pid>`); a warning,
 once, when a sampled loop is input-bound (input wait above `INPUT_BOUND` of
 the loop) *and* the pipeline alone cannot keep up (`pipeline_rate`: its
-batches per second, pulled without training, under `KEEPS_UP` times the
+batches per second, pulled without training from a pipeline built for the
+probe, `AbstractTrainer.input_probe`, never from the run's own: a second
+iterator of a seeded reshuffling dataset takes the seeds of the run's later
+epochs, and resume would no longer be exact), under `KEEPS_UP` times the
 loop's steps per second; a pipeline that can is waited on for the iterator's
 own hand-over, which no tf.data remedy shortens; in a multi-worker cluster
 the share alone decides: a probe would hold its peers); and TensorBoard scalars under `time/`
@@ -219,8 +222,8 @@ def describe(time: LoopTime, mfu: Optional[float] = None,
 
 def pipeline_rate(dataset: tf.data.Dataset, *, batches: int = 20,
                   seconds: float = 2.0) -> Optional[float]:
-    """Batches per second `dataset` delivers alone (a fresh iterator, no
-    training; at most `batches` after the first, or `seconds`); None when it
+    """Batches per second `dataset` delivers alone (a pipeline built for the
+    probe, never the run's; a fresh iterator, no training; at most `batches` after the first, or `seconds`); None when it
     cannot be read (an empty or failing pipeline: no claim either way).
 
     Pulled on a thread of its own and waited for `seconds` plus the first
@@ -361,12 +364,19 @@ def for_trainer(trainer, *, writer: Optional[SummaryWriter], interval: int) -> O
     clock = getattr(trainer, "clock", None)
     if trainer is None or clock is None or not hasattr(clock, "ask"):
         return None
-    dataset = getattr(trainer, "train_dataset", None)
+    build = trainer.input_probe
     devices = hardware.local_devices(trainer.strategy)
     # Not in a cluster: the probe would hold this worker while its peers wait
     # in the next collective (there the share decides, and the straggler line
     # names a worker whose input is slow).
     alone = trainer.strategy.num_replicas_in_sync <= len(devices)
     return Report(clock=clock, writer=writer, interval=interval, devices=devices,
-                  pipeline_rate=(lambda: pipeline_rate(dataset))
-                  if dataset is not None and alone else None)
+                  pipeline_rate=(lambda: probe_rate(build))
+                  if build is not None and alone else None)
+
+
+def probe_rate(build: Callable[[], Optional[tf.data.Dataset]]) -> Optional[float]:
+    """`pipeline_rate` of the dataset `build` makes for the probe (a pipeline
+    of its own: the run's is never read here); None without one."""
+    dataset = build()
+    return pipeline_rate(dataset) if dataset is not None else None

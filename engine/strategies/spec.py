@@ -186,10 +186,18 @@ class StrategySpec(abc.ABC):
         `average`: the weights' moving average (`engine.recipe.ema`), or None.
         """
         config = plan.config
-        context = task_inputs.context_for(plan.inputs, start_step=start_step)
+        # --synthetic_on_device trains on one batch kept on the devices: the
+        # stream's first, whatever step the run resumes from (exact resume).
+        context = task_inputs.context_for(
+            plan.inputs, start_step=0 if config.synthetic_on_device else start_step)
+        train_dataset = task_inputs.train_dataset(task, context)
         return Trainer(
             strategy=strategy, model=model, objectives=objectives, collective=plan.collective,
-            train_dataset=task_inputs.train_dataset(task, context),
+            train_dataset=train_dataset,
+            # Built only if the step-time report asks (an input-bound loop):
+            # a pipeline of its own, so the probe takes none of the run's seeds.
+            input_probe=lambda: task_inputs.probe_dataset(
+                task, task_inputs.context_for(plan.inputs), trained_on=train_dataset),
             global_batch_size=config.global_batch_size, global_step=global_step,
             average=average,
             options=TrainerOptions(

@@ -112,6 +112,18 @@ class Task:
         (`drop_remainder=True`), shuffled with `context.seed`."""
         raise NotImplementedError(f"{type(self).__name__} must define train_dataset(context)")
 
+    def probe_dataset(self, context: InputContext) -> Optional[tf.data.Dataset]:
+        """The train data built afresh for the engine's input-rate probe
+        (`engine.observe.step_time`), never the pipeline the run trains on:
+        a second iterator of a seeded `shuffle(reshuffle_each_iteration=True)`
+        takes the seeds that the run's later epochs would have taken, and the
+        run (and its exact resume) would train on another order. By default
+        `train_dataset(context)` called again, which builds a new pipeline
+        with its own seed generator; return None where a second call would
+        share state with the first (a dataset object kept and handed out
+        twice, a Python generator): there is no probe then."""
+        return self.train_dataset(context)
+
     def eval_dataset(self, context: InputContext) -> Optional[tf.data.Dataset]:
         """One pass over the eval data in global batches (the last may be
         partial), or None for a task without an eval split."""
