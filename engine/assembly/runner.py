@@ -291,8 +291,11 @@ class Runner:
         chief = role.is_chief
         writers = (SummaryWriter(self.run_dir.summaries("train")) if chief else None,
                    SummaryWriter(self.run_dir.summaries("eval")) if chief else None)
-        stop_request = preemption.StopRequest(
-            self.parts.strategy if plan.spec.agrees_to_stop else None).install()
+        # One process stops at the step a signal arrives in; a cluster at a loop's end, agreed.
+        stop_request = (preemption.StopRequest(self.parts.strategy) if plan.spec.agrees_to_stop
+                        else preemption.StopRequest(
+                            stop_step=trainer.request_stop if trainer is not None else None)
+                        ).install()
         progress = self._progress(checkpoints) if chief and trainer is not None else None
         watchers = (Watchers(run=plan.watched, strategy=self.parts.strategy, trainer=trainer,
                              train_summaries=writers[0], eval_summaries=writers[1],

@@ -59,8 +59,8 @@ class LoopEnd:
       start: the global step before the loop.
       step: the global step after it (for an evaluation, the step evaluated).
       target: the step `Controller.train` trains to (for an evaluation, `step`).
-      num_steps: the steps the loop was asked to run (for an evaluation, the
-        batches asked for; -1: all).
+      num_steps: the steps the loop ran: those asked for, fewer when a stop
+        request ended it early (for an evaluation, the batches asked for; -1: all).
       seconds: wall time of the runner's call alone.
       metrics: the runner's mean metrics, and `examples`.
     """

@@ -225,17 +225,19 @@ class Controller:
             stopped.loop = getattr(error, "loop", None)  # (start, step, metrics): the loop's
             raise stopped from None
         seconds = time.perf_counter() - began
-        if first_loop:
-            self._first_loop = (num_steps, seconds)
-        else:
-            self._timed_steps += num_steps
-            self._timed_seconds += seconds
         step = self.step
         if step <= start:
             raise RuntimeError(f"{type(self.trainer).__name__}.train({num_steps}) left the global "
                                f"step at {step}: a loop must advance it, or training never ends")
+        # A loop a stop request ended early made fewer steps than asked.
+        done = min(step - start, num_steps)
+        if first_loop:
+            self._first_loop = (done, seconds)
+        else:
+            self._timed_steps += done
+            self._timed_seconds += seconds
         self.last_train_metrics = metrics
-        loop = LoopEnd(start=start, step=step, target=target, num_steps=num_steps,
+        loop = LoopEnd(start=start, step=step, target=target, num_steps=done,
                        seconds=seconds, metrics=metrics)
         for action in self.train_actions:
             action(loop)

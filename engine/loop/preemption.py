@@ -1,23 +1,36 @@
-"""SIGTERM and Ctrl-C as a request to stop at the next loop boundary, agreed by every worker.
+"""SIGTERM and Ctrl-C as a request to stop: at the next step, save, and exit within the grace period.
 
-A preempted machine gets SIGTERM and some seconds of grace; a user presses
-Ctrl-C. Python runs a signal handler only between TensorFlow calls, so the
-handler just records the request (an exception raised at an arbitrary point
-could leave TensorFlow's scope stacks half entered: we saw a KeyboardInterrupt
-inside `strategy.scope()` turn into "Improper nesting of variable_scope"); after
-every loop the Controller's `engine.loop.actions.StopOnSignal` action asks
-`StopRequest.agreed()`, saves a checkpoint at that step and raises
-`Preempted`. In a multi-worker cluster the workers may see their signals one
-loop apart, so the question is all-reduced (one tiny collective per loop):
-either every worker stops at this step or none does, and no worker is left
-waiting in a collective for one that left.
+A preempted machine gets SIGTERM and some seconds of grace (Kubernetes: 30
+unless the pod says otherwise), then SIGKILL; a user presses Ctrl-C. Python
+runs a signal handler only between TensorFlow calls, so the handler just
+records the request (an exception raised at an arbitrary point could leave
+TensorFlow's scope stacks half entered: we saw a KeyboardInterrupt inside
+`strategy.scope()` turn into "Improper nesting of variable_scope"). A
+compiled loop of 100 steps is one TensorFlow call, so the handler would run
+only at its end: on a model at 1 step/s, 100 s after the signal. Hence two
+paths:
+
+- one process (`stop_step`, the trainer's `request_stop`): the signal's byte
+  reaches a relay thread at once (`engine.runtime.signals.on_arrival`), which
+  sets a host-side flag the compiled loop's condition reads before each step
+  (`engine.loop.trainer`: no device sync, the flag is in host memory). The
+  loop ends after the step in flight; then the Controller's
+  `engine.loop.actions.StopOnSignal` action saves a checkpoint at that step
+  and raises `Preempted`. The stop costs at most one step, the save and the
+  exit (docs/reliability.md, "Stopping within the grace period").
+- a multi-worker cluster (`strategy`): the workers may see their signals at
+  different steps, and one leaving a loop early would leave the others
+  waiting in its next collective. So they stop at the loop's end: the
+  question is all-reduced there (one tiny collective per loop), and either
+  every worker stops at this step or none does. Keep a loop
+  (`--steps_per_loop` steps) shorter than the grace period there.
 """
 
 from __future__ import annotations
 
 import signal
 import sys
-from typing import Optional
+from typing import Callable, Optional
 
 import tensorflow as tf
 
@@ -45,27 +58,55 @@ class Preempted(Exception):
 class StopRequest:
     """Records SIGTERM or Ctrl-C; `agreed()` says whether the run should stop now.
 
+    Args:
+      strategy: a multi-worker cluster's, whose workers agree on the stop at a
+        loop's end; None for one process.
+      stop_step: called the moment a signal arrives (on the signal relay's
+        thread, while the loop runs): the trainer's `request_stop`, which ends
+        the running loop after its current step. Only without `strategy`.
+
     A second Ctrl-C raises KeyboardInterrupt at once: the user asked to stop
-    without waiting for the loop to end (no checkpoint is saved then).
+    without waiting for the step (or loop) to end (no checkpoint is saved then).
     """
 
-    def __init__(self, strategy: Optional[tf.distribute.Strategy] = None):
+    def __init__(self, strategy: Optional[tf.distribute.Strategy] = None, *,
+                 stop_step: Optional[Callable[[], None]] = None):
+        if strategy is not None and stop_step is not None:
+            raise ValueError("a cluster's workers stop at a loop's end, agreed: give "
+                             "`strategy` or `stop_step`, not both")
         self._strategy = strategy
+        self._stop_step = stop_step
         self.requested = False
         self.signum: Optional[int] = None
         self._installed: list[signals.Installed] = []
+        self._arrivals: list[signals.Arrival] = []
+
+    @property
+    def stops_at_a_step(self) -> bool:
+        """Whether a signal ends the running loop after its step (else: at its end)."""
+        return bool(self._arrivals)
 
     def install(self) -> "StopRequest":
         """Takes SIGTERM and SIGINT over (from the main thread; a run in
         another thread is not signalled) until `uninstall`."""
         self._installed = [signals.install(signum, self._on_signal) for signum in _REASONS]
+        if self._stop_step is not None:
+            self._arrivals = [arrival for arrival in (
+                signals.on_arrival(signum, self._arrived) for signum in _REASONS) if arrival]
         return self
 
     def uninstall(self) -> None:
         """Gives the handlers it replaced back (`bin/cli`'s, or Python's)."""
+        for arrival in self._arrivals:
+            arrival.cancel()
+        self._arrivals = []
         for installed in reversed(self._installed):
             installed.restore()
         self._installed = []
+
+    def _arrived(self, signum: int) -> None:
+        """On the relay's thread: the loop ends after its step in flight."""
+        self._stop_step()
 
     def _on_signal(self, signum, frame) -> None:
         if signum == signal.SIGINT and self.signum == signal.SIGINT:
@@ -73,10 +114,12 @@ class StopRequest:
         if self.signum is None:
             self.signum = signum
             if signum == signal.SIGINT:
-                print("Ctrl-C: stopping after this loop to save a checkpoint; "
-                      "press Ctrl-C again to stop at once without saving",
+                print(f"Ctrl-C: stopping after this {'step' if self.stops_at_a_step else 'loop'} "
+                      "to save a checkpoint; press Ctrl-C again to stop at once without saving",
                       file=sys.stderr, flush=True)
         self.requested = True
+        if self._stop_step is not None:  # also here: a signal the relay could not see
+            self._stop_step()
 
     def agreed(self) -> bool:
         """True when this process or, in a cluster, any worker was signalled."""

@@ -49,12 +49,19 @@ class AbstractTrainer(abc.ABC):
     train_dataset: Any = None
     input_probe: Optional[Callable[[], Any]] = None
 
+    def request_stop(self) -> None:
+        """Asks the running loop to end after its current step (from any
+        thread: a signal's relay); the next loops then make one step each. A
+        trainer that cannot stop between steps does nothing: its loop ends
+        as planned, and the stop comes at its end."""
+
     @abc.abstractmethod
     def train(self, num_steps: int) -> Metrics:
         """Runs `num_steps` training steps and returns their mean metrics.
 
-        Advances the global step by `num_steps` (the Controller reads the step
-        from its variable, so a runner that may count a step twice, like the
+        Advances the global step by `num_steps`, or by fewer (at least one)
+        after `request_stop` (the Controller reads the step from its
+        variable, so a runner that may count a step twice, like the
         parameter-server trainer, stays truthful).
         """
 

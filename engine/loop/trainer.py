@@ -6,7 +6,8 @@ per step::
 
     optimizer.learning_rate = schedule(global_step)    # a constant rate: once per loop
     totals = zeros on every replica                    # the loop's running sums
-    for _ in tf.range(num_steps):                  # inside one tf.function
+    for _ in tf.range(num_steps):                  # inside one tf.function; also ends
+                                                   # after a step when a signal asks
         batch = next(iterator)                     # sampled loops: the input wait (engine.observe)
         optimizer.learning_rate = schedule(global_step)    # a rate that varies: every step
         for objective in objectives:               # usually one; a GAN's two
@@ -35,9 +36,12 @@ step can be skipped, and the hang dump's marks are one counter per step (two
 with an all-reduce: `engine.loop.step_phase`). A step writes the optimizer's
 variables, the global step and those marks, nothing else
 (`tests/engine/observe/test_sampled_loops.py`). The loop's condition is a
-hand loop's, `i < num_steps` on the host: nothing a step computes on the
-device decides whether the next one starts (only `max_skips` does, where set),
-so the host queues each step's kernels while the previous ones run.
+hand loop's, `i < num_steps` on the host, and a host-side stop flag that a
+signal sets while the loop runs (`request_stop`, `engine.loop.preemption`:
+SIGTERM ends the loop after the step in flight, not at its end): nothing a
+step computes on the device decides whether the next one starts (only
+`max_skips` does, where set), so the host queues each step's kernels while
+the previous ones run.
 
 A task may own the forward and backward lines (`Task.gradients(model,
 batch, step)`: a gradient penalty, several backward passes); the rest of
@@ -286,6 +290,13 @@ class Trainer(AbstractTrainer):
                                        step_fn=self._probe_step(o) if o.gradients else None))
             for o in self.objectives
         ]
+        # Set by `request_stop` (a signal, while a loop runs), read by the loop's
+        # condition before each step: a plain variable in host memory, outside
+        # any strategy's scope, so reading it waits for no device.
+        self._stop_flag = None
+        if self.options.stops_at_any_step:
+            with tf.device("/cpu:0"):
+                self._stop_flag = tf.Variable(False, trainable=False, name="stop_requested")
         # The step's phase, for a hang dump (engine.loop.step_phase).
         self.step_phase = StepPhase(self.global_step,
                                     hardware.local_devices(self.strategy)[0],
@@ -382,8 +393,10 @@ class Trainer(AbstractTrainer):
             # makes autograph carry a flag the condition reads; on a GPU that
             # flag lives on the device, and reading it made the host wait for
             # every step: `_skipping_steps`.)
-            for _ in tf.range(num_steps):
+            done = tf.constant(0)
+            while self._goes_on(done, num_steps):
                 _, totals, state = self._next_step(iterator, totals, stamps, state)
+                done += 1
         for sums, total in zip(self._sums, totals):
             self.strategy.run(sums.assign, args=(total,))
         results = {**self._means(), **objectives_lib.learning_rates(self.objectives)}
@@ -400,21 +413,46 @@ class Trainer(AbstractTrainer):
         computes, so each step ends with the host reading it: the price of
         `max_skips`, paid only where it is set."""
         skipped = tf.constant(0, tf.int64)
+        done = tf.constant(0)
         if not self.max_skips:
-            for _ in tf.range(num_steps):
+            while self._goes_on(done, num_steps):
                 step_skipped, totals, state = self._next_step(iterator, totals, stamps, state)
                 skipped += tf.cast(step_skipped, tf.int64)
+                done += 1
             return totals, skipped, state
         # Skipped steps in a row (loop-carried; the variable written once, after the loop).
         streak = tf.convert_to_tensor(self._skip_streak)
-        for _ in tf.range(num_steps):
+        while self._goes_on(done, num_steps):
             step_skipped, totals, state = self._next_step(iterator, totals, stamps, state)
             skipped += tf.cast(step_skipped, tf.int64)
+            done += 1
             streak = tf.where(step_skipped, streak + 1, tf.constant(0, tf.int64))
             if streak >= self.max_skips:
                 break
         self._skip_streak.assign(streak)
         return totals, skipped, state
+
+    def request_stop(self) -> None:
+        """Ends the running loop after its current step (any thread: a
+        signal's relay, while the main thread waits in the loop); every
+        later loop then makes one step. Where the trainer cannot stop
+        between steps (a cluster), nothing: the stop comes at the loop's end."""
+        if self._stop_flag is not None:
+            self._stop_flag.assign(True)
+
+    def _goes_on(self, done, num_steps):
+        """The loop's condition: `done < num_steps`, and, after the loop's
+        first step, no stop requested. Host values only (the counters, the
+        flag in host memory): nothing a step computes on a device decides
+        whether the next one starts, so the host queues each step's kernels
+        while the previous ones run. The first step always runs, so a loop
+        always advances the global step (the Controller's contract)."""
+        more = done < num_steps
+        if self._stop_flag is None:
+            return more
+        with tf.device(self._stop_flag.device):
+            return tf.logical_and(more, tf.logical_or(
+                tf.equal(done, 0), tf.logical_not(self._stop_flag.read_value())))
 
     def _next_step(self, iterator, totals, stamps: StepStamps, state):
         """One step of the loop on the next batch (or the batch kept on the devices)."""

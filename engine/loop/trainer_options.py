@@ -31,6 +31,10 @@ class TrainerOptions:
         steps in a row (`--nan_max_skips`).
       input_on_device: train every step on one batch taken once from the
         dataset and kept on the devices (`--synthetic_on_device`).
+      stops_at_any_step: the loop's condition also reads a host-side stop
+        flag (`Trainer.request_stop`: a signal's), so a loop can end after any
+        step; False in a multi-worker cluster, whose workers must all run the
+        same steps (they stop at a loop's end, agreed: `engine.loop.preemption`).
     """
 
     jit_compile: bool = False
@@ -39,6 +43,7 @@ class TrainerOptions:
     nan_policy: str = finite.STOP
     max_skips: int = 10
     input_on_device: bool = False
+    stops_at_any_step: bool = True
 
     def __post_init__(self):
         if not isinstance(self.accumulation_steps, int) or self.accumulation_steps < 1:

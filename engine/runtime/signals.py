@@ -20,10 +20,14 @@ it is done once:
   that takes a signal over for a while (the stop request over `bin/cli`'s
   handlers) leaves the process as it found it. Restore in the reverse order.
 
-`WakePipe` is the other way a signal reaches Python code: as a byte on a pipe
-(`signal.set_wakeup_fd`, written by CPython's C-level handler), which a thread
-can wait on even while the main thread is blocked inside TensorFlow, where no
-Python handler runs until the call returns.
+`on_arrival` is the other way a signal reaches Python code: as a byte on the
+process's wakeup fd (`signal.set_wakeup_fd`, written by CPython's C-level
+handler), read by one relay thread that calls the signal's listeners at once,
+even while the main thread is blocked inside TensorFlow, where no Python
+handler runs until the call returns. The stop request uses it to end a
+compiled loop at its next step (`engine.loop.preemption`), the hang watch to
+dump on SIGUSR2 (`WakePipe`, a listener that is a pipe to wait on). There is
+one wakeup fd per process, hence one relay for all of them.
 
 Imports no TensorFlow: `bin/cli` installs its handlers before TensorFlow loads.
 """
@@ -81,22 +85,129 @@ def handling(signum: int, handler: Handler) -> Iterator[Installed]:
         installed.restore()
 
 
+class Arrival:
+    """A listener of `on_arrival`; `cancel()` ends it (once)."""
+
+    def __init__(self, relay: "_Relay", signum: int, callback: Callable[[int], Any]):
+        self._relay, self.signum, self.callback = relay, signum, callback
+        self._cancelled = False
+
+    def cancel(self) -> None:
+        if not self._cancelled:
+            self._cancelled = True
+            self._relay.remove(self)
+
+
+class _Relay:
+    """The process's one wakeup fd (`signal.set_wakeup_fd` takes one), read by
+    one thread that calls each listener of the signal that arrived. Set while
+    it has listeners; what it replaced is put back with the last one, and
+    gets every byte meanwhile (an event loop's own wakeup fd keeps working)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._listeners: list[Arrival] = []
+        self._read = self._write = -1
+        self._previous_fd = -1
+        self._thread: Optional[threading.Thread] = None
+
+    def add(self, signum: int, callback: Callable[[int], Any]) -> Optional[Arrival]:
+        with self._lock:
+            if not self._listeners and not self._open():
+                return None
+            arrival = Arrival(self, signum, callback)
+            self._listeners.append(arrival)
+            return arrival
+
+    def remove(self, arrival: Arrival) -> None:
+        with self._lock:
+            if arrival in self._listeners:
+                self._listeners.remove(arrival)
+            if self._listeners or self._thread is None:
+                return
+            thread, self._thread = self._thread, None
+            if on_main_thread():
+                signal.set_wakeup_fd(self._previous_fd)
+            read, write, self._read, self._write = self._read, self._write, -1, -1
+        _write_byte(write, 0)  # the thread sees its pipe's end and leaves
+        thread.join(timeout=10)
+        for fd in (read, write):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def _open(self) -> bool:
+        if not on_main_thread():
+            return False
+        read, write = os.pipe()
+        os.set_blocking(write, False)  # set_wakeup_fd requires it
+        try:
+            self._previous_fd = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        except (ValueError, OSError):
+            os.close(read)
+            os.close(write)
+            return False
+        self._read, self._write = read, write
+        self._thread = threading.Thread(target=self._relay, args=(read, write),
+                                        name="tfloop-signals", daemon=True)
+        self._thread.start()
+        return True
+
+    def _relay(self, read: int, write: int) -> None:
+        while True:
+            try:
+                data = os.read(read, 64)
+            except OSError:
+                return
+            with self._lock:
+                if self._write != write:  # closed: the last listener left
+                    return
+                listeners, previous = list(self._listeners), self._previous_fd
+            if previous >= 0:
+                for byte in data:
+                    _write_byte(previous, byte)
+            for byte in data:
+                for arrival in listeners:
+                    if arrival.signum == byte:
+                        arrival.callback(byte)
+
+
+def _write_byte(fd: int, byte: int) -> None:
+    try:
+        os.write(fd, bytes([byte]))
+    except OSError:
+        pass
+
+
+_RELAY = _Relay()
+
+
+def on_arrival(signum: int, callback: Callable[[int], Any]) -> Optional[Arrival]:
+    """`callback(signum)`, on the relay's thread, the moment `signum` arrives:
+    also while the main thread is blocked inside TensorFlow, where a Python
+    handler runs only once the call returns (a compiled loop: its end).
+    CPython writes the byte only for a signal that has a Python-level handler:
+    install one too (`install`). None off the main thread, or where the
+    wakeup fd cannot be set. The callback must be quick and must not raise."""
+    return _RELAY.add(signum, callback)
+
+
 class WakePipe:
     """`signum` arriving as a byte on a pipe that `wait` selects on.
 
     The Python-level handler does nothing (some default actions, SIGUSR2's,
-    end the process); the byte CPython's C handler writes to the wakeup fd is
-    the message, and it is written whatever the main thread is doing. Open it
-    with `WakePipe.open` (None off the main thread, or when the wakeup fd
-    cannot be set); `close` restores the handler and the previous wakeup fd.
+    end the process); the relay (`on_arrival`) writes the signal's number to
+    this pipe whatever the main thread is doing. Open it with
+    `WakePipe.open` (None off the main thread, or when the wakeup fd cannot be
+    set); `close` ends the listening and restores the handler.
     """
 
-    def __init__(self, signum: int, read: int, write: int, installed: Installed,
-                 previous_fd: int):
+    def __init__(self, signum: int, read: int, write: int, installed: Installed):
         self.signum = signum
         self._read, self._write = read, write
         self._installed = installed
-        self._previous_fd = previous_fd
+        self._arrival: Optional[Arrival] = None
         self._closed = False
 
     @classmethod
@@ -104,21 +215,17 @@ class WakePipe:
         if not on_main_thread():
             return None
         read, write = os.pipe()
-        os.set_blocking(write, False)  # set_wakeup_fd requires it
-        installed = install(signum, lambda *_: None)
-        try:
-            previous_fd = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
-        except (ValueError, OSError):
-            installed.restore()
-            os.close(read)
-            os.close(write)
+        os.set_blocking(write, False)
+        pipe = cls(signum, read, write, install(signum, lambda *_: None))
+        pipe._arrival = on_arrival(signum, lambda number: _write_byte(write, number))
+        if pipe._arrival is None:
+            pipe.close()
             return None
-        return cls(signum, read, write, installed, previous_fd)
+        return pipe
 
     def wait(self, seconds: float) -> bool:
         """Whether `signum` arrived within `seconds`; False also when `wake`
-        cut the wait short (the pipe carries every signal's number, and
-        `wake`'s 0, which is none)."""
+        cut the wait short (it writes 0, which is no signal)."""
         ready, _, _ = select.select([self._read], [], [], seconds)
         if not ready:
             return False
@@ -130,17 +237,15 @@ class WakePipe:
 
     def wake(self) -> None:
         """Ends a `wait` in another thread at once (a thread being stopped)."""
-        try:
-            os.write(self._write, b"\0")
-        except OSError:
-            pass
+        _write_byte(self._write, 0)
 
     def close(self) -> None:
-        """The previous wakeup fd and handler back, the pipe closed; once."""
+        """The listening ended, the handler back, the pipe closed; once."""
         if self._closed:
             return
         self._closed = True
-        signal.set_wakeup_fd(self._previous_fd)
+        if self._arrival is not None:
+            self._arrival.cancel()
         self._installed.restore()
         for fd in (self._read, self._write):
             try:

@@ -204,7 +204,8 @@ class StrategySpec(abc.ABC):
                 jit_compile=config.jit_compile or getattr(task, "jit_compile", False),
                 accumulation_steps=config.accumulation_steps, clip_norm=config.clip_norm,
                 nan_policy=config.nan_policy, max_skips=config.nan_max_skips,
-                input_on_device=config.synthetic_on_device),
+                input_on_device=config.synthetic_on_device,
+                stops_at_any_step=not self.agrees_to_stop),
             clock=clock.SampledClock(
                 peak=hardware.peak(hardware.local_devices(strategy), config.mixed_precision),
                 timed=step_time.timestamps_allowed(),

@@ -127,10 +127,24 @@ def _carried(graph_def) -> list:
     return [tf.as_dtype(t).name for t in loop.attr["T"].list.type if t != tf.resource.as_datatype_enum]
 
 
-def test_the_loop_condition_reads_the_step_counter_alone():
+#: The loop's condition where a signal can end it after any step: `i < num_steps`
+#: and (`i == 0` or not the stop flag), every op of it on the host CPU.
+STOPPABLE = ["Const", "Equal", "Identity", "Identity", "Less", "LogicalAnd", "LogicalNot",
+             "LogicalOr", "NoOp", "ReadVariableOp"]
+
+
+def _condition_devices(graph_def) -> set:
+    (loop,) = [n for n in graph_def.node if n.op in ("While", "StatelessWhile")]
+    (cond,) = [f for f in graph_def.library.function
+               if f.signature.name == loop.attr["cond"].func.name]
+    return {node.device for node in cond.node_def if node.op not in ("Less", "Identity", "NoOp")}
+
+
+def test_the_loop_condition_reads_the_step_counter_and_the_host_stop_flag_alone():
     """The loop's condition is a hand loop's, `i < num_steps` on host integers,
-    and the loop carries the counters and the running sums, nothing else.
-    A `break` anywhere in the loop's body (it was there for `max_skips`) made
+    plus the stop flag a signal sets (`Trainer.request_stop`), a variable in
+    host memory; the loop carries the counters and the running sums, nothing
+    else. A `break` anywhere in the loop's body (it was there for `max_skips`) made
     autograph carry a flag and test it in a `tf.cond` every step, and the
     loop carried the skip counts even where nothing skips: on an H200 the
     Trainer with its per-step bookkeeping removed still ran at 0.75x the hand
@@ -139,7 +153,13 @@ def test_the_loop_condition_reads_the_step_counter_alone():
     trainer = _trainer(GPUS, clock_lib.SampledClock())
     for sampled in (False, True):
         graph_def = _loop_graph(trainer, sampled)
-        assert _condition_ops(graph_def) == ["Identity", "Less"], sampled
+        assert _condition_ops(graph_def) == STOPPABLE, sampled
+        devices = _condition_devices(graph_def)
+        assert len(devices) == 1 and devices.pop().endswith("CPU:0"), sampled
+    # A cluster's workers stop at a loop's end: their condition is the counter alone.
+    in_a_cluster = _trainer(GPUS, clock_lib.SampledClock(),
+                            options=TrainerOptions(stops_at_any_step=False))
+    assert _condition_ops(_loop_graph(in_a_cluster, False)) == ["Identity", "Less"]
     # One running-sum vector per replica; no flag (bool), no skip count (int64).
     carried = _carried(_loop_graph(trainer, False))
     assert carried.count("float32") == len(GPUS) and not {"bool", "int64"} & set(carried), carried
@@ -147,12 +167,12 @@ def test_the_loop_condition_reads_the_step_counter_alone():
     skipping = _trainer(GPUS, clock_lib.SampledClock(),
                         options=TrainerOptions(nan_policy="skip_step", max_skips=3))
     condition = _condition_ops(_loop_graph(skipping, False))
-    assert "Less" in condition and len(condition) > 2, condition  # the check sees a break
+    assert condition != STOPPABLE and "LogicalNot" in condition, condition  # it sees a break
     assert "int64" in _carried(_loop_graph(skipping, False))  # and the skip counts
     # mixed_float16's optimizer skips steps and the loop counts them, without a stop.
     scaled = _trainer(GPUS, clock_lib.SampledClock(), optimizer=lambda: (
         keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1))))
-    assert _condition_ops(_loop_graph(scaled, False)) == ["Identity", "Less"]
+    assert _condition_ops(_loop_graph(scaled, False)) == STOPPABLE
 
 
 #: Ops that write a variable.
