@@ -175,3 +175,52 @@ def test_the_hook_leaves_every_other_exception_to_the_previous_one(monkeypatch):
     with pytest.raises(SystemExit) as ended:
         hook(ClusterFailure, ClusterFailure("lost"), None)
     assert ended.value.code == 138 and not seen[3:]
+
+
+# -- statuses from the first instruction (issue 38 item 3) ----------------------------------
+
+_BINARIES = {  # each binary and one boolean flag of its own
+    "train": "verbose", "export": "verbose", "bench_collectives": "plot",
+    "bench_train": "plot", "convert_to_tfrecord": "verbose", "gpu_check": "verbose",
+    "launch": "chief",
+}
+
+
+def test_every_binary_is_listed():
+    listed = {name for name in os.listdir(os.path.join(REPO, "bin"))
+              if "." not in name and not name.startswith("_")}
+    assert listed == set(_BINARIES)
+
+
+@pytest.mark.parametrize("binary", sorted(_BINARIES))
+def test_a_booleans_negation_given_a_value_is_one_line_and_exit_2(binary):
+    """`--nofoo=1` was absl's `ValueError` traceback and exit 1, in every
+    binary (the shared parse in bin/cli); it is refused before TensorFlow loads."""
+    flag = _BINARIES[binary]
+    extra = ["--", "true"] if binary == "launch" else []
+    result = run_bin(binary, f"--no{flag}=1", *extra, timeout=60)
+    line = assert_one_line_error(result)
+    assert result.returncode == 2, result.stderr
+    assert line == (f"{binary}: error: --no{flag} takes no value; write --{flag}=false "
+                    f"or --no{flag}"), line
+
+
+def test_sigusr1_and_sigusr2_before_training_do_not_end_the_run(tmp_path):
+    """Their default action ends a process with 138 / 140, the retryable
+    class: a platform would restart a run nothing went wrong with (before,
+    bin/train ended silently so). From bin/cli's import on they do nothing
+    until the engine gives them their work."""
+    process = start_bin("train", *TINY, "--mode=train", "--noexport",
+                        f"--model_dir={tmp_path / 'run'}")
+    try:
+        time.sleep(1.5)  # inside `import tensorflow`
+        process.send_signal(signal.SIGUSR1)
+        time.sleep(0.5)
+        process.send_signal(signal.SIGUSR2)
+        _, stderr = process.communicate(timeout=180)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=10)
+    assert process.returncode == 0, stderr[-3000:]
+    assert "Traceback" not in stderr and (tmp_path / "run" / "metrics.json").exists()
