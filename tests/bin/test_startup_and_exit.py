@@ -224,3 +224,42 @@ def test_sigusr1_and_sigusr2_before_training_do_not_end_the_run(tmp_path):
             process.communicate(timeout=10)
     assert process.returncode == 0, stderr[-3000:]
     assert "Traceback" not in stderr and (tmp_path / "run" / "metrics.json").exists()
+
+
+_FIT_SCRIPT = """
+import sys, time
+import numpy as np
+import keras
+import tfloop
+
+def build_model():
+    print("building", flush=True)  # the test's cue
+    time.sleep(120)
+
+x, y = np.zeros((32, 4), "float32"), np.zeros((32,), "int32")
+config = tfloop.RunConfig(strategy="default", devices="cpu:0", model_dir=sys.argv[1])
+tfloop.fit(build_model, x, y, batch_size=8, config=config)
+"""
+
+
+def test_a_fit_script_sigtermed_in_build_model_ends_in_one_line_and_143(tmp_path):
+    """A `tfloop.fit` script SIGTERMed inside the user's `build_model` died by
+    the signal (-15), said nothing and left `model_dir` with its `train.lock`
+    (issue 38); now one line, 143, and the folder it created is gone."""
+    from helpers import bin_env
+
+    script = tmp_path / "train.py"
+    script.write_text(_FIT_SCRIPT)
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "run")], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=bin_env(PYTHONUNBUFFERED="1"))
+    try:
+        _, stderr = _signal_at(process, signal.SIGTERM, marker="building")
+    finally:
+        process.kill()
+    assert process.returncode == 143, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr
+    assert stderr.rstrip().splitlines()[-1] == (
+        "train.py: terminated (SIGTERM) outside the training loop; nothing was saved at the "
+        "signal: run the same command (it resumes from the last checkpoint)"), stderr
+    assert not (tmp_path / "run").exists()
