@@ -203,6 +203,25 @@ def flag_value_error(args: list[str], error: ValueError, program: str) -> str:
     return f"{error}; see {program} --help"
 
 
+def check_path_flags() -> None:
+    """The one path check (`engine.config.check_path_text`: blank, a control
+    character, an unexpanded `~`, a name that is not UTF-8) for every folder
+    flag given (`--*_dir`, any binary's: `--output_dir`, `--data_dir`,
+    `--diagnostics_dir`, ...), before anything is created; empty is a flag's
+    own default. Imports no TensorFlow.
+
+    Raises:
+      ConfigError: the one line naming the flag.
+    """
+    from tfloop.engine.config import check_path_text
+
+    for name in flags.FLAGS:
+        flag = flags.FLAGS[name]
+        if (name.endswith("_dir") and flag.present and isinstance(flag.value, str)
+                and flag.value):
+            check_path_text(f"--{name}", flag.value)
+
+
 def run(
     main: Callable[[list[str]], Optional[int]],
     *,
@@ -258,13 +277,14 @@ def run(
             fail(program, f"unexpected argument {rest[1]!r}{where}; flags take the form --name=value")
         if command_after_dashdash and not command and command_required():
             fail(program, f"missing command after '--'; usage: {program} [flags] -- COMMAND [ARGS...]")
-        if check_flags is not None:
-            from tfloop.engine.errors import ConfigError  # imports no TensorFlow
+        from tfloop.engine.errors import ConfigError  # imports no TensorFlow
 
-            try:
+        try:
+            check_path_flags()
+            if check_flags is not None:
                 check_flags()
-            except ConfigError as error:
-                fail(program, str(error))
+        except ConfigError as error:
+            fail(program, str(error))
         return [argv[0], *command]
 
     def guarded(argv: list[str]) -> Optional[int]:

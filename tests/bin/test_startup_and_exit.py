@@ -263,3 +263,23 @@ def test_a_fit_script_sigtermed_in_build_model_ends_in_one_line_and_143(tmp_path
         "train.py: terminated (SIGTERM) outside the training loop; nothing was saved at the "
         "signal: run the same command (it resumes from the last checkpoint)"), stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("binary, flag", [
+    ("bench_collectives", "output_dir"), ("bench_train", "output_dir"),
+    ("gpu_check", "output_dir"), ("convert_to_tfrecord", "output_dir"),
+    ("convert_to_tfrecord", "data_dir"), ("launch", "diagnostics_dir"),
+])
+def test_every_folder_flag_gets_the_one_path_check(tmp_path, binary, flag):
+    """`--output_dir=~/x` made a folder named `~` in the working directory (and
+    ran a benchmark into it); bin/cli checks every given `--*_dir` as
+    `--model_dir` is checked, before anything is created (issue 38)."""
+    from helpers import bin_env
+
+    extra = ["--output_dir=out"] if flag == "data_dir" else []
+    extra += ["--", "true"] if binary == "launch" else []
+    result = subprocess.run([sys.executable, os.path.join(REPO, "bin", binary), f"--{flag}=~/x",
+                             *extra], capture_output=True, text=True, timeout=60,
+                            cwd=tmp_path, env=bin_env())
+    assert_one_line_error(result, contains=f"--{flag}=~/x starts with ~, which nothing expanded")
+    assert result.returncode == 2 and list(tmp_path.iterdir()) == []
