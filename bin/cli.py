@@ -8,7 +8,11 @@ Signals: from the moment this module is imported (before TensorFlow is),
 SIGINT and SIGTERM end the binary with one line and exit 130 / 143, whatever
 it was doing (importing TensorFlow, setting up devices, building datasets).
 Once training runs, `engine.loop.preemption.StopRequest` takes them over (a
-checkpoint is saved first) and gives them back when training ends.
+checkpoint is saved first) and gives them back when training ends. SIGUSR1
+and SIGUSR2, whose default action ends a process (status 138 and 140, the
+retryable class: a platform would restart a run nothing went wrong with),
+do nothing from the same moment until the engine gives them their work (a
+loop sample, a thread dump: `engine.observe.step_time`, `engine.runtime.hang`).
 """
 
 from __future__ import annotations
@@ -42,6 +46,16 @@ EXIT_RESTART = exit_codes.RESTART  # restart every task: a lost peer, storage ou
 
 _SIGNAL_REASONS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "terminated (SIGTERM)"}
 
+#: Signals whose default action (terminate) would end the binary before the
+#: engine gives them their work: SIGUSR1 (a loop sample), SIGUSR2 (a thread dump).
+_HARMLESS = tuple(getattr(signal, name) for name in ("SIGUSR1", "SIGUSR2") if hasattr(signal, name))
+
+
+def _do_nothing(signum, frame) -> None:
+    """SIGUSR1 / SIGUSR2 before (or after) the engine's own handlers. A Python
+    handler, not `SIG_IGN`: a command `bin/launch` starts gets the default
+    action back at `exec`, as it would have had."""
+
 
 class Signalled(BaseException):
     """SIGINT or SIGTERM before (or after) training: unwinds to `run`, which
@@ -72,11 +86,13 @@ def _as_signalled() -> None:
 
 
 def install_signal_handlers() -> None:
-    """SIGINT and SIGTERM raise `Signalled` (main thread only: Python runs
-    handlers there). Idempotent; `StopRequest` replaces and restores them.
-    For the process's life: nothing restores them."""
+    """SIGINT and SIGTERM raise `Signalled`, SIGUSR1 and SIGUSR2 do nothing
+    (main thread only: Python runs handlers there). Idempotent; `StopRequest`
+    replaces and restores them. For the process's life: nothing restores them."""
     for signum in _SIGNAL_REASONS:
         signals.install(signum, _raise_signalled)
+    for signum in _HARMLESS:
+        signals.install(signum, _do_nothing)
 
 
 # At import, before TensorFlow: a binary imports this module first thing.
@@ -173,6 +189,39 @@ def fail(program: str, message: str, exit_status: int = EXIT_USAGE, details: str
     sys.exit(exit_status)
 
 
+def flag_value_error(args: list[str], error: ValueError, program: str) -> str:
+    """The one line for what absl's parser raises as a plain `ValueError`
+    (a traceback, exit 1, before): `--nofoo=value`, a boolean's negation
+    given a value."""
+    for arg in args:
+        name, has_value, _ = arg.lstrip("-").partition("=")
+        if (arg.startswith("-") and has_value and name.startswith("no")
+                and name[2:] in flags.FLAGS
+                and isinstance(flags.FLAGS[name[2:]], flags.BooleanFlag)):
+            shown = "-" * (len(arg) - len(arg.lstrip("-"))) + name
+            return f"{shown} takes no value; write --{name[2:]}=false or --{name}"
+    return f"{error}; see {program} --help"
+
+
+def check_path_flags() -> None:
+    """The one path check (`engine.config.check_path_text`: blank, a control
+    character, an unexpanded `~`, a name that is not UTF-8) for every folder
+    flag given (`--*_dir`, any binary's: `--output_dir`, `--data_dir`,
+    `--diagnostics_dir`, ...), before anything is created; empty is a flag's
+    own default. Imports no TensorFlow.
+
+    Raises:
+      ConfigError: the one line naming the flag.
+    """
+    from tfloop.engine.config import check_path_text
+
+    for name in flags.FLAGS:
+        flag = flags.FLAGS[name]
+        if (name.endswith("_dir") and flag.present and isinstance(flag.value, str)
+                and flag.value):
+            check_path_text(f"--{name}", flag.value)
+
+
 def run(
     main: Callable[[list[str]], Optional[int]],
     *,
@@ -221,18 +270,21 @@ def run(
             rest = flags.FLAGS(argv)
         except flags.Error as error:
             fail(program, f"{error}; see {program} --help")
+        except ValueError as error:  # absl's own, for `--nofoo=value` on a boolean
+            fail(program, flag_value_error(argv[1:], error, program))
         if len(rest) > 1:
             where = " before '--'" if command_after_dashdash else ""
             fail(program, f"unexpected argument {rest[1]!r}{where}; flags take the form --name=value")
         if command_after_dashdash and not command and command_required():
             fail(program, f"missing command after '--'; usage: {program} [flags] -- COMMAND [ARGS...]")
-        if check_flags is not None:
-            from tfloop.engine.errors import ConfigError  # imports no TensorFlow
+        from tfloop.engine.errors import ConfigError  # imports no TensorFlow
 
-            try:
+        try:
+            check_path_flags()
+            if check_flags is not None:
                 check_flags()
-            except ConfigError as error:
-                fail(program, str(error))
+        except ConfigError as error:
+            fail(program, str(error))
         return [argv[0], *command]
 
     def guarded(argv: list[str]) -> Optional[int]:

@@ -436,7 +436,7 @@ class RunConfig:
         "checkpoints every --local_checkpoint_interval steps beside the durable ones in "
         "--model_dir: a restart on this machine resumes from the newest that reads (in a "
         "multi_worker cluster: the newest step every worker holds), else from --model_dir "
-        "(empty: off; docs/reliability.md).")
+        "(empty: off; docs/reliability.md).", check=optional_path)
     local_checkpoint_interval: int = LOOP.option(
         0, "Steps between local checkpoints in --local_checkpoint_dir (0: off), e.g. 10 "
         "with --checkpoint_interval=100.", check=NON_NEGATIVE)

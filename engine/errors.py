@@ -128,6 +128,23 @@ class ExportFailure(UnrecoverableFailure):
         self.fix = fix
 
 
+class Terminated(BaseException):
+    """SIGTERM reached a script (`tfloop.run` or `tfloop.fit` without
+    `bin/`) outside the training loop, where no checkpoint is saved at the
+    signal (while the task's `build_model` runs, say): one line, exit 143,
+    the run's lock released and a `model_dir` it created and never trained
+    in removed (`engine.runtime.script_exit.signals_of_a_script`). A
+    BaseException, so that no `except Exception` on its way (the task's own
+    code, TensorFlow's) stops it."""
+
+    exit_status = exit_codes.PREEMPTED
+
+    def __init__(self, message: str = "terminated (SIGTERM) outside the training loop; nothing "
+                 "was saved at the signal: run the same command (it resumes from the last "
+                 "checkpoint)"):
+        super().__init__(message)
+
+
 def one_line(text: str, limit: int = 120) -> str:
     """The first line of `text` (an error's message quoted inside one of
     ours), at most about `limit` characters, cut at a word boundary with an

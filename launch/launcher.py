@@ -19,7 +19,9 @@ The supervision loop, for one launch::
             last; a permanent one (1, 2, 3) -> give up at once, with it
           - with --min_workers: a worker that cannot come back (it exits with
             a permanent status, 1 or 3, on its own while its peers run or wait
-            for it: its machine is gone) -> restart with one worker fewer,
+            for it: its machine is gone; never the chief, whose own failure, a
+            full --model_dir for one, every restart meets again) -> restart
+            with one worker fewer,
             down to min_workers; the run resumes from the last checkpoint on
             fewer replicas with the same global batch (bin/train
             --max_per_replica_batch_size; docs/reliability.md)
@@ -576,9 +578,17 @@ class Launcher:
         a reclaimed machine is a worker that exits 1 at its restart (the
         tests' hook: a wrapper command that does so for one worker index).
         Which index leaves does not matter: a restart numbers the remaining
-        workers 0..n-1, and worker 0 is the chief unless a chief job is."""
+        workers 0..n-1, and worker 0 is the chief unless a chief job is.
+
+        Never the chief (the chief job's task, else worker 0): it alone
+        writes `--model_dir`, its summaries and `run.json`, so its own
+        permanent failure (a full disk, a `RunFailure` of the run's storage)
+        is the run's, which a cluster of fewer workers would meet again in
+        the same storage; the cluster ends with its status."""
         if not self.config.min_workers or failed.task.task_type != WORKER:
             return None
+        if not self.config.chief and failed.task.task_index == 0:
+            return None  # the chief: its failure is the run's
         status = exit_status(failed.poll())
         if exit_codes.retryable(status) or status in (exit_codes.DONE, exit_codes.USAGE):
             return None

@@ -103,11 +103,22 @@ def run(
     script_exit.install()  # a script's SIGTERM, lost peer, ...: one line, exit 143, 138, ...
     if verbose:
         logs.configure_logging()
+    with script_exit.signals_of_a_script():  # a script's SIGTERM at any moment: one line, 143
+        return _run(config, task=task, optimizer=optimizer,
+                    hooks=Hooks(on_loop_end=on_loop_end, add_actions=add_actions))
+
+
+def _run(config: RunConfig, *, task: Optional[Task],
+         optimizer: Optional[keras.optimizers.Optimizer], hooks: Hooks) -> RunResult:
+    """`run` once the script's signals are set."""
     task = _task_for(config, task)
     plan = make_plan(config, task)
     config = plan.config  # with what the plan resolved: --epochs, --per_replica_batch_size
     if plan.spec.serves_only(plan.role):
-        return RunResult(plan.spec.serve(plan.role))  # until stopped: the chief trains
+        # Until stopped: the chief trains. The server blocks in C++, where no
+        # Python handler runs: SIGTERM keeps the action it had (no wait for SIGKILL).
+        with script_exit.default_sigterm():
+            return RunResult(plan.spec.serve(plan.role))
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
     # Before the lock (which creates model_dir): joining a cluster can end in
@@ -116,8 +127,7 @@ def run(
     lock = run_lock.acquire(config.model_dir, plan.lock) if plan.lock else None
     try:
         with exit_class(plan, checkpoint=lambda: plan.latest_checkpoint):
-            return _run_planned(plan, strategy, optimizer=optimizer, lock=lock,
-                                hooks=Hooks(on_loop_end=on_loop_end, add_actions=add_actions))
+            return _run_planned(plan, strategy, optimizer=optimizer, lock=lock, hooks=hooks)
     except BaseException:
         if lock is not None:
             lock.discard()  # removes model_dir if this run created it and never trained

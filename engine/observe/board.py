@@ -18,6 +18,10 @@ flags and final metrics in the HParams dashboard, the train loop's graph.
   `final/train/<name>`, `final/eval/<name>` beside them.
 - **Graph.** The compiled train loop's graph (its while loop holding the step),
   traced once around the first loop (`TrainGraph`), into `summaries/train`.
+
+A write that fails (a full disk at start-up, a folder made read-only) is one
+`RunFailure` line naming the folder and its free space (`SummaryWriter.storing`);
+only the graph, a view, is a warning.
 """
 
 from __future__ import annotations
@@ -46,9 +50,10 @@ def mark_start(writer: SummaryWriter, start_step: int) -> None:
     """
     event = event_pb2.Event(step=start_step + 1, wall_time=time.time())
     event.session_log.status = event_pb2.SessionLog.START
-    tf.raw_ops.ImportEvent(writer=writer.tf_writer()._resource,
-                           event=event.SerializeToString())
-    writer.tf_writer().flush()
+    with writer.storing():  # a full disk at start-up: one RunFailure line
+        tf.raw_ops.ImportEvent(writer=writer.tf_writer()._resource,
+                               event=event.SerializeToString())
+        writer.tf_writer().flush()
 
 
 def _hparam_value(value: Any):
@@ -58,10 +63,11 @@ def _hparam_value(value: Any):
 
 def write_hparams(writer: SummaryWriter, config: Mapping[str, Any], *, step: int) -> None:
     """The run's flags, once, at the step it starts from."""
-    with writer.tf_writer().as_default(step=step):
-        hparams_api.hparams({name: _hparam_value(value) for name, value in config.items()},
-                            trial_id=None)
-    writer.tf_writer().flush()
+    with writer.storing():
+        with writer.tf_writer().as_default(step=step):
+            hparams_api.hparams({name: _hparam_value(value) for name, value in config.items()},
+                                trial_id=None)
+        writer.tf_writer().flush()
 
 
 def write_final_metrics(writer: SummaryWriter, step: int,

@@ -21,7 +21,9 @@ one pass over the replica's batch, which is what is traced.
 `mfu` (model FLOPs utilization) = FLOPs per step x steps / seconds / the
 devices' peak rate (`engine.runtime.hardware.peak`: one definition, a
 datasheet's dense rate for known GPUs in the compute dtype, a measured matmul
-rate elsewhere): the wall time of the loop, as `steps/s` takes it. The
+rate elsewhere): the wall time of the loop, as `steps/s` takes it. Never
+above 1: a loop faster than the peak says the peak is wrong, and no mfu is
+reported then (a debug line says why). The
 trainer's clock (`engine.observe.clock`) counts the FLOPs once, after the
 first loop (untimed: it traces and compiles), and reports `mfu` from the
 second loop on; the progress line, TensorBoard, metrics.json and
@@ -30,7 +32,9 @@ second loop on; the progress line, TensorBoard, metrics.json and
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import logging
 import time
 from typing import Any, Callable, Optional
@@ -75,7 +79,12 @@ def count(fn: Callable[[Any], Any], spec: Any) -> Optional[float]:
         options = (tf.compat.v1.profiler.ProfileOptionBuilder(
             tf.compat.v1.profiler.ProfileOptionBuilder.float_operation())
             .with_empty_output().build())
-        flops = tf.compat.v1.profiler.profile(graph=graph, options=options).total_float_ops
+        # The profiler writes "N ops no flops stats due to incomplete shapes."
+        # on sys.stderr (tfprof_logger) whatever its options: a debug line here.
+        with contextlib.redirect_stderr(io.StringIO()) as said:
+            flops = tf.compat.v1.profiler.profile(graph=graph, options=options).total_float_ops
+        if said.getvalue().strip():
+            logger.debug("the FLOPs profiler said: %s", " ".join(said.getvalue().split()))
     except Exception as error:  # noqa: BLE001 -- a statistic, never a reason to fail the run
         logger.debug("could not count the step's FLOPs: %s", error)
         return None
@@ -92,10 +101,18 @@ MFU = "mfu"
 
 def mfu(flops_per_step: Optional[float], steps: int, seconds: float,
         peak_flops_per_second: Optional[float]) -> Optional[float]:
-    """The fraction of the peak rate `steps` steps in `seconds` reached."""
+    """The fraction of the peak rate `steps` steps in `seconds` reached; None
+    when it cannot be had, or when it would be above 1: then the peak is
+    wrong (a measured one read low), and no number beats a wrong one."""
     if not flops_per_step or not peak_flops_per_second or seconds <= 0:
         return None
-    return flops_per_step * steps / seconds / peak_flops_per_second
+    fraction = flops_per_step * steps / seconds / peak_flops_per_second
+    if fraction > 1 + 1e-9:
+        logger.debug("mfu not reported: %.3g FLOP/s is %.2fx the devices' peak of %.3g "
+                     "FLOP/s, so that peak is wrong", flops_per_step * steps / seconds,
+                     fraction, peak_flops_per_second)
+        return None
+    return fraction
 
 
 def of_trainer(trainer: Trainer) -> Optional[float]:

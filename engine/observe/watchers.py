@@ -26,7 +26,7 @@ from tfloop.engine.loop.runner import AbstractTrainer
 from tfloop.engine.observe.stragglers import Stragglers
 from tfloop.engine.loop.summaries import SummaryWriter
 from tfloop.engine.run_dir import layout
-from tfloop.engine.errors import one_line
+from tfloop.engine.errors import RunFailure, one_line
 from tfloop.engine.runtime import hang
 from tfloop.launch import tf_config
 
@@ -133,6 +133,6 @@ class Watchers:
         try:  # on the way out of a failing run too: its own error is the one to report
             board.write_final_metrics(self._root, controller.step, metrics)
             self._root.close()
-        except (tf.errors.OpError, OSError) as error:
+        except (tf.errors.OpError, OSError, RunFailure) as error:
             logger.warning("could not write the final metrics for TensorBoard's HParams: %s",
                            one_line(str(error), 160))

@@ -54,6 +54,7 @@ import logging
 from typing import Any, Iterable, Mapping, Optional
 
 from tfloop.engine.run_dir import checkpoint_files, layout, storage
+from tfloop.engine.runtime import files
 from tfloop.engine.config import IDENTITY, PER_RANGE, RunConfig, check_model_dir_text
 from tfloop.engine.errors import ConfigError
 
@@ -95,11 +96,16 @@ def load(model_dir: str) -> Optional[dict]:
     Raises:
       ConfigError: `model_dir` is spelled so that it cannot be read
         (`config.check_model_dir_text`): the first place a binary touches it;
-        or its storage refused access (`storage.check_reachable`).
+        or its storage refused access (`storage.check_reachable`); or
+        run.json is a symbolic link (`files.refuse_links`), refused unread.
       StorageUnavailable: its storage (`gs://...`) did not answer.
     """
     check_model_dir_text(model_dir)
     storage.check_reachable(model_dir)
+    # A link is refused before anything is read through it (bin/train reads
+    # run.json before the run's own link check: a link to a file that is not
+    # JSON was reported as a damaged run.json).
+    files.refuse_links([path(model_dir)])
     return layout.read_json(path(model_dir))
 
 

@@ -175,3 +175,111 @@ def test_the_hook_leaves_every_other_exception_to_the_previous_one(monkeypatch):
     with pytest.raises(SystemExit) as ended:
         hook(ClusterFailure, ClusterFailure("lost"), None)
     assert ended.value.code == 138 and not seen[3:]
+
+
+# -- statuses from the first instruction (issue 38 item 3) ----------------------------------
+
+_BINARIES = {  # each binary and one boolean flag of its own
+    "train": "verbose", "export": "verbose", "bench_collectives": "plot",
+    "bench_train": "plot", "convert_to_tfrecord": "verbose", "gpu_check": "verbose",
+    "launch": "chief",
+}
+
+
+def test_every_binary_is_listed():
+    listed = {name for name in os.listdir(os.path.join(REPO, "bin"))
+              if "." not in name and not name.startswith("_")}
+    assert listed == set(_BINARIES)
+
+
+@pytest.mark.parametrize("binary", sorted(_BINARIES))
+def test_a_booleans_negation_given_a_value_is_one_line_and_exit_2(binary):
+    """`--nofoo=1` was absl's `ValueError` traceback and exit 1, in every
+    binary (the shared parse in bin/cli); it is refused before TensorFlow loads."""
+    flag = _BINARIES[binary]
+    extra = ["--", "true"] if binary == "launch" else []
+    result = run_bin(binary, f"--no{flag}=1", *extra, timeout=60)
+    line = assert_one_line_error(result)
+    assert result.returncode == 2, result.stderr
+    assert line == (f"{binary}: error: --no{flag} takes no value; write --{flag}=false "
+                    f"or --no{flag}"), line
+
+
+def test_sigusr1_and_sigusr2_before_training_do_not_end_the_run(tmp_path):
+    """Their default action ends a process with 138 / 140, the retryable
+    class: a platform would restart a run nothing went wrong with (before,
+    bin/train ended silently so). From bin/cli's import on they do nothing
+    until the engine gives them their work."""
+    process = start_bin("train", *TINY, "--mode=train", "--noexport",
+                        f"--model_dir={tmp_path / 'run'}")
+    try:
+        time.sleep(1.5)  # inside `import tensorflow`
+        process.send_signal(signal.SIGUSR1)
+        time.sleep(0.5)
+        process.send_signal(signal.SIGUSR2)
+        _, stderr = process.communicate(timeout=180)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=10)
+    assert process.returncode == 0, stderr[-3000:]
+    assert "Traceback" not in stderr and (tmp_path / "run" / "metrics.json").exists()
+
+
+_FIT_SCRIPT = """
+import sys, time
+import numpy as np
+import keras
+import tfloop
+
+def build_model():
+    print("building", flush=True)  # the test's cue
+    time.sleep(120)
+
+x, y = np.zeros((32, 4), "float32"), np.zeros((32,), "int32")
+config = tfloop.RunConfig(strategy="default", devices="cpu:0", model_dir=sys.argv[1])
+tfloop.fit(build_model, x, y, batch_size=8, config=config)
+"""
+
+
+def test_a_fit_script_sigtermed_in_build_model_ends_in_one_line_and_143(tmp_path):
+    """A `tfloop.fit` script SIGTERMed inside the user's `build_model` died by
+    the signal (-15), said nothing and left `model_dir` with its `train.lock`
+    (issue 38); now one line, 143, and the folder it created is gone."""
+    from helpers import bin_env
+
+    script = tmp_path / "train.py"
+    script.write_text(_FIT_SCRIPT)
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "run")], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=bin_env(PYTHONUNBUFFERED="1"))
+    try:
+        _, stderr = _signal_at(process, signal.SIGTERM, marker="building")
+    finally:
+        process.kill()
+    assert process.returncode == 143, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr
+    assert stderr.rstrip().splitlines()[-1] == (
+        "train.py: terminated (SIGTERM) outside the training loop; nothing was saved at the "
+        "signal: run the same command (it resumes from the last checkpoint)"), stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("binary, flag", [
+    ("bench_collectives", "output_dir"), ("bench_train", "output_dir"),
+    ("gpu_check", "output_dir"), ("convert_to_tfrecord", "output_dir"),
+    ("convert_to_tfrecord", "data_dir"), ("launch", "diagnostics_dir"),
+])
+def test_every_folder_flag_gets_the_one_path_check(tmp_path, binary, flag):
+    """`--output_dir=~/x` made a folder named `~` in the working directory (and
+    ran a benchmark into it); bin/cli checks every given `--*_dir` as
+    `--model_dir` is checked, before anything is created (issue 38)."""
+    from helpers import bin_env
+
+    extra = ["--output_dir=out"] if flag == "data_dir" else []
+    extra += ["--", "true"] if binary == "launch" else []
+    result = subprocess.run([sys.executable, os.path.join(REPO, "bin", binary), f"--{flag}=~/x",
+                             *extra], capture_output=True, text=True, timeout=60,
+                            cwd=tmp_path, env=bin_env())
+    assert_one_line_error(result, contains=f"--{flag}=~/x starts with ~, which nothing expanded")
+    assert result.returncode == 2 and list(tmp_path.iterdir()) == []

@@ -8,6 +8,8 @@ print such an error as one line with exit status 2 and no traceback is
 checked once, through `bin/train` in a subprocess (tests/bin/test_train_cli.py).
 """
 
+import os
+
 import pytest
 
 from tfloop.engine.config import RunConfig
@@ -118,13 +120,15 @@ def test_a_task_that_calls_sys_exit_is_a_clear_failure(tmp_path, monkeypatch, re
 
 # -- one path check for every path input (issue 29 items 8, 12, 16) -----------------------
 
-@pytest.mark.parametrize("field", ["model_dir", "summaries_dir", "init_from", "data_dir"])
+@pytest.mark.parametrize("field", ["model_dir", "summaries_dir", "init_from", "data_dir",
+                                   "local_checkpoint_dir"])
 @pytest.mark.parametrize("value, says", [
     ("~/s", "starts with ~, which nothing expanded"),
     ("runs/a\nb", "holds the control character '\\n'"),
     ("runs/a\x00b", "holds the control character '\\x00'"),
     ("   ", "is blank; name a directory"),
-], ids=["tilde", "newline", "nul", "blank"])
+    (os.fsdecode(b"runs/\xff"), "is not valid UTF-8"),
+], ids=["tilde", "newline", "nul", "blank", "not-utf8"])
 def test_every_path_field_gets_the_model_dirs_check(tmp_path, monkeypatch, field, value, says):
     """`--summaries_dir=~/s` made a folder named `~`; a path with a newline was
     taken; NUL was a ValueError traceback. The check bin/train runs on each

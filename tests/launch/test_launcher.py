@@ -299,6 +299,24 @@ def test_the_permanent_failure_decides_whichever_was_seen_first(tmp_path):
     assert run._deciding(lost) is lost  # every ended one retryable: the first seen
 
 
+
+@pytest.mark.parametrize("chief_job", [False, True], ids=["worker0", "chief"])
+def test_the_chiefs_own_failure_never_shrinks_the_cluster(chief_job):
+    """`--min_workers` called the chief's full disk (exit 1, `RunFailure`) a
+    lost machine and retrained on fewer workers into the same full disk
+    (issue 38); the chief's failure is the run's: no worker is left out."""
+    config = LaunchConfig(command=(sys.executable,), num_workers=3, chief=chief_job,
+                          min_workers=2, max_restarts=2)
+    run = launcher.Launcher(config, env={"TF_NUM_INTRAOP_THREADS": "1"})
+    chief = _Ended("chief:0" if chief_job else "worker:0", 1)
+    workers = [_Ended(f"worker:{i}", None) for i in range(0 if chief_job else 1, 3)]
+    run._procs = [chief, *workers]
+    assert run.lost_worker(chief) is None
+    # Another worker alone failing so is still a machine that is gone.
+    gone = _Ended("worker:2", 1)
+    run._procs = [_Ended(chief.task.label, None), _Ended("worker:1", None), gone]
+    assert run.lost_worker(gone) == "worker:2"
+
 def test_exit_classes_of_the_one_table():
     from tfloop.launch import exit_codes
 

@@ -1,10 +1,17 @@
 """TensorBoard after a kill and a resume: each train step once; HParams and the graph."""
 
+import errno
+import re
+
 import pytest
+import tensorflow as tf
 from tensorboard.backend.event_processing import plugin_event_accumulator as accumulator
 
 from tfloop.engine.config import RunConfig
 from tfloop.engine.assembly.run import run
+from tfloop.engine.errors import RunFailure
+from tfloop.engine.loop.summaries import SummaryWriter
+from tfloop.engine.observe import board
 
 
 class _Killed(Exception):
@@ -57,3 +64,29 @@ def test_after_a_kill_and_a_resume_tensorboard_sees_each_step_once(tmp_path):
     # The killed run's final metrics (step 25) are orphans too.
     assert [event.step for event in root.Tensors("final/train/loss")] == [40]
     assert "final/eval/loss" in root.Tags()["tensors"]
+
+
+# -- a full disk at start-up (issue 38 item 3) ----------------------------------------------
+
+@pytest.mark.parametrize("error", [
+    tf.errors.ResourceExhaustedError(None, None, "No space left on device"),
+    OSError(errno.ENOSPC, "No space left on device"),
+], ids=["tf", "os"])
+def test_a_full_disk_at_the_first_summary_is_one_run_failure_line(tmp_path, monkeypatch, error):
+    """The writer's creation at start-up (`board.mark_start`, the chief's first
+    write) on a full disk was TensorFlow's traceback ending "a bug"; now one
+    `RunFailure` line (exit 1) naming the folder and its free space."""
+    def full(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(tf.summary, "create_file_writer", full)
+    logdir = tmp_path / "run" / "summaries" / "train"
+    with pytest.raises(RunFailure) as failure:
+        board.mark_start(SummaryWriter(str(logdir)), 0)
+    message = str(failure.value)
+    assert type(failure.value) is RunFailure and failure.value.exit_status == 1
+    assert "\n" not in message
+    assert message.startswith(f"could not write the TensorBoard summaries in {logdir} (No space "
+                              "left on device); ")
+    assert re.search(r"; [\d.]+ (bytes|KiB|MiB|GiB) free there: free some space and run the "
+                     r"same command \(it resumes from the last checkpoint\)$", message), message

@@ -1,9 +1,16 @@
 """engine.observe.stragglers: who counts as a straggler (the 2-worker run: tests/bin/test_diagnose.py)."""
 
+import contextlib
+import errno
 import logging
 import types
 
+import pytest
+import tensorflow as tf
+
+from tfloop.engine.errors import RunFailure
 from tfloop.engine.loop.actions import LoopEnd
+from tfloop.engine.loop.summaries import SummaryWriter
 from tfloop.engine.observe.step_time import LoopTime
 from tfloop.engine.observe.stragglers import PERSISTENT, Stragglers
 from tfloop.launch.tf_config import Role
@@ -46,3 +53,32 @@ def test_small_or_even_differences_name_nobody():
     assert action.slow_workers({"worker:0": (0.1, 0), "worker:1": (0.2, 0)}) == {}
     assert list(action.slow_workers({"worker:0": (0.1, 0), "worker:1": (0.5, 0.0)})) == [
         "worker:1"]
+
+
+class _FullDisk:
+    """TensorFlow's summary writer on a full disk: each flush fails."""
+
+    def as_default(self, step=None):
+        return contextlib.nullcontext()
+
+    def flush(self):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def close(self):
+        pass
+
+
+def test_a_full_disk_at_the_chiefs_tensorboard_flush_is_one_run_failure_line(
+        tmp_path, monkeypatch):
+    """The chief's straggler table flushed to a full disk was a traceback ending
+    "a bug" (issue 38); now the RunFailure line of every summary write."""
+    monkeypatch.setattr(tf.summary, "create_file_writer", lambda logdir: _FullDisk())
+    logdir = tmp_path / "summaries" / "train"
+    logdir.mkdir(parents=True)
+    action = _stragglers([{"worker:0": (0.5, 0.0), "worker:1": (0.6, 0.0)}])
+    action.writer = SummaryWriter(str(logdir))
+    with pytest.raises(RunFailure) as failure:
+        action(_loop(10))
+    assert str(failure.value).startswith(
+        f"could not write the TensorBoard summaries in {logdir} (No space left on device); ")
+    assert " free there: free some space and run the same command" in str(failure.value)

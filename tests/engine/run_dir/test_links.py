@@ -68,6 +68,20 @@ def test_a_link_where_the_run_keeps_a_file_or_folder_is_refused_before_anything_
     assert sorted(str(p.relative_to(model_dir)) for p in model_dir.rglob("*")) == listing
 
 
+
+def test_run_json_as_a_link_is_refused_before_it_is_read(tmp_path, victim):
+    """bin/train reads run.json (`run_identity.load`, for the flags it
+    remembers) before the run's own link check: a link there to a file that
+    is not JSON was read and called a damaged run.json (issue 38)."""
+    from tfloop.engine.run_dir import run_identity
+
+    model_dir = tmp_path / "run"
+    model_dir.mkdir()
+    (model_dir / "run.json").symlink_to(victim / "thesis.tex")
+    with pytest.raises(ConfigError) as error:
+        run_identity.load(str(model_dir))
+    assert str(error.value) == _refusal(model_dir / "run.json")
+
 def test_bin_train_refuses_a_best_folder_that_is_a_link_in_one_line(tmp_path, victim):
     """The campaign's case: `ln -s $PWD/victim md/best`, then `--best_metric=eval/loss`
     emptied victim/."""

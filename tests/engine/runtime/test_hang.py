@@ -45,6 +45,7 @@ def test_no_loop_within_the_timeout_dumps_stacks_phase_and_step_and_goes_on(tmp_
 
 
 def test_sigusr1_dumps_at_once_without_a_deadline(tmp_path):
+    before = signal.getsignal(signal.SIGUSR2)  # bin/cli's do-nothing once it was imported
     watch = _watch(tmp_path, phase=lambda: ("save", (0, 0))).start()
     try:
         os.kill(os.getpid(), signal.SIGUSR2)
@@ -55,7 +56,7 @@ def test_sigusr1_dumps_at_once_without_a_deadline(tmp_path):
     assert "why: asked (SIGUSR2" in text and "phase: save (writing a checkpoint)" in text
     assert "last completed step: none in this process" in text
     # Uninstalled: the handler before it is back.
-    assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
+    assert signal.getsignal(signal.SIGUSR2) == before
 
 
 def test_an_unwritable_folder_sends_the_dump_to_the_temporary_directory(tmp_path, monkeypatch):

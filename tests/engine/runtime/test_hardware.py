@@ -50,6 +50,23 @@ def test_a_cpu_peak_is_the_best_rate_the_machine_has_shown(tmp_path, monkeypatch
         key: raised.flops_per_second}
 
 
+def test_a_cpus_bfloat16_peak_is_at_least_its_float32_rate(tmp_path, monkeypatch):
+    """The bfloat16 probe of a CPU without bfloat16 arithmetic reads far below
+    its float32 rate (28 against 160 GFLOP/s): that is no peak."""
+    rates = {"float32": 160e9, "bfloat16": 28e9}
+    monkeypatch.setenv("TFLOOP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(hardware, "_MEASURED", {})
+    monkeypatch.setattr(hardware, "matmul_flops_per_second",
+                        lambda devices, dtype="float32": rates[dtype])
+    peak = hardware.peak(["/cpu:0"], "mixed_bfloat16")
+    assert peak.flops_per_second == 160e9
+    assert peak.source == ("measured float32 matmul rate of 1 cpu device(s) (its bfloat16 "
+                           "rate, 28.0 GFLOP/s, is lower)")
+    rates["bfloat16"] = 400e9  # a CPU with bfloat16 units (AMX): its own rate
+    monkeypatch.setattr(hardware, "_MEASURED", {})
+    assert hardware.peak(["/cpu:0"], "mixed_bfloat16").flops_per_second == 400e9
+
+
 def test_peak_memory_is_the_host_rss_without_a_gpu():
     memory = hardware.peak_memory(["/cpu:0"])
     assert list(memory) == ["host_peak_mb"] and memory["host_peak_mb"] > 10

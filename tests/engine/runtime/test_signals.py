@@ -8,6 +8,8 @@ import signal
 import threading
 from pathlib import Path
 
+import pytest
+
 from tfloop.engine.runtime import signals
 
 REPO = Path(__file__).resolve().parents[3]
@@ -55,8 +57,17 @@ def test_handling_sets_the_handler_in_the_block_and_gives_the_previous_back():
     assert not outer.active
 
 
+@pytest.fixture
+def default_sigusr2():
+    """SIGUSR2 at its default action, as a process starts: importing bin/cli
+    (other tests of this process do) gives it a do-nothing handler."""
+    previous = signal.signal(signal.SIGUSR2, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGUSR2, previous)
+
+
 def test_restore_happens_once_and_a_handler_set_outside_python_comes_back_as_default(
-        monkeypatch):
+        default_sigusr2, monkeypatch):
     installed = signals.install(signal.SIGUSR2, _mark)
     installed.restore()
     assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
