@@ -81,6 +81,9 @@ class Plan:
         nccl or auto), decided here once; None where the collective does it all.
       batching: the batch arithmetic (`decide_batch`): global batch, replicas,
         micro-batches, and what changed since the run's last range.
+      run_id: the run's id (`run_identity.run_id`): run.json's; for the chief
+        of a new run (or of one whose run.json predates ids) a fresh one,
+        which it writes there; None for another task of a new cluster run.
       run_json: `model_dir/run.json` as `make_plan` read it, before this run
         wrote anything (None: a new run). The one read of it in a run: the
         identity check, the batch decision, the numerics of a resumed
@@ -107,6 +110,7 @@ class Plan:
     checkpoints: Optional[checkpoint_files.Survey] = None
     lock: Optional[str] = None
     run_json: Optional[Mapping[str, Any]] = None
+    run_id: Optional[str] = None
 
     @property
     def schedule_replicas(self) -> int:
@@ -172,12 +176,14 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
     _check_other_paths(config)
     lock = _check_claims(config, role, mode, stored, task)
     checkpoints, latest = _find_checkpoint(config, role, mode, run_exists=stored is not None)
+    run_id = run_identity.run_id(stored) or (run_identity.new_run_id() if role.is_chief else None)
     return Plan(config=config, role=role, spec=placed.spec, devices=placed.devices,
                 replicas=placed.replicas, collective=placed.collective, task=task, mode=mode,
                 input_workers=input_workers, shard_policy=shard_policy,
                 latest_checkpoint=latest, connection=placed.connection,
                 intra_op_threads=placed.intra_op_threads, checkpoints=checkpoints, lock=lock,
-                implementation=placed.implementation, batching=batching, run_json=stored)
+                implementation=placed.implementation, batching=batching, run_json=stored,
+                run_id=run_id)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -441,7 +441,7 @@ class Runner:
             if differ:
                 logger.warning(differ)
         run_identity.write(config, plan.run_json, start_step=start_step, numerics=numerics,
-                           batching=plan.batching)
+                           batching=plan.batching, run_id_if_new=plan.run_id)
 
     def _progress(self, checkpoints: Checkpoints) -> actions.RecordProgress:
         record = functools.partial(run_record.running, self.plan,
