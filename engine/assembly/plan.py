@@ -175,7 +175,7 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
     mode = _resolve_mode(config, task, role)
     _check_other_paths(config)
     lock = _check_claims(config, role, mode, stored, task)
-    checkpoints, latest = _find_checkpoint(config, role, mode, run_exists=stored is not None)
+    checkpoints, latest = _find_checkpoint(config, role, mode, run_id=run_identity.run_id(stored))
     run_id = run_identity.run_id(stored) or (run_identity.new_run_id() if role.is_chief else None)
     return Plan(config=config, role=role, spec=placed.spec, devices=placed.devices,
                 replicas=placed.replicas, collective=placed.collective, task=task, mode=mode,
@@ -236,7 +236,7 @@ def _read_model_dir(config: RunConfig, role: tf_config.Role,
     stored = (run_identity.load(config.model_dir) if tf.io.gfile.isdir(config.model_dir)
               else None)
     resuming = checkpoint_files.on_disk(config.model_dir) or local_checkpoints.held(
-        config, role.name if role.in_cluster else "")
+        config, role.name if role.in_cluster else "", run_id=run_identity.run_id(stored))
     return stored, resuming
 
 
@@ -280,12 +280,14 @@ def _check_claims(config: RunConfig, role: tf_config.Role, mode: str,
 
 
 def _find_checkpoint(config: RunConfig, role: tf_config.Role, mode: str, *,
-                     run_exists: bool) -> tuple[Optional[checkpoint_files.Survey], Optional[str]]:
+                     run_id: Optional[str]) -> tuple[Optional[checkpoint_files.Survey],
+                                                     Optional[str]]:
     """The survey of `model_dir`'s checkpoints (damaged ones skipped, with a
     line) and the newest that reads: `--local_checkpoint_dir`'s where newer
-    (a cluster's is settled across workers in `engine.assembly.run`). The
-    evaluator task surveys nothing: it reads each checkpoint as it appears.
-    `--mode=evaluate` without a checkpoint is refused."""
+    and this run's (`run_id`: run.json's; a cluster's is settled across
+    workers in `engine.assembly.run`). The evaluator task surveys nothing:
+    it reads each checkpoint as it appears. `--mode=evaluate` without a
+    checkpoint is refused."""
     checkpoints = None
     if not role.is_evaluator:
         checkpoints = checkpoint_files.survey(config.model_dir)
@@ -294,7 +296,7 @@ def _find_checkpoint(config: RunConfig, role: tf_config.Role, mode: str, *,
             logger.info(skipped)
     latest = checkpoints.newest if checkpoints else None
     if checkpoints and mode != "evaluate" and not role.in_cluster:
-        latest = local_checkpoints.newer(config, latest, run_exists=run_exists) or latest
+        latest = local_checkpoints.newer(config, latest, run_id=run_id) or latest
     if mode == "evaluate" and not latest:
         raise ConfigError(
             f"--mode=evaluate found no checkpoint in --model_dir={config.model_dir}; "
