@@ -13,7 +13,8 @@ only reads::
     collective, optimizer name, the task (its data, its model name), mode
     model_dir writable, and not in use (engine.run_dir.run_lock: read-only probe);
       a warning for an in-memory ram:// one, which the process takes with it
-    the newest checkpoint in it that reads (engine.run_dir.checkpoint_files)
+    the newest checkpoint in it that reads (engine.run_dir.checkpoint_files), or
+      this run's local one where newer (engine.run_dir.local_checkpoints)
 
 The result, a `Plan`, is all that `engine.assembly.run` needs to build the run.
 It is plain data, and it carries what it read: `model_dir/run.json` is read
@@ -283,20 +284,26 @@ def _find_checkpoint(config: RunConfig, role: tf_config.Role, mode: str, *,
                      run_id: Optional[str]) -> tuple[Optional[checkpoint_files.Survey],
                                                      Optional[str]]:
     """The survey of `model_dir`'s checkpoints (damaged ones skipped, with a
-    line) and the newest that reads: `--local_checkpoint_dir`'s where newer
-    and this run's (`run_id`: run.json's; a cluster's is settled across
-    workers in `engine.assembly.run`). The evaluator task surveys nothing:
-    it reads each checkpoint as it appears. `--mode=evaluate` without a
-    checkpoint is refused."""
-    checkpoints = None
-    if not role.is_evaluator:
-        checkpoints = checkpoint_files.survey(config.model_dir)
-        skipped = checkpoints.skip_line("evaluating" if mode == "evaluate" else "resuming from")
-        if skipped:
-            logger.info(skipped)
-    latest = checkpoints.newest if checkpoints else None
-    if checkpoints and mode != "evaluate" and not role.in_cluster:
+    line) and the newest that reads, local or durable: `--local_checkpoint_dir`'s
+    where newer and this run's (`run_id`: run.json's), also when every
+    durable one is damaged (a cluster's is settled across workers in
+    `engine.assembly.run`). The evaluator task surveys nothing: it reads
+    each checkpoint as it appears. `--mode=evaluate` without a checkpoint is
+    refused, and so is a `model_dir` whose checkpoints none reads, with no
+    local one to resume from instead."""
+    if role.is_evaluator:
+        return None, None
+    local = bool(config.local_checkpoint_dir) and mode != "evaluate" and not role.in_cluster
+    checkpoints = checkpoint_files.survey(config.model_dir, strict=not local)
+    latest = checkpoints.newest
+    if local:
         latest = local_checkpoints.newer(config, latest, run_id=run_id) or latest
+        if latest is None and checkpoints.damaged:
+            raise checkpoint_files.none_reads(checkpoints)
+    skipped = checkpoints.skip_line("evaluating" if mode == "evaluate" else "resuming from",
+                                    instead=latest)
+    if skipped:
+        logger.info(skipped)
     if mode == "evaluate" and not latest:
         raise ConfigError(
             f"--mode=evaluate found no checkpoint in --model_dir={config.model_dir}; "

@@ -5,7 +5,8 @@ anyone can compute. Each planted case runs a tiny mlp in process beside a
 *victim* folder and checks that the victim's fingerprint (every path, its
 bytes, mtime and link target: `helpers.fingerprint`) is unchanged and that
 the run went on; then identity (a `model_dir` made again is another run),
-clean-up, and the one line of a failed local save. `engine/run_dir/local_folder.py` says why.
+clean-up, the resume choice when the durable checkpoint is damaged, and the
+one line of a failed local save. `engine/run_dir/local_folder.py` says why.
 """
 
 import json
@@ -16,7 +17,7 @@ import shutil
 import pytest
 import tensorflow as tf
 
-from helpers import fingerprint
+from helpers import fingerprint, run_bin
 from tfloop.engine import run
 from tfloop.engine.config import RunConfig
 from tfloop.engine.run_dir import checkpoint_files, local_checkpoints
@@ -202,6 +203,31 @@ def test_stale_temp_folders_go_at_start_and_the_folder_when_training_is_over(tmp
 
 
 # --- the resume choice and the failure line --------------------------------------------------
+
+def test_a_damaged_durable_checkpoint_with_a_newer_local_one_resumes_from_the_local_one(
+        tmp_path):
+    """Durable ckpt-10 damaged, local ckpt-15 good: `bin/train` said "none of
+    them reads ... start from step 0" and exited 2."""
+    model_dir, local = tmp_path / "run", tmp_path / "shm"
+    flags = dict(train_steps=30, checkpoint_interval=10)
+    _run(model_dir, local, stop_at=20, **flags)
+    folder = local_checkpoints.folder(str(local), str(model_dir))
+    assert sorted(checkpoint_files.on_disk(folder)) == [5, 15]
+    data = [n for n in os.listdir(model_dir) if n.startswith("ckpt-10.data")]
+    with open(model_dir / data[0], "r+b") as f:
+        f.truncate(3)
+    damaged = sorted(n for n in os.listdir(model_dir) if n.startswith("ckpt-10."))
+    resumed = run_bin("train", f"--model_dir={model_dir}", "--train_steps=30",
+                      "--checkpoint_interval=10", f"--local_checkpoint_dir={local}",
+                      "--local_checkpoint_interval=5", "--steps_per_loop=5",
+                      "--global_batch_size=16", "--mode=train", "--noexport", "--seed=5",
+                      "--summary_interval=0", "--devices=cpu:0")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming from {folder}/ckpt-15 at step 15" in resumed.stdout, resumed.stdout[-3000:]
+    assert f"; resuming from {folder}/ckpt-15" in resumed.stdout  # after "ckpt-10 is damaged"
+    assert sorted(os.listdir(model_dir / "damaged")) == damaged
+    assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-30")
+
 
 def test_a_failed_local_save_is_one_warning_and_says_training_goes_on(tmp_path, caplog):
     """Files planted where the saves of steps 10 and 15 put their temporary
