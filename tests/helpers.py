@@ -149,6 +149,31 @@ os.kill(pid, signal.SIGKILL)
 """
 
 
+def fingerprint(folder) -> str:
+    """A hash of everything under `folder`, never followed through a link:
+    each entry's path, and a file's bytes and mtime, a folder's mtime (an
+    entry added or removed changes it), a link's target. Equal before and
+    after a run: the run touched nothing there."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for root, folders, names in os.walk(folder):
+        folders.sort()
+        for name in sorted(folders + names):
+            path = os.path.join(root, name)
+            info = os.lstat(path)
+            digest.update(os.path.relpath(path, folder).encode() + b"\0")
+            if os.path.islink(path):
+                digest.update(b"link " + os.readlink(path).encode())
+            elif os.path.isdir(path):
+                digest.update(b"dir %d" % info.st_mtime_ns)
+            else:
+                with open(path, "rb") as f:
+                    digest.update(b"file %d " % info.st_mtime_ns + f.read())
+    digest.update(b"top %d" % os.lstat(folder).st_mtime_ns)
+    return digest.hexdigest()
+
+
 def assert_one_line_error(result, *, contains: str = "") -> str:
     """A user mistake: non-zero exit, one `error:` line on stderr, no traceback."""
     assert result.returncode != 0, result.stdout + result.stderr

@@ -13,7 +13,8 @@ only reads::
     collective, optimizer name, the task (its data, its model name), mode
     model_dir writable, and not in use (engine.run_dir.run_lock: read-only probe);
       a warning for an in-memory ram:// one, which the process takes with it
-    the newest checkpoint in it that reads (engine.run_dir.checkpoint_files)
+    the newest checkpoint in it that reads (engine.run_dir.checkpoint_files), or
+      this run's local one where newer (engine.run_dir.local_checkpoints)
 
 The result, a `Plan`, is all that `engine.assembly.run` needs to build the run.
 It is plain data, and it carries what it read: `model_dir/run.json` is read
@@ -81,6 +82,9 @@ class Plan:
         nccl or auto), decided here once; None where the collective does it all.
       batching: the batch arithmetic (`decide_batch`): global batch, replicas,
         micro-batches, and what changed since the run's last range.
+      run_id: the run's id (`run_identity.run_id`): run.json's; for the chief
+        of a new run (or of one whose run.json predates ids) a fresh one,
+        which it writes there; None for another task of a new cluster run.
       run_json: `model_dir/run.json` as `make_plan` read it, before this run
         wrote anything (None: a new run). The one read of it in a run: the
         identity check, the batch decision, the numerics of a resumed
@@ -107,6 +111,7 @@ class Plan:
     checkpoints: Optional[checkpoint_files.Survey] = None
     lock: Optional[str] = None
     run_json: Optional[Mapping[str, Any]] = None
+    run_id: Optional[str] = None
 
     @property
     def schedule_replicas(self) -> int:
@@ -171,13 +176,15 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
     mode = _resolve_mode(config, task, role)
     _check_other_paths(config)
     lock = _check_claims(config, role, mode, stored, task)
-    checkpoints, latest = _find_checkpoint(config, role, mode, run_exists=stored is not None)
+    checkpoints, latest = _find_checkpoint(config, role, mode, run_id=run_identity.run_id(stored))
+    run_id = run_identity.run_id(stored) or (run_identity.new_run_id() if role.is_chief else None)
     return Plan(config=config, role=role, spec=placed.spec, devices=placed.devices,
                 replicas=placed.replicas, collective=placed.collective, task=task, mode=mode,
                 input_workers=input_workers, shard_policy=shard_policy,
                 latest_checkpoint=latest, connection=placed.connection,
                 intra_op_threads=placed.intra_op_threads, checkpoints=checkpoints, lock=lock,
-                implementation=placed.implementation, batching=batching, run_json=stored)
+                implementation=placed.implementation, batching=batching, run_json=stored,
+                run_id=run_id)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,7 +237,7 @@ def _read_model_dir(config: RunConfig, role: tf_config.Role,
     stored = (run_identity.load(config.model_dir) if tf.io.gfile.isdir(config.model_dir)
               else None)
     resuming = checkpoint_files.on_disk(config.model_dir) or local_checkpoints.held(
-        config, role.name if role.in_cluster else "")
+        config, role.name if role.in_cluster else "", run_id=run_identity.run_id(stored))
     return stored, resuming
 
 
@@ -274,21 +281,29 @@ def _check_claims(config: RunConfig, role: tf_config.Role, mode: str,
 
 
 def _find_checkpoint(config: RunConfig, role: tf_config.Role, mode: str, *,
-                     run_exists: bool) -> tuple[Optional[checkpoint_files.Survey], Optional[str]]:
+                     run_id: Optional[str]) -> tuple[Optional[checkpoint_files.Survey],
+                                                     Optional[str]]:
     """The survey of `model_dir`'s checkpoints (damaged ones skipped, with a
-    line) and the newest that reads: `--local_checkpoint_dir`'s where newer
-    (a cluster's is settled across workers in `engine.assembly.run`). The
-    evaluator task surveys nothing: it reads each checkpoint as it appears.
-    `--mode=evaluate` without a checkpoint is refused."""
-    checkpoints = None
-    if not role.is_evaluator:
-        checkpoints = checkpoint_files.survey(config.model_dir)
-        skipped = checkpoints.skip_line("evaluating" if mode == "evaluate" else "resuming from")
-        if skipped:
-            logger.info(skipped)
-    latest = checkpoints.newest if checkpoints else None
-    if checkpoints and mode != "evaluate" and not role.in_cluster:
-        latest = local_checkpoints.newer(config, latest, run_exists=run_exists) or latest
+    line) and the newest that reads, local or durable: `--local_checkpoint_dir`'s
+    where newer and this run's (`run_id`: run.json's), also when every
+    durable one is damaged (a cluster's is settled across workers in
+    `engine.assembly.run`). The evaluator task surveys nothing: it reads
+    each checkpoint as it appears. `--mode=evaluate` without a checkpoint is
+    refused, and so is a `model_dir` whose checkpoints none reads, with no
+    local one to resume from instead."""
+    if role.is_evaluator:
+        return None, None
+    local = bool(config.local_checkpoint_dir) and mode != "evaluate" and not role.in_cluster
+    checkpoints = checkpoint_files.survey(config.model_dir, strict=not local)
+    latest = checkpoints.newest
+    if local:
+        latest = local_checkpoints.newer(config, latest, run_id=run_id) or latest
+        if latest is None and checkpoints.damaged:
+            raise checkpoint_files.none_reads(checkpoints)
+    skipped = checkpoints.skip_line("evaluating" if mode == "evaluate" else "resuming from",
+                                    instead=latest)
+    if skipped:
+        logger.info(skipped)
     if mode == "evaluate" and not latest:
         raise ConfigError(
             f"--mode=evaluate found no checkpoint in --model_dir={config.model_dir}; "

@@ -180,6 +180,8 @@ class Runner:
                  lock: Optional[run_lock.RunLock] = None):
         self.plan, self.parts, self.hooks, self.lock = plan, parts, hooks, lock
         self.run_dir = layout.RunDir(plan.config.model_dir, plan.config.summaries_dir or None)
+        #: The local checkpoints' saver (`_save_local`), which a finished training removes.
+        self.local_saver: Optional[local_checkpoints.Saver] = None
         #: RunResult.history: filled by the History actions.
         self.history: list = []
 
@@ -201,7 +203,7 @@ class Runner:
             self.plan = dataclasses.replace(
                 self.plan, latest_checkpoint=local_checkpoints.newer_on_every_worker(
                     config, role.name, parts.strategy, self.plan.latest_checkpoint,
-                    run_exists=self.plan.run_json is not None)
+                    run_id=run_identity.run_id(self.plan.run_json))
                 or self.plan.latest_checkpoint)
         plan = self.plan
         checkpoints = self.build_checkpointing(write_dir)
@@ -429,6 +431,8 @@ class Runner:
             eval_interval=(config.eval_interval or config.train_steps)
             if self.plan.mode == "train_and_evaluate" else 0,
             eval_steps=config.eval_steps)
+        if self.local_saver is not None:  # trained to the end, the final checkpoint saved
+            self.local_saver.finish()
 
     # --- Small pieces of the steps. ---
 
@@ -444,7 +448,7 @@ class Runner:
             if differ:
                 logger.warning(differ)
         run_identity.write(config, plan.run_json, start_step=start_step, numerics=numerics,
-                           batching=plan.batching)
+                           batching=plan.batching, run_id_if_new=plan.run_id)
 
     def _progress(self, checkpoints: Checkpoints) -> actions.RecordProgress:
         record = functools.partial(run_record.running, self.plan,
@@ -472,11 +476,13 @@ class Runner:
         """Fast local checkpoints (`--local_checkpoint_dir`), for a run that trains."""
         config, role, manager = self.plan.config, self.plan.role, checkpoints.manager
         local = (local_checkpoints.create(config, manager.checkpoint, self.parts.global_step,
-                                          role.name if role.in_cluster else "")
+                                          role.name if role.in_cluster else "",
+                                          run_id=self.plan.run_id)
                  if trainer is not None and manager is not None else None)
         if local is None:
             return []
-        return [actions.SaveLocal(manager=local,
+        self.local_saver = local
+        return [actions.SaveLocal(saver=local,
                                   interval=config.local_checkpoint_interval,
                                   durable_interval=config.checkpoint_interval)]
 

@@ -33,11 +33,10 @@ import abc
 import dataclasses
 import logging
 import signal
-from typing import Callable, Mapping, NamedTuple, Optional
+from typing import Callable, Mapping, NamedTuple, Optional, Protocol
 
 import tensorflow as tf
 
-from tfloop.engine.errors import RunFailure
 from tfloop.engine.run_dir import checkpointing, layout, run_record
 from tfloop.engine.loop.preemption import Preempted, StopRequest
 from tfloop.engine.loop.summaries import SummaryWriter
@@ -49,6 +48,14 @@ progress_logger = logging.getLogger(f"{__name__}.progress")
 
 #: A user's hook, as `engine.run.run(on_loop_end=...)` takes it.
 LoopHook = Callable[[int, dict], None]
+
+
+class LocalSaver(Protocol):
+    """What `SaveLocal` drives (`engine.run_dir.local_checkpoints.Saver`)."""
+
+    def prepare(self) -> bool: ...
+
+    def save(self, step: int) -> Optional[str]: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -386,18 +393,22 @@ class RecordProgress(Action):
 
 
 class SaveLocal(Action):
-    """A fast local checkpoint (`engine.run_dir.local_checkpoints`) at every
-    multiple of `interval`, except where the durable one is saved anyway (a
-    multiple of `durable_interval`, the last step); loops are cut there. A
-    local save that fails (a full RAM disk) is a warning: the durable
-    checkpoints still hold the run."""
+    """A fast local checkpoint (`engine.run_dir.local_checkpoints.Saver`) at
+    every multiple of `interval`, except where the durable one is saved
+    anyway (a multiple of `durable_interval`, the last step); loops are cut
+    there (on every worker alike, whether or not its folder can be used).
+    The saver prepares its folder when training starts and never raises for
+    a local reason: a folder it may not use, or a save that fails (a full
+    RAM disk), is one warning, and the durable checkpoints hold the run."""
 
-    def __init__(self, *, manager: tf.train.CheckpointManager, interval: int,
-                 durable_interval: int):
+    def __init__(self, *, saver: "LocalSaver", interval: int, durable_interval: int):
         _check_positive("interval", interval)
-        self.manager = manager
+        self.saver = saver
         self.interval = interval
         self.durable_interval = durable_interval
+
+    def train_begin(self, step: int) -> None:
+        self.saver.prepare()
 
     def next_stop(self, step: int) -> Optional[int]:
         return next_multiple(step, self.interval)
@@ -406,7 +417,4 @@ class SaveLocal(Action):
         if (not crossed(loop.start, loop.step, self.interval) or loop.step >= loop.target
                 or crossed(loop.start, loop.step, self.durable_interval)):
             return
-        try:
-            checkpointing.save(self.manager, loop.step)
-        except RunFailure as failure:
-            logger.warning("local checkpoint not saved, training goes on: %s", failure)
+        self.saver.save(loop.step)

@@ -92,13 +92,17 @@ class Survey:
     last_preserved: float = 0.0
     state_problem: Optional[str] = None
 
-    def skip_line(self, doing: str) -> Optional[str]:
+    def skip_line(self, doing: str, instead: Optional[str] = None) -> Optional[str]:
         """`"ckpt-200 is damaged (...); resuming from ckpt-150"` (`doing`:
-        "resuming from", "evaluating", ...), or None when nothing was skipped."""
-        if not self.damaged or not self.newest:
+        "resuming from", "evaluating", ...), or None when nothing was skipped.
+        `instead`: what is taken in their place, when not `newest` (a newer
+        local checkpoint, named by its path: it is not in `model_dir`)."""
+        taken = instead or self.newest
+        if not self.damaged or not taken:
             return None
         skipped = "; ".join(f"{d.name} is damaged ({d.reason})" for d in self.damaged)
-        return f"{skipped}; {doing} {posixpath.basename(self.newest)}"
+        name = posixpath.basename(taken) if taken == self.newest else taken
+        return f"{skipped}; {doing} {name}"
 
 
 def step_of(path: str) -> int:
@@ -203,12 +207,10 @@ def survey(model_dir: str, *, strict: bool = True) -> Survey:
             break
         damaged.append(Damaged(candidates[step], reason))
     if newest is None:
-        if not strict:
-            return Survey(model_dir, damaged=tuple(damaged))
-        reasons = "; ".join(f"{d.name}: {d.reason}" for d in damaged[:3])
-        raise ConfigError(
-            f"--model_dir={model_dir} holds checkpoints and none of them reads ({reasons}); "
-            "put back intact copies, or move them away to start from step 0")
+        found = Survey(model_dir, damaged=tuple(damaged))
+        if strict:
+            raise none_reads(found)
+        return found
     bad = {d.prefix for d in damaged}
     # The state file's entries still there, and what a save cut short (or a
     # lost state file) left on disk newer than the newest of them.
@@ -226,6 +228,15 @@ def survey(model_dir: str, *, strict: bool = True) -> Survey:
         last_preserved = min(last_preserved or stamps_kept[0], min(stamps_kept) - 1)
     return Survey(model_dir, newest=newest, damaged=tuple(damaged), kept=tuple(kept),
                   timestamps=stamps_kept, last_preserved=last_preserved, state_problem=problem)
+
+
+def none_reads(found: Survey) -> ConfigError:
+    """The one line for a `model_dir` that holds checkpoints none of which
+    reads (`found.damaged`), and nothing else to resume from."""
+    reasons = "; ".join(f"{d.name}: {d.reason}" for d in found.damaged[:3])
+    return ConfigError(
+        f"--model_dir={found.model_dir} holds checkpoints and none of them reads ({reasons}); "
+        "put back intact copies, or move them away to start from step 0")
 
 
 def _saved_at(prefix: str) -> float:
@@ -254,6 +265,12 @@ def set_aside(found: Survey) -> None:
     if found.state_problem and found.newest:
         _write_state(model_dir, found)
         logger.info("rewrote %s: %s", layout.RunDir(model_dir).checkpoint_state, found.state_problem)
+    elif found.damaged and not found.newest:
+        # Every one was damaged (the run resumes from a local checkpoint): the
+        # state file names only what was moved, and the manager would take it as the latest.
+        state = layout.RunDir(model_dir).checkpoint_state
+        if files.remove(state, within=model_dir):
+            logger.info("removed %s: it named only damaged checkpoints", state)
 
 
 def _write_state(model_dir: str, found: Survey) -> None:

@@ -94,19 +94,26 @@ def save(manager: Optional[tf.train.CheckpointManager], step: int) -> Optional[s
         path = manager.save(checkpoint_number=step, check_interval=False)
     except (tf.errors.OpError, OSError) as error:
         _remove_partial_save(manager.directory, step)
-        raise RunFailure(_save_failed(manager.directory, step, latest, error)) from None
+        raise SaveFailure(manager.directory, step, latest, error) from None
     logger.info("saved checkpoint %s", path)
     return path
 
 
-def _save_failed(directory: str, step: int, latest: Optional[str], error: Exception) -> str:
-    """The one line of a failed save: where, why, the free space, what is still there."""
-    free = disk.free_there(directory)
-    reason = one_line(
-        (str(error) or type(error).__name__).replace(directory.rstrip("/") + "/", ""), 100)
-    return (f"could not save ckpt-{step} in {directory} ({reason}); {free}; the latest "
+class SaveFailure(RunFailure):
+    """A save that failed (a full disk): the one line says where, why, the
+    free space, what is still there and what to do; `reason` (a few words)
+    and `free` are kept apart for a caller that words it otherwise (a local
+    save, after which training goes on: `engine.run_dir.local_checkpoints`)."""
+
+    def __init__(self, directory: str, step: int, latest: Optional[str], error: Exception):
+        self.free = disk.free_there(directory)
+        self.reason = one_line(
+            (str(error) or type(error).__name__).replace(directory.rstrip("/") + "/", ""), 100)
+        super().__init__(
+            f"could not save ckpt-{step} in {directory} ({self.reason}); {self.free}; the latest "
             f"checkpoint is still {posixpath.basename(latest) if latest else 'none'}: "
-            f"{disk.advice(error, directory, reason)} and run the same command to resume from it")
+            f"{disk.advice(error, directory, self.reason)} and run the same command to resume "
+            "from it")
 
 
 def _remove_partial_save(directory: str, step: int) -> None:

@@ -13,12 +13,15 @@ durable ones stay::
 
 The run's local folder is `<local_checkpoint_dir>/tfloop-<digest of
 model_dir>` (and `-<task>` for each task of a cluster), so one RAM disk serves
-several runs and tasks, and a run never resumes from another's; it keeps the
-newest `TO_KEEP`. A restart resumes from the newest local checkpoint that
-reads (`checkpoint_files.damage`) when it is newer than the durable one, and
-only when `model_dir` still holds the run (its run.json): a `model_dir`
-removed to start again does not resume from what its old run left on the
-RAM disk.
+several runs and tasks; it keeps the newest `TO_KEEP`. A name anyone can
+compute, in a place anyone may write, is trusted only as far as
+`engine.run_dir.local_folder` says: this user's 0700 folder, no link, its
+state file never read, the run id of `model_dir/run.json` in its `run_id`
+file (a `model_dir` removed and made again is another run, whose local
+checkpoints are not the new one's). A restart resumes from the newest local
+checkpoint that reads (`checkpoint_files.damage`) when it is newer than the
+newest durable one that reads (or every durable one is damaged). A run that
+finishes training removes its folder: the durable final checkpoint holds it.
 
 In a synchronous cluster (multi_worker) every worker must restore the same
 step: each worker lists its own local steps that read, the lists are
@@ -31,14 +34,14 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Optional
+from typing import Callable, Optional
 
 import tensorflow as tf
 
 from tfloop.engine.config import RunConfig
-from tfloop.engine.errors import ConfigError
-from tfloop.engine.run_dir import checkpoint_files, checkpointing, layout
-from tfloop.engine.runtime import files
+from tfloop.engine.errors import ConfigError, RunFailure
+from tfloop.engine.run_dir import (checkpoint_files, checkpointing, layout, local_folder,
+                                   run_identity)
 
 logger = logging.getLogger(__name__)
 
@@ -74,37 +77,60 @@ def check(config: RunConfig, *, asynchronous_cluster: bool) -> None:
             f"({existing} is not a writable directory); choose a directory you can write to")
 
 
-def newer(config: RunConfig, durable: Optional[str], *, run_exists: bool) -> Optional[str]:
+def _adoptable(config: RunConfig, task: str, run_id: Optional[str], *,
+               quiet: bool = False) -> dict[int, str]:
+    """`{step: prefix}` of the local checkpoints this run (cluster `task`) may
+    resume from: none without the run's id (`run_id`: run.json's), in a folder
+    that fails `local_folder.problem` (the saver says so, once), or that holds
+    another run's; read-only."""
+    if not config.local_checkpoint_dir or run_id is None:
+        return {}
+    directory = folder(config.local_checkpoint_dir, config.model_dir, task)
+    if not os.path.lexists(directory) or local_folder.problem(directory):
+        return {}
+    found = local_folder.checkpoints(directory)
+    if local_folder.run_id_of(directory) != run_id:
+        if found and not quiet:
+            logger.info("not resuming from the local checkpoints in %s: they are another run's "
+                        "(another run id than %s's: a model_dir made again at this path)",
+                        directory, layout.RUN_JSON)
+        return {}
+    return found
+
+
+def newer(config: RunConfig, durable: Optional[str], *, run_id: Optional[str]) -> Optional[str]:
     """The local checkpoint to resume from: the newest that reads, when it is
-    newer than `durable` (the newest durable one, or None) and `run_exists`
-    (model_dir holds the run's run.json); else None. Logs the choice."""
-    if not config.local_checkpoint_dir or not run_exists:
-        return None
-    found = checkpoint_files.survey(folder(config.local_checkpoint_dir, config.model_dir),
-                                    strict=False)
-    for bad in found.damaged:
-        logger.info("local %s is damaged (%s); skipping it", bad.name, bad.reason)
-    durable_step = checkpoint_files.step_of(durable) if durable else 0
-    if not found.newest or checkpoint_files.step_of(found.newest) <= durable_step:
-        if found.damaged or found.newest:
-            logger.info("no local checkpoint newer than the durable %s",
-                        os.path.basename(durable) if durable else "none")
-        return None
-    logger.info("resuming from the local checkpoint %s, newer than the durable %s",
-                found.newest, os.path.basename(durable) if durable else "none")
-    return found.newest
+    newer than `durable` (the newest durable one that reads, or None) and
+    the folder is this run's (`run_id`: run.json's; None: a new run); else
+    None. Logs the choice."""
+    found = _adoptable(config, "", run_id)
+    durable_step = checkpoint_files.step_of(durable) if durable else -1
+    for step in sorted(found, reverse=True):
+        if step <= durable_step:
+            break
+        reason = checkpoint_files.damage(found[step])
+        if reason:
+            logger.info("local %s is damaged (%s); skipping it", os.path.basename(found[step]),
+                        reason)
+            continue
+        logger.info("resuming from the local checkpoint %s, newer than the durable %s",
+                    found[step], os.path.basename(durable) if durable else "none")
+        return found[step]
+    if found:
+        logger.info("no local checkpoint newer than the durable %s",
+                    os.path.basename(durable) if durable else "none")
+    return None
 
 
-def held(config: RunConfig, task: str = "") -> bool:
+def held(config: RunConfig, task: str = "", *, run_id: Optional[str]) -> bool:
     """Whether this run (cluster `task`) has local checkpoint files to resume from."""
-    return bool(config.local_checkpoint_dir) and bool(checkpoint_files.on_disk(
-        folder(config.local_checkpoint_dir, config.model_dir, task)))
+    return bool(_adoptable(config, task, run_id, quiet=True))
 
 
-def readable_steps(directory: str) -> list[int]:
-    """The steps of the newest `TO_KEEP` checkpoints in `directory` that read, newest first."""
+def readable_steps(found: dict[int, str]) -> list[int]:
+    """The steps of the newest `TO_KEEP` of `found` (`{step: prefix}`) that read, newest first."""
     steps = []
-    for step, prefix in sorted(checkpoint_files.on_disk(directory).items(), reverse=True):
+    for step, prefix in sorted(found.items(), reverse=True):
         reason = checkpoint_files.damage(prefix)
         if reason:
             logger.info("local %s is damaged (%s); skipping it", os.path.basename(prefix), reason)
@@ -125,13 +151,13 @@ def agree(strategy: tf.distribute.Strategy, steps: list[int]) -> Optional[int]:
 
 
 def newer_on_every_worker(config: RunConfig, task: str, strategy: tf.distribute.Strategy,
-                          durable: Optional[str], *, run_exists: bool) -> Optional[str]:
+                          durable: Optional[str], *, run_id: Optional[str]) -> Optional[str]:
     """In a synchronous cluster: this worker's local checkpoint of the newest
-    step every worker holds, when newer than `durable` and `run_exists`
-    (model_dir holds the run's run.json, as the plan read it); else None.
-    Every worker must call it (`agree` is collective)."""
+    step every worker holds, when newer than `durable` and the folder is
+    this run's (`run_id`: run.json's, as the plan read it; None: a new run);
+    else None. Every worker must call it (`agree` is collective)."""
     directory = folder(config.local_checkpoint_dir, config.model_dir, task)
-    steps = readable_steps(directory) if run_exists else []
+    steps = readable_steps(_adoptable(config, task, run_id))
     step = agree(strategy, steps)
     durable_step = checkpoint_files.step_of(durable) if durable else 0
     if step is None or step <= durable_step:
@@ -146,12 +172,113 @@ def newer_on_every_worker(config: RunConfig, task: str, strategy: tf.distribute.
 
 
 def create(config: RunConfig, checkpoint: tf.train.Checkpoint, global_step: tf.Variable,
-           task: str = "") -> Optional[checkpointing.Manager]:
-    """The manager saving `checkpoint` into this run's (cluster `task`'s)
-    local folder, or None without `--local_checkpoint_dir`."""
+           task: str = "", *, run_id: Optional[str]) -> Optional["Saver"]:
+    """The saver of `checkpoint` into this run's (cluster `task`'s) local
+    folder, or None without `--local_checkpoint_dir`. `run_id`: the run's
+    (`Plan.run_id`); None for a task of a new cluster run that did not make
+    it, which reads it from run.json at its first save (the chief wrote it
+    before the first step, which every task shares)."""
     if not config.local_checkpoint_dir:
         return None
-    directory = folder(config.local_checkpoint_dir, config.model_dir, task)
-    files.make_dirs(directory)  # at most 0755, whatever the umask
-    return checkpointing.Manager(checkpoint, directory=directory, max_to_keep=TO_KEEP,
-                                 step_counter=global_step)
+    return Saver(checkpoint, global_step,
+                 directory=folder(config.local_checkpoint_dir, config.model_dir, task),
+                 run_id=(lambda: run_id) if run_id else _run_json_id(config.model_dir),
+                 durable_interval=config.checkpoint_interval)
+
+
+def _run_json_id(model_dir: str) -> Callable[[], Optional[str]]:
+    def read() -> Optional[str]:
+        try:
+            return run_identity.run_id(layout.read_json(layout.RunDir(model_dir).run_json))
+        except (ConfigError, tf.errors.OpError):
+            return None
+    return read
+
+
+class Saver:
+    """Saves local checkpoints into a folder `local_folder` lets the run use;
+    never raises for a local reason: the durable checkpoints hold the run.
+
+    `prepare` (at the start of training, or the first save) makes or checks
+    the folder and claims it (`local_folder.claim`); a folder that fails is
+    ignored with one warning. `save` removes links at the names it writes,
+    saves, and keeps the newest `TO_KEEP`; a failed save is one warning,
+    said once. `finish` removes the folder once training is over."""
+
+    def __init__(self, checkpoint: tf.train.Checkpoint, global_step: tf.Variable, *,
+                 directory: str, run_id: Callable[[], Optional[str]], durable_interval: int):
+        self.checkpoint, self.global_step = checkpoint, global_step
+        self.directory, self.run_id, self.durable_interval = directory, run_id, durable_interval
+        self.manager: Optional[tf.train.CheckpointManager] = None
+        self.ignored = self.failing = False
+
+    def prepare(self) -> bool:
+        """Whether the folder is ready for saves (made, checked, claimed)."""
+        if self.manager is not None or self.ignored:
+            return not self.ignored
+        run_id = self.run_id()
+        if run_id is None:  # a task of a new cluster run, before the chief's run.json
+            return False
+        try:
+            reason = local_folder.open_folder(self.directory)
+            if reason is None:
+                local_folder.claim(self.directory, run_id)
+        except (OSError, RunFailure, ConfigError) as error:
+            reason = f"could not be prepared ({error})"
+        if reason:
+            self.ignored = True
+            logger.warning("not using the local checkpoint folder %s: it %s; this run neither "
+                           "resumes from nor saves local checkpoints there and goes on with %s "
+                           "(remove it, or give another --local_checkpoint_dir)",
+                           self.directory, reason, self._durable())
+            return False
+        # After `claim` removed the state file, which TensorFlow's manager reads here.
+        self.manager = tf.train.CheckpointManager(self.checkpoint, self.directory,
+                                                  max_to_keep=TO_KEEP,
+                                                  step_counter=self.global_step)
+        return True
+
+    def save(self, step: int) -> Optional[str]:
+        """`ckpt-<step>` in the folder, or None (ignored, or failed: said once)."""
+        try:
+            if not self.prepare():
+                if self.ignored:
+                    return None
+                raise RunFailure(f"{layout.RUN_JSON} holds no run id yet")
+            reason = local_folder.problem(self.directory)
+            if reason:
+                raise RunFailure(f"{self.directory} {reason}")
+            local_folder.unlink_links(self.directory)
+            path = checkpointing.save(self.manager, step)
+            local_folder.rotate(self.directory, TO_KEEP, step)
+        except checkpointing.SaveFailure as failure:
+            return self._failed(step, f"{failure.reason}; {failure.free}")
+        except (OSError, RunFailure, ConfigError) as error:
+            return self._failed(step, str(error))
+        if self.failing:
+            logger.info("local checkpoints are saved again (ckpt-%d)", step)
+            self.failing = False
+        return path
+
+    def finish(self) -> None:
+        """Training is over and the durable final checkpoint saved: the
+        folder goes (its checkpoints would only hold RAM disk space)."""
+        try:
+            if self.prepare() and local_folder.remove_folder(self.directory):
+                logger.info("removed the local checkpoint folder %s: training is over, the "
+                            "durable checkpoint holds the run", self.directory)
+        except (OSError, RunFailure, ConfigError) as error:
+            logger.warning("could not remove the local checkpoint folder %s (%s)",
+                           self.directory, error)
+
+    def _failed(self, step: int, reason: str) -> None:
+        level = logging.DEBUG if self.failing else logging.WARNING
+        self.failing = True
+        logger.log(level, "local checkpoint at step %d not saved in %s (%s); training goes on "
+                   "with %s (said once; the next local saves are still tried)", step,
+                   self.directory, reason, self._durable())
+
+    def _durable(self) -> str:
+        every = self.durable_interval
+        return (f"durable checkpoints every {every} steps" if every
+                else "a durable checkpoint at the end only")

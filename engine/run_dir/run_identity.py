@@ -45,12 +45,20 @@ does:
   says. Like the identity flags, `bin/` takes `--optimizer` from run.json
   when it is not given.
 
+run.json also holds the run's `run_id`: a random id written when the run is
+created and kept by every resume. A path says where a run is, not which run
+it is: a `model_dir` removed and made again at the same path is another run,
+and what the old one left outside it (its local checkpoints,
+`engine.run_dir.local_checkpoints`) is adopted only by the run whose id it
+carries.
+
 Through `tf.io.gfile`, like everything under `model_dir`.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any, Iterable, Mapping, Optional
 
 from tfloop.engine.run_dir import checkpoint_files, layout, storage
@@ -80,6 +88,8 @@ REPLICAS = "replicas"
 SCHEDULE_REPLICAS = "schedule_replicas"
 #: Every resume on another replica count: {"step", "from", "to", ...}.
 REPLICA_CHANGES = "replica_changes"
+#: The run's own random id (32 hex digits), kept across resumes.
+RUN_ID = "run_id"
 
 
 def path(model_dir: str) -> str:
@@ -107,6 +117,20 @@ def load(model_dir: str) -> Optional[dict]:
     # JSON was reported as a damaged run.json).
     files.refuse_links([path(model_dir)])
     return layout.read_json(path(model_dir))
+
+
+def run_id(stored: Optional[Mapping[str, Any]]) -> Optional[str]:
+    """The run id a stored record holds; None for a new run, or a run.json
+    written before run ids (or with a malformed one)."""
+    value = (stored or {}).get(RUN_ID)
+    if isinstance(value, str) and len(value) == 32 and all(c in "0123456789abcdef" for c in value):
+        return value
+    return None
+
+
+def new_run_id() -> str:
+    """A fresh run id, for the run `write` creates (or first gives one)."""
+    return uuid.uuid4().hex
 
 
 def ranges(stored: Optional[dict]) -> list[dict]:
@@ -217,7 +241,8 @@ def last_range(stored: Optional[dict]) -> Optional[dict]:
 
 
 def write(config: RunConfig, stored: Optional[Mapping[str, Any]], *, start_step: int = 0,
-          numerics: Optional[Mapping[str, Any]] = None, batching: Any = None) -> None:
+          numerics: Optional[Mapping[str, Any]] = None, batching: Any = None,
+          run_id_if_new: Optional[str] = None) -> None:
     """Records the identity of the run in `config.model_dir`, and the recipe
     (and `numerics`, `engine.runtime.devices.numerics`; and the `replicas`
     and `schedule_replicas` of `batching`, `engine.assembly.plan.Batching`) it trains
@@ -226,7 +251,8 @@ def write(config: RunConfig, stored: Optional[Mapping[str, Any]], *, start_step:
     `from`, `to`, the micro-batches before and after).
 
     `stored`: the record as the run read it (`Plan.run_json`; None for a new
-    run): what the new record continues, not read again."""
+    run): what the new record continues, not read again. Its `run_id` is
+    kept; a record without one gets `run_id_if_new` (`Plan.run_id`), or a fresh one."""
     kept = [r for r in ranges(stored) if r["from_step"] < start_step]
     recipe = {name: getattr(config, name) for name in RECIPE}
     if numerics is not None:
@@ -248,6 +274,7 @@ def write(config: RunConfig, stored: Optional[Mapping[str, Any]], *, start_step:
     record["global_batch_size"] = config.global_batch_size
     record["optimizer"] = config.optimizer
     record[RANGES] = kept
+    record[RUN_ID] = run_id(stored) or run_id_if_new or new_run_id()
     changes = [c for c in (stored or {}).get(REPLICA_CHANGES, [])
                if isinstance(c, dict) and c.get("step", 0) < start_step]
     if change:

@@ -219,11 +219,11 @@ def refuse_links(paths: list[str]) -> None:
 # --- Writing. ---
 
 
-def write_atomically(path: str, text: str) -> None:
+def write_atomically(path: str, text: str, *, mode: int = FILE_MODE) -> None:
     """`text` into `path`, all of it or nothing: written under a
-    `temporary_name` created exclusively (never through a link, mode 0644
-    whatever the umask), then renamed over `path`; however it fails, the
-    temporary file is removed and `path` keeps what it held.
+    `temporary_name` created exclusively (never through a link, mode at most
+    `mode`, 0644, whatever the umask), then renamed over `path`; however it
+    fails, the temporary file is removed and `path` keeps what it held.
 
     Raises:
       OSError, tf.errors.OpError: the write or the rename failed.
@@ -242,7 +242,7 @@ def write_atomically(path: str, text: str) -> None:
             raise
         return
     try:
-        with create_exclusively(temporary) as f:
+        with create_exclusively(temporary, mode) as f:
             f.write(text)
         os.replace(temporary, path)
     except BaseException:

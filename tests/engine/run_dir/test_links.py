@@ -227,7 +227,7 @@ def test_an_export_that_cannot_be_replaced_says_why_and_not_free_space(
 def test_a_save_refused_for_its_permissions_is_not_told_to_free_space(tmp_path):
     from tfloop.engine.run_dir import checkpointing
 
-    line = checkpointing._save_failed(str(tmp_path), 20, f"{tmp_path}/ckpt-10",
-                                      PermissionError(13, "Permission denied"))
+    line = str(checkpointing.SaveFailure(str(tmp_path), 20, f"{tmp_path}/ckpt-10",
+                                         PermissionError(13, "Permission denied")))
     assert line.endswith(f"the latest checkpoint is still ckpt-10: make {tmp_path} writable and "
                          "run the same command to resume from it")

@@ -15,7 +15,7 @@ from helpers import REPO, bin_env, run_bin
 from tfloop.engine import run
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.run_dir import local_checkpoints
+from tfloop.engine.run_dir import local_checkpoints, local_folder
 
 #: Runs the engine with a config (JSON) and SIGKILLs itself at the end of the loop that reaches a step.
 KILL_AT_STEP = """
@@ -58,9 +58,9 @@ def test_a_kill_at_157_resumes_from_the_local_150_not_the_durable_100(tmp_path):
     assert (f"resuming from the local checkpoint {folder}/ckpt-150, newer than the durable "
             "ckpt-100") in resumed.stdout, resumed.stdout[-3000:]
     assert f"resuming from {folder}/ckpt-150 at step 150" in resumed.stdout
-    # The local ones came every 10 steps (160), the durable one at the end.
-    assert tf.train.latest_checkpoint(folder).endswith("ckpt-160")
+    # The durable one at the end; the run finished, so its local folder is gone.
     assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-170")
+    assert not os.path.lexists(folder)
     reference = tmp_path / "uninterrupted"
     run(RunConfig(**dict(SMALL, model_dir=str(reference), train_steps=170, devices="cpu:0")))
     expected = _weights(reference)
@@ -77,12 +77,19 @@ def _save(directory, step, value):
     return manager.save(checkpoint_number=step)
 
 
+RUN_ID = "0123456789abcdef0123456789abcdef"
+
+
 @pytest.fixture
 def run_with_local(tmp_path):
+    """A run (run.json's id `RUN_ID`) with the durable ckpt-100 and, in its
+    local folder (0700, holding the same id), ckpt-140 and ckpt-150."""
     model_dir, local = tmp_path / "run", tmp_path / "shm"
     durable = _save(model_dir, 100, 1.0)
-    (model_dir / "run.json").write_text("{}")
+    (model_dir / "run.json").write_text(json.dumps({"run_id": RUN_ID}))
     folder = local_checkpoints.folder(str(local), str(model_dir))
+    assert local_folder.open_folder(folder) is None
+    local_folder.claim(folder, RUN_ID)
     for step in (140, 150):
         _save(folder, step, float(step))
     config = RunConfig(model_dir=str(model_dir), local_checkpoint_dir=str(local),
@@ -92,26 +99,83 @@ def run_with_local(tmp_path):
 
 def test_the_newest_local_checkpoint_that_reads_is_taken(run_with_local):
     config, durable, folder = run_with_local
-    assert local_checkpoints.newer(config, durable, run_exists=True) == f"{folder}/ckpt-150"
+    assert local_checkpoints.newer(config, durable, run_id=RUN_ID) == f"{folder}/ckpt-150"
+    assert local_checkpoints.held(config, run_id=RUN_ID)
     for path in tf.io.gfile.glob(f"{folder}/ckpt-150.data-*"):
         with open(path, "r+b") as data:
             data.truncate(3)
-    assert local_checkpoints.newer(config, durable, run_exists=True) == f"{folder}/ckpt-140"
+    assert local_checkpoints.newer(config, durable, run_id=RUN_ID) == f"{folder}/ckpt-140"
+    # Every durable one damaged (the plan passes None): the local one still counts.
+    assert local_checkpoints.newer(config, None, run_id=RUN_ID) == f"{folder}/ckpt-140"
 
 
 def test_the_durable_checkpoint_is_taken_otherwise(run_with_local, tmp_path):
     config, durable, folder = run_with_local
-    # The durable one is newer (the run went on elsewhere), or the run was removed:
+    # The durable one is newer (the run went on elsewhere), or the run was removed
+    # (no run.json: no id), or model_dir was made again (another run's id):
     newer = _save(tmp_path / "run", 200, 2.0)
-    assert local_checkpoints.newer(config, newer, run_exists=True) is None
-    assert local_checkpoints.newer(config, durable, run_exists=False) is None
+    assert local_checkpoints.newer(config, newer, run_id=RUN_ID) is None
+    assert local_checkpoints.newer(config, durable, run_id=None) is None
+    assert local_checkpoints.newer(config, durable, run_id="f" * 32) is None
+    assert not local_checkpoints.held(config, run_id="f" * 32)
     # Another machine: no local folder at all; or none of the local ones reads.
     elsewhere = RunConfig(model_dir=config.model_dir, local_checkpoint_dir=str(tmp_path / "no"),
                           local_checkpoint_interval=10)
-    assert local_checkpoints.newer(elsewhere, durable, run_exists=True) is None
+    assert local_checkpoints.newer(elsewhere, durable, run_id=RUN_ID) is None
     for path in tf.io.gfile.glob(f"{folder}/ckpt-*.index"):
         os.remove(path)
-    assert local_checkpoints.newer(config, durable, run_exists=True) is None
+    assert local_checkpoints.newer(config, durable, run_id=RUN_ID) is None
+
+
+def test_a_local_checkpoint_with_a_link_among_its_files_is_not_read(run_with_local, victim):
+    """Only regular files count: `ckpt-150.index` a link (to a victim's file,
+    or to a real index elsewhere) leaves step 150 out, and the run's next
+    save removes the link as a link."""
+    config, durable, folder = run_with_local
+    index = os.path.join(folder, "ckpt-150.index")
+    os.replace(index, victim / "moved.index")
+    os.symlink(victim / "moved.index", index)
+    assert local_checkpoints.newer(config, durable, run_id=RUN_ID) == f"{folder}/ckpt-140"
+    local_folder.unlink_links(folder)
+    assert not os.path.lexists(index) and (victim / "moved.index").exists()
+
+
+def test_a_state_file_is_never_read_and_rotation_keeps_to_the_folder(run_with_local, victim):
+    """The state file is removed when the run claims the folder (the manager
+    would read it); rotation removes only the folder's own ckpt-<N>.* files,
+    the newest two up to the step just saved kept (a newer one is a history
+    training left)."""
+    config, durable, folder = run_with_local
+    with open(os.path.join(folder, "checkpoint"), "w") as f:
+        f.write(f'model_checkpoint_path: "{victim}/thesis"\n')
+    _save(folder, 160, 1.0)
+    (victim / "keep.me").write_text("x")
+    os.symlink(victim / "keep.me", os.path.join(folder, "notes"))
+    local_folder.claim(folder, RUN_ID)
+    assert not os.path.exists(os.path.join(folder, "checkpoint"))
+    local_folder.rotate(folder, local_checkpoints.TO_KEEP, 150)
+    assert sorted(local_folder.checkpoints(folder)) == [140, 150]
+    assert os.path.islink(os.path.join(folder, "notes")) and (victim / "keep.me").exists()
+
+
+def test_a_folder_is_checked_without_following_links_and_made_0700(tmp_path, victim):
+    made = tmp_path / "shm" / "tfloop-a"
+    assert local_folder.open_folder(str(made)) is None
+    assert os.stat(made).st_mode & 0o777 == 0o700
+    older = tmp_path / "shm" / "tfloop-b"
+    older.mkdir(mode=0o755)  # an older tfloop's: ours, others may only read it
+    os.chmod(older, 0o755)
+    assert local_folder.open_folder(str(older)) is None
+    assert os.stat(older).st_mode & 0o777 == 0o700
+    link = tmp_path / "shm" / "tfloop-c"
+    link.symlink_to(victim)
+    assert local_folder.open_folder(str(link)) == f"is a symbolic link (to {victim})"
+    anyone = tmp_path / "anyone"
+    anyone.mkdir()
+    os.chmod(anyone, 0o777)  # no sticky bit: anyone could swap a folder in it
+    assert "no sticky bit" in local_folder.open_folder(str(anyone / "tfloop-d"))
+    os.chmod(anyone, 0o1777)
+    assert local_folder.open_folder(str(anyone / "tfloop-d")) is None
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -106,7 +106,7 @@ def test_an_in_memory_model_dir_says_at_start_that_nothing_outlives_the_process(
         record = run(RunConfig(model_dir="ram://tfloop-model-dir-faults/run", **SMALL))
     assert record["status"] == "finished"
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
-                and r.name != "tfloop.engine.loop.step_time"]  # a 4-step run may be input-bound
+                and r.name != "tfloop.engine.observe.step_time"]  # a 4-step run may be input-bound
     assert warnings == [
         "--model_dir=ram://tfloop-model-dir-faults/run is in memory: its checkpoints, "
         "metrics.json and export vanish when this process ends; use a local path or gs:// "

@@ -106,6 +106,22 @@ def test_a_range_that_never_reached_a_checkpoint_is_replaced(tmp_path):
     assert run_identity.examples_trained(None, 5, 64) == 320
 
 
+def test_run_json_holds_a_run_id_made_with_the_run_and_kept_by_every_resume(tmp_path):
+    """Which run a model_dir holds, not only where it is: a model_dir made again
+    at the same path gets another id (engine.run_dir.local_checkpoints)."""
+    model_dir = str(tmp_path)
+    run_identity.write(_config(model_dir), None, start_step=0)
+    first = run_identity.run_id(run_identity.load(model_dir))
+    assert first and len(first) == 32
+    run_identity.write(_config(model_dir), run_identity.load(model_dir), start_step=4,
+                       run_id_if_new="f" * 32)
+    assert run_identity.run_id(run_identity.load(model_dir)) == first
+    run_identity.write(_config(model_dir), {"ranges": []}, start_step=0, run_id_if_new="f" * 32)
+    assert run_identity.run_id(run_identity.load(model_dir)) == "f" * 32  # one from before ids
+    run_identity.write(_config(model_dir), None, start_step=0)
+    assert run_identity.run_id(run_identity.load(model_dir)) not in (first, "f" * 32)
+
+
 class Counting(Task):
     """Examples 0, 1, 2, ... in order; the builder ignores start_step."""
 
