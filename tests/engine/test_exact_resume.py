@@ -8,7 +8,9 @@ input-bound sampled loop, so the step-time report probes the input's own
 rate (`engine.observe.step_time.pipeline_rate`) at another point of the
 stream in every run. (Every sampled loop counts as input-bound here,
 `INPUT_BOUND = 0`: what a slow pipeline does, without depending on how
-fast this machine is at the moment.) The probe reads a pipeline built for it
+fast this machine is at the moment; the runs are in processes of their
+own, since op determinism, which other tests enable in the suite's
+process, allows no sampled loop.) The probe reads a pipeline built for it
 (`Task.probe_dataset`); when it read the run's own dataset it took seeds of
 the run's later epochs, and resumes after the first epoch differed (issue 38).
 The same after kill -9 with local checkpoints, and with `--synthetic_on_device`
@@ -16,20 +18,16 @@ The same after kill -9 with local checkpoints, and with `--synthetic_on_device`
 """
 
 import json
-import os
 import signal
 import subprocess
 import sys
 
 import numpy as np
-import pytest
 import tensorflow as tf
 
 from helpers import REPO, bin_env
-from reshuffled_task import Reshuffled
 from tfloop.engine import run
 from tfloop.engine.config import RunConfig
-from tfloop.engine.observe import step_time
 
 #: mid first epoch, its end, mid second, mid third (8 steps an epoch); then to END.
 STOPS = (5, 8, 12, 20)
@@ -37,10 +35,14 @@ END = 28
 SETTINGS = dict(strategy="mirrored", devices="cpu:0,cpu:1", collective="reduce_to_one_device",
                 global_batch_size=8, steps_per_loop=2, checkpoint_interval=1000, mode="train",
                 export=False, seed=5, summary_interval=0, optimizer="adam", learning_rate=0.05)
+LOCAL = dict(local_checkpoint_interval=2)
 
-#: Runs the engine on `reshuffled_task` with a config (JSON), SIGKILLing itself
-#: at the end of the loop that reaches a step (0: never).
-KILL_AT_STEP = """
+#: Runs the engine on `reshuffled_task` in a process of its own (op determinism,
+#: which another test may have enabled in the suite's process, allows no
+#: sampled loop and so no probe): for each [model_dir, train_steps, kill_at] of
+#: argv[2] (JSON), one run, SIGKILLing itself at the end of the loop that
+#: reaches kill_at (0: never), printing how many times it probed its input.
+RUNS = """
 import json, os, signal, sys
 sys.path.insert(0, os.path.join(os.getcwd(), "tests", "engine"))
 from reshuffled_task import Reshuffled
@@ -48,13 +50,31 @@ from tfloop.engine import run
 from tfloop.engine.config import RunConfig
 from tfloop.engine.observe import step_time
 step_time.INPUT_BOUND = 0.0  # every sampled loop probes the input (the test's docstring)
-kill_at = int(sys.argv[2])
-def on_loop_end(step, metrics):
-    if step == kill_at:
-        os.kill(os.getpid(), signal.SIGKILL)
-run(RunConfig(**json.loads(sys.argv[1])), task=Reshuffled(), on_loop_end=on_loop_end,
-    verbose=True)
+measure, probes = step_time.pipeline_rate, []
+def counted(dataset, **kwargs):
+    probes.append(1)
+    return measure(dataset, **kwargs)
+step_time.pipeline_rate = counted
+settings = json.loads(sys.argv[1])
+for model_dir, steps, kill_at in json.loads(sys.argv[2]):
+    def on_loop_end(step, metrics):
+        if step == kill_at:
+            print(json.dumps({"model_dir": model_dir, "probed": len(probes)}), flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+    probes.clear()
+    run(RunConfig(**settings, model_dir=model_dir, train_steps=steps), task=Reshuffled(),
+        on_loop_end=on_loop_end, verbose=True)
+    print(json.dumps({"model_dir": model_dir, "probed": len(probes)}), flush=True)
 """
+
+
+def _runs(settings, runs):
+    """`RUNS` in a subprocess: (its CompletedProcess, how many times each run probed its input)."""
+    ended = subprocess.run([sys.executable, "-c", RUNS, json.dumps(settings), json.dumps(runs)],
+                           capture_output=True, text=True, timeout=300, env=bin_env(), cwd=REPO)
+    probed = [json.loads(line)["probed"] for line in ended.stdout.splitlines()
+              if line.startswith("{")]
+    return ended, probed
 
 
 def _weights(model_dir):
@@ -71,56 +91,29 @@ def _assert_same(got, expected):
         np.testing.assert_array_equal(got[0][name], value, err_msg=name)
 
 
-@pytest.fixture
-def probes(monkeypatch):
-    """How many times the input-rate probe ran (it still runs, for real)."""
-    calls = []
-    measure = step_time.pipeline_rate
+def test_stops_at_every_kind_of_point_resume_bit_identical_with_and_without_local_checkpoints(
+        tmp_path):
+    straight, stopped, killed = (str(tmp_path / name) for name in ("straight", "stopped",
+                                                                   "killed"))
+    ended, probed = _runs(SETTINGS, [[straight, END, 0]]
+                          + [[stopped, stop, 0] for stop in (*STOPS, END)])
+    assert ended.returncode == 0, ended.stderr[-3000:]
+    assert len(probed) == 2 + len(STOPS) and min(probed) >= 1, (
+        f"every run must probe its input: {probed}")
+    expected = _weights(straight)
+    _assert_same(_weights(stopped), expected)
 
-    def counted(dataset, **kwargs):
-        calls.append(dataset)
-        return measure(dataset, **kwargs)
-
-    monkeypatch.setattr(step_time, "pipeline_rate", counted)
-    monkeypatch.setattr(step_time, "INPUT_BOUND", 0.0)
-    return calls
-
-
-def test_stops_mid_epoch_at_its_end_and_in_later_epochs_resume_bit_identical(tmp_path, probes):
-    straight = tmp_path / "straight"
-    run(RunConfig(**SETTINGS, model_dir=str(straight), train_steps=END), task=Reshuffled())
-    assert len(probes) == 1, "the uninterrupted run's input-bound loop did not probe the input"
-    stopped = tmp_path / "stopped"
-    for number, stop in enumerate((*STOPS, END), start=1):
-        result = run(RunConfig(**SETTINGS, model_dir=str(stopped), train_steps=stop),
-                     task=Reshuffled())
-        assert result["step"] == stop
-        assert len(probes) == 1 + number, f"the run to step {stop} did not probe its input"
-    _assert_same(_weights(stopped), _weights(straight))
-
-
-def test_kill_9_and_resume_from_local_checkpoints_is_bit_identical(tmp_path):
-    settings = dict(SETTINGS, train_steps=END, local_checkpoint_dir=str(tmp_path / "shm"),
-                    local_checkpoint_interval=2)
-
-    def engine(model_dir, kill_at):
-        return subprocess.run(
-            [sys.executable, "-c", KILL_AT_STEP,
-             json.dumps(dict(settings, model_dir=str(model_dir))), str(kill_at)],
-            capture_output=True, text=True, timeout=300, env=bin_env(), cwd=REPO)
-
-    straight = engine(tmp_path / "straight", 0)
-    assert straight.returncode == 0, straight.stderr[-3000:]
-    killed = tmp_path / "killed"
-    for kill_at in (12, 20):  # mid second epoch, mid third
-        ended = engine(killed, kill_at)
+    # kill -9 at 12 (mid second epoch) and 20 (mid third), resumed from the local checkpoints.
+    local = dict(SETTINGS, **LOCAL, local_checkpoint_dir=str(tmp_path / "shm"))
+    for kill_at in (12, 20):
+        ended, probed = _runs(local, [[killed, END, kill_at]])
         assert ended.returncode == -signal.SIGKILL, ended.stderr[-3000:]
-    resumed = engine(killed, 0)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resuming from the local checkpoint" in resumed.stdout + resumed.stderr
-    for ended in (straight, resumed):
-        assert "pipeline alone delivers" in ended.stdout + ended.stderr  # the probe ran
-    _assert_same(_weights(killed), _weights(tmp_path / "straight"))
+        assert probed and probed[0] >= 1, probed
+    ended, probed = _runs(local, [[killed, END, 0]])
+    assert ended.returncode == 0, ended.stderr[-3000:]
+    assert "resuming from the local checkpoint" in ended.stdout + ended.stderr
+    assert probed == [probed[0]] and probed[0] >= 1, probed
+    _assert_same(_weights(killed), expected)
 
 
 def test_synthetic_on_device_resumes_on_the_same_batch(tmp_path):
