@@ -1,12 +1,16 @@
 """What Keras's own `fit` builds before the first epoch and does at the end,
-against Keras's `fit` under MirroredStrategy (parity.py) (issue 39, item 1):
+and the names it logs, against Keras's `fit` under MirroredStrategy (parity.py)
+(issue 39, items 1 and 7):
 
 - `model.metrics` is built before `on_train_begin`, so a `mode="auto"` monitor
   of a compiled metric (`val_accuracy`) finds its direction, as in Keras;
 - `fit` ends with `optimizer.finalize_variable_values` (Adam's `use_ema=True`
-  puts the moving average into the weights).
+  puts the moving average into the weights);
+- a string metric is logged under the string written (`"mae"` -> `mae`), a
+  metric object under its `name`.
 """
 
+import csv
 import os
 
 import keras
@@ -87,6 +91,42 @@ def test_model_metrics_are_built_when_training_begins(tmp_path):
     keras_side, ours = seen["metrics"]
     assert ours == keras_side == [("accuracy", "SparseCategoricalAccuracy")]
     assert seen["slots"][0] == seen["slots"][1]  # the optimizer built: its variables made
+
+
+def regression_metrics():
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(1, activation="sigmoid")])
+    model.compile(loss="binary_crossentropy", optimizer=keras.optimizers.SGD(0.5),
+                  metrics=["mae", "mse", "accuracy",
+                           keras.metrics.MeanSquaredError(name="my_mse")])
+    return model
+
+
+def test_string_metrics_are_logged_under_the_names_written_as_keras_logs_them(tmp_path):
+    """`metrics=["mae", "mse", "accuracy", MeanSquaredError(name="my_mse")]`:
+    History keys, CSVLogger columns and `monitor="val_mae"` (mode auto) are
+    Keras's (`mae`, not `mean_absolute_error`)."""
+    sides = iter(["keras", "tfloop"])
+
+    def callbacks():
+        folder = tmp_path / next(sides)
+        folder.mkdir()
+        return [keras.callbacks.CSVLogger(str(folder / "log.csv")),
+                keras.callbacks.EarlyStopping(monitor="val_mae", patience=5)]
+
+    x, y = _data()
+    vx, vy = _data(32, seed=1)
+    theirs, ours = parity.compare(regression_metrics, x, y=y.astype("float32"), replicas=2,
+                                  model_dir=tmp_path / "run", epochs=2, batch_size=BATCH,
+                                  shuffle=False, validation_data=(vx, vy.astype("float32")),
+                                  callbacks=callbacks)
+    names = {"loss", "mae", "mse", "accuracy", "my_mse"}
+    assert set(theirs.history) == names | {f"val_{n}" for n in names}
+    assert set(ours.history) == set(theirs.history)
+    columns = []
+    for side in ("keras", "tfloop"):
+        with open(tmp_path / side / "log.csv") as handle:
+            columns.append(next(csv.reader(handle)))
+    assert columns[1] == columns[0]
 
 
 def averaged():
