@@ -43,6 +43,10 @@ class CompiledModelTask(Task):
         self.jit_compile = False
         #: The epoch's running sums, checkpointed (`engine.keras_fit.callbacks`).
         self.epoch_state = callbacks.EpochState()
+        #: The user's batches' element spec, for Keras's compiled metrics
+        #: (`engine.keras_fit.keras_state`); a function's once the engine called it.
+        self.element_spec = (train_data.element_spec
+                             if isinstance(train_data, tf.data.Dataset) else None)
 
     def checkpointed(self) -> dict:
         return {"fit_epoch": self.epoch_state.variable}
@@ -82,8 +86,10 @@ class CompiledModelTask(Task):
         return self.model.optimizer
 
     def train_dataset(self, context: InputContext) -> tf.data.Dataset:
-        return epochs.weighted_batches(self._dataset(self._train, context),
-                                       self.global_batch_size, context.num_replicas)
+        dataset = self._dataset(self._train, context)
+        if self.element_spec is None:
+            self.element_spec = dataset.element_spec
+        return epochs.weighted_batches(dataset, self.global_batch_size, context.num_replicas)
 
     def probe_dataset(self, context: InputContext) -> Optional[tf.data.Dataset]:
         """A fresh pipeline only from a function of the context: a dataset

@@ -53,6 +53,7 @@ from tfloop.engine.errors import ConfigError, NonFinite
 from tfloop.engine.keras_fit import arrays
 from tfloop.engine.keras_fit import callbacks as callbacks_lib
 from tfloop.engine.keras_fit import epochs as epochs_lib
+from tfloop.engine.keras_fit import keras_state
 from tfloop.engine.keras_fit.compiled import CompiledModelTask
 from tfloop.engine.loop.actions import RunActions, progress_logger
 from tfloop.engine.assembly.run import run
@@ -223,8 +224,11 @@ def _keras_actions(callbacks: Sequence[Any], history: keras.callbacks.History,
                    counting: callbacks_lib.Epochs, task: CompiledModelTask,
                    driven: list) -> Callable[..., RunActions]:
     """`run`'s `add_actions`: the Keras callbacks driven by two actions, made
-    once the model is built (and kept in `driven`, for what fit does after)."""
+    once the model is built (and kept in `driven`, for what fit does after),
+    with the compiled metrics they may read built as Keras's `fit` builds
+    them (`keras_state`; the trainer, made first, has read the data's spec)."""
     def add_actions(*, plan, strategy, model) -> RunActions:
+        keras_state.build_compiled_metrics(model, task.element_spec, strategy)
         keras_callbacks = callbacks_lib.KerasCallbacks(
             # History last, as in Keras: it records what callbacks add to the logs.
             [*callbacks, history], model=model, epochs=counting, is_chief=plan.role.is_chief,
@@ -241,7 +245,10 @@ def _history(history: keras.callbacks.History, result: Any, task: CompiledModelT
              temporary: Optional[str]) -> keras.callbacks.History:
     """What fit returns once the run ended: the callbacks told training
     ended, the History with the model and the record, and the backup
-    removed as Keras removes it after training."""
+    removed as Keras removes it after training. As Keras's `fit`, the
+    optimizer finalizes the weights before `on_train_end` (`keras_state`)."""
+    if task.model is not None:
+        keras_state.finalize(task.model)
     if driven:
         driven[0].train_end()
     history.run_result = result

@@ -1,4 +1,4 @@
-"""The one place the engine reaches into Keras internals. Three reasons:
+"""The one place the engine reaches into Keras internals. Four reasons:
 
 1. The implicit gradient reduction. Keras 3's TensorFlow optimizer sums
    gradients across replicas by itself whenever `apply_gradients` runs in a
@@ -14,6 +14,9 @@
    `_momentums` and `_velocities` lists; SGD's are in `momentums`.
 3. A compiled model's metrics as per-example values (`engine.keras_fit`):
    a `MeanMetricWrapper` keeps the function it averages in the private `_fn`.
+4. A compiled model's metric objects, built before training as Keras's `fit`
+   builds them (`engine.keras_fit.keras_state`): callbacks read
+   `model.metrics`, and Keras keeps them in the private `_compile_metrics`.
 
 `tests/engine/recipe/test_keras_bridge.py` fails loudly if Keras moves or renames any
 of these, and the N-replicas-equals-one-device tests catch any double
@@ -65,3 +68,20 @@ def per_example_metric_fn(metric):
     if isinstance(metric, keras.metrics.MeanMetricWrapper):
         return getattr(metric, "_fn", None)
     return None
+
+
+def build_compiled_metrics(model: keras.Model, y_true, y_pred) -> None:
+    """Builds the metrics `model.compile(metrics=..., weighted_metrics=...)`
+    made, on symbolic targets and predictions (`keras.KerasTensor`s), as
+    Keras's `fit` builds them before its first epoch (`Trainer._symbolic_build`),
+    so that `model.metrics` lists them (Keras's names and classes). Keras keeps
+    them in the private `_compile_metrics` (a `CompileMetrics`, None when no
+    metric was compiled) and builds them only in its own steps; nothing public
+    builds them without running one. A model already built is left as is."""
+    if not hasattr(model, "_compile_metrics"):
+        raise RuntimeError(
+            "keras.Model has no _compile_metrics: Keras changed where it keeps the compiled "
+            "metrics; update engine/recipe/keras_bridge.py")
+    compiled = model._compile_metrics
+    if compiled is not None and not compiled.built:
+        compiled.build(y_true, y_pred)

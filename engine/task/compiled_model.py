@@ -278,8 +278,12 @@ def _snake(name: str) -> str:
 
 
 def _per_example_metric(metric: Any, loss: Any, mean_fn: MeanFn) -> tuple[str, Callable]:
-    """(its Keras name, its per-example function) for one compiled metric."""
-    if isinstance(metric, str) and metric in _ACCURACY:
+    """(its Keras log name, its per-example function) for one compiled metric.
+    Keras logs a metric given as a string under that string (`"mae"` is
+    logged `mae`, though `keras.metrics.get("mae")` is named
+    `mean_absolute_error`), a metric object under its `name`, a function
+    under its `__name__` (`keras.trainers.compile_utils.get_metric`)."""
+    if isinstance(metric, str) and metric.lower() in _ACCURACY:
         return metric, _accuracy_for(loss)
     if isinstance(metric, dict):  # get_compile_config() serializes metric objects
         metric = keras.metrics.deserialize(metric)
@@ -293,7 +297,8 @@ def _per_example_metric(metric: Any, loss: Any, mean_fn: MeanFn) -> tuple[str, C
         return metric.name, fn
     fn = keras.metrics.get(metric) if isinstance(metric, str) else metric
     if isinstance(fn, keras.metrics.Metric):
-        return _per_example_metric(fn, loss, mean_fn)
+        name, fn = _per_example_metric(fn, loss, mean_fn)
+        return (metric if isinstance(metric, str) else name), fn
     if not callable(fn):
         raise ConfigError(f"fit: the compiled metric {metric!r} is not a metric")
     return (metric if isinstance(metric, str) else getattr(fn, "__name__", "metric")), fn

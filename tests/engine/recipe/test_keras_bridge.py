@@ -58,3 +58,19 @@ def test_momentum_slot_is_the_accumulator_keras_updates():
     assert id(accumulator) in {id(v) for v in optimizer.variables}
     optimizer.apply_gradients([(tf.ones([3]), variables[0]), (tf.ones([4]), variables[1])])
     assert float(tf.reduce_max(tf.abs(accumulator))) > 0  # Keras updated this one
+
+
+def test_compiled_metrics_are_built_where_keras_callbacks_look_for_them():
+    """`model.metrics` lists the compiled metrics after the bridge builds them
+    (Keras's names, classes and directions: what a mode="auto" monitor reads)."""
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(loss="sparse_categorical_crossentropy", optimizer="sgd",
+                  metrics=["accuracy", "mae"])
+    keras_bridge.build_compiled_metrics(model, keras.KerasTensor((None,), "int64"),
+                                        keras.KerasTensor((None, 2), "float32"))
+    built = [(m.name, type(m).__name__, m._direction) for c in model.metrics
+             if hasattr(c, "metrics") for m in c.metrics]
+    assert built == [("accuracy", "SparseCategoricalAccuracy", "up"),
+                     ("mae", "MeanAbsoluteError", "down")], (
+        "Keras moved its compiled metrics (Model._compile_metrics); update "
+        "engine/recipe/keras_bridge.py")
