@@ -123,11 +123,13 @@ class _Relay:
         with self._lock:
             if arrival in self._listeners:
                 self._listeners.remove(arrival)
-            if self._listeners or self._thread is None:
+            # Only the main thread can put the previous wakeup fd back; off it the
+            # relay stays (closing its pipe would let CPython write signal bytes into
+            # whatever file takes that fd number next).
+            if self._listeners or self._thread is None or not on_main_thread():
                 return
             thread, self._thread = self._thread, None
-            if on_main_thread():
-                signal.set_wakeup_fd(self._previous_fd)
+            signal.set_wakeup_fd(self._previous_fd)
             read, write, self._read, self._write = self._read, self._write, -1, -1
         _write_byte(write, 0)  # the thread sees its pipe's end and leaves
         thread.join(timeout=10)

@@ -119,3 +119,33 @@ def test_a_wake_pipe_reports_its_signal_and_wakes_on_request_then_restores_every
         pipe.close()
     assert signal.getsignal(signal.SIGUSR2) == handler_before
     assert signal.set_wakeup_fd(fd_before) == fd_before
+
+
+def test_an_arrival_is_told_on_the_relay_thread_and_the_previous_wakeup_fd_gets_every_byte():
+    """`on_arrival`: the process's one wakeup fd is the relay's while it has
+    listeners; what was there before (an event loop's) still gets each byte,
+    and is put back with the last listener."""
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    previous = signal.set_wakeup_fd(write)
+    told = []
+    arrived = threading.Event()
+    try:
+        with signals.handling(signal.SIGUSR1, _mark):
+            arrival = signals.on_arrival(
+                signal.SIGUSR1, lambda signum: (told.append(threading.current_thread().name),
+                                                arrived.set()))
+            assert arrival is not None
+            try:
+                os.kill(os.getpid(), signal.SIGUSR1)
+                assert arrived.wait(10)
+            finally:
+                arrival.cancel()
+                arrival.cancel()
+        assert told == ["tfloop-signals"]
+        assert bytes([signal.SIGUSR1]) in os.read(read, 64)  # the previous fd got the byte
+    finally:
+        back = signal.set_wakeup_fd(previous)
+        os.close(read)
+        os.close(write)
+    assert back == write  # and was put back with the last listener
