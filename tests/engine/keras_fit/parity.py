@@ -55,6 +55,18 @@ class Side:
     returned: Any
 
 
+def data(n: int, seed: int = 0, features: int = 6) -> tuple:
+    """`n` examples of `features` uniform features, labelled by whether they sum past half."""
+    rng = np.random.RandomState(seed)
+    x = rng.rand(n, features).astype("float32")
+    return x, (x.sum(1) > features / 2).astype("int64")
+
+
+def dataset(n: int, batch: int, seed: int = 0) -> tf.data.Dataset:
+    """`data(n, seed)` in batches of `batch` (the last one partial)."""
+    return tf.data.Dataset.from_tensor_slices(data(n, seed)).batch(batch)
+
+
 def devices(replicas: int) -> list[str]:
     """The logical CPUs of `replicas` replicas, as both sides name them."""
     return [f"/cpu:{i}" for i in range(replicas)]

@@ -15,7 +15,6 @@ import os
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 import parity
 
@@ -23,13 +22,11 @@ EXAMPLES, BATCH = 64, 16
 
 
 def _data(n=EXAMPLES, seed=0):
-    rng = np.random.RandomState(seed)
-    x = rng.rand(n, 6).astype("float32")
-    return x, (x.sum(1) > 3).astype("int64")
+    return parity.data(n, seed)
 
 
 def _dataset(n=EXAMPLES, seed=0):
-    return tf.data.Dataset.from_tensor_slices(_data(n, seed)).batch(BATCH)
+    return parity.dataset(n, BATCH, seed)
 
 
 def classifier():
