@@ -3,7 +3,8 @@ lines (issue 31 item 12): TF's "Multi-worker training with Keras" single-worker
 cells (examples/mwms_tutorial/) and TF's MirroredStrategy note
 (examples/mirrored_strategy_note.py). Keras's multi-GPU guide:
 test_keras_guide.py. The MWMS tutorial's main.py runs on two workers under
-bin/launch with four changed lines (its docstring says why two more).
+bin/launch with two changed lines, counted by `diff` against the tutorial's own
+code (tests/examples/originals/), as is the note.
 
 Each runs as its user runs it, in a fresh process and its own folder; the
 engine's start-up line says what `fit` trained on.
@@ -14,10 +15,12 @@ import os
 import tensorflow as tf
 
 from helpers import REPO, write_digits_npz
-from tutorials import changed_lines, run_script
+from tutorials import changed_lines, diff_lines, run_script
 
 MWMS = os.path.join(REPO, "examples", "mwms_tutorial")
 NOTE = os.path.join(REPO, "examples", "mirrored_strategy_note.py")
+#: The documents' own code, as written, to count the lines changed with `diff`.
+ORIGINALS = os.path.join(REPO, "tests", "examples", "originals")
 
 
 def _assert_two_changed_lines(script):
@@ -46,12 +49,12 @@ def test_mwms_tutorial_single_worker_cells_train_on_two_logical_cpus(tmp_path):
 
 def test_mwms_tutorial_main_trains_on_two_workers_under_launch(tmp_path):
     script = os.path.join(MWMS, "main.py")
-    changed = changed_lines(script)
-    assert len(changed) == 4, changed  # two more than the goal: main.py's docstring says why
-    assert changed[0].startswith("strategy = tf.distribute.get_strategy()")
-    assert changed[1].startswith("multi_worker_dataset = lambda context: mnist_setup.")
-    assert changed[2].strip().startswith("multi_worker_model = mnist_setup.build_and_compile_cnn")
-    assert changed[3].startswith("tfloop.fit(multi_worker_model, multi_worker_dataset, ")
+    # Two lines against the tutorial's own main.py (diff), the two marked # tfloop.
+    changed = diff_lines(os.path.join(ORIGINALS, "mwms_tutorial_main.py"), script)
+    assert changed == changed_lines(script), changed
+    assert len(changed) == 2, changed
+    assert changed[0] == "import tfloop  # tfloop"
+    assert changed[1].startswith("tfloop.fit(multi_worker_model, multi_worker_dataset, ")
     write_digits_npz(str(tmp_path))
     (tmp_path / "tmp").mkdir()
     result = run_script(script, tmp_path, launch=("--num_workers=2", "--grace_period=5"),
@@ -69,7 +72,11 @@ def test_mwms_tutorial_main_trains_on_two_workers_under_launch(tmp_path):
 
 
 def test_mirrored_strategy_note_trains_on_two_logical_cpus(tmp_path):
+    # Two lines against the note's own code (diff), the two marked # tfloop.
+    changed = diff_lines(os.path.join(ORIGINALS, "mirrored_strategy_note.py"), NOTE)
+    assert changed == changed_lines(NOTE), changed
     _assert_two_changed_lines(NOTE)
+    assert changed[1] == "tfloop.fit(model, dataset, epochs=2)  # tfloop"
     result = run_script(NOTE, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Number of devices: 2" in result.stdout
