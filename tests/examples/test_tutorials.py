@@ -12,6 +12,8 @@ engine's start-up line says what `fit` trained on.
 
 import os
 
+import keras
+import numpy as np
 import tensorflow as tf
 
 from helpers import REPO, write_digits_npz
@@ -21,6 +23,7 @@ MWMS = os.path.join(REPO, "examples", "mwms_tutorial")
 NOTE = os.path.join(REPO, "examples", "mirrored_strategy_note.py")
 #: The documents' own code, as written, to count the lines changed with `diff`.
 ORIGINALS = os.path.join(REPO, "tests", "examples", "originals")
+AI_PLATFORM = os.path.join(REPO, "examples", "ai_platform", "task.py")
 
 
 def _assert_two_changed_lines(script):
@@ -83,3 +86,50 @@ def test_mirrored_strategy_note_trains_on_two_logical_cpus(tmp_path):
     assert "mirrored over 2 replica(s) [cpu:0,cpu:1]" in result.stderr
     assert [result.stdout.count(f"Epoch {e}/2") for e in (1, 2)] == [1, 1]
     assert "sparse_categorical_accuracy:" in result.stdout
+
+
+def test_a_task_py_shaped_like_the_ai_platform_posts_equals_keras_on_two_workers(
+        tmp_path, monkeypatch):
+    """The post's shape (its own MultiWorkerMirroredStrategy, a parallel map
+    before a seeded shuffle, `strategy.num_replicas_in_sync` in the batch,
+    `cluster_resolver` for where to save) with two changed lines, run on two
+    workers under bin/launch. Keras's own `fit` does not run under
+    MultiWorkerMirroredStrategy here (TF 2.21's Keras 3: "Attempt to convert a
+    value (PerReplica...)" at its first step, the post's code and the
+    tutorial's alike, measured), so Keras's numbers are its `fit` of the post's
+    own model and data on the same two replicas in one process
+    (MirroredStrategy): the same global batches, the same weights."""
+    original = os.path.join(ORIGINALS, "ai_platform_task.py")
+    changed = diff_lines(original, AI_PLATFORM)
+    assert changed == changed_lines(AI_PLATFORM) and len(changed) == 2, changed
+    write_digits_npz(str(tmp_path))
+    job = tmp_path / "job"
+    result = run_script(AI_PLATFORM, tmp_path, launch=("--num_workers=2", "--grace_period=5"),
+                        args=("--epochs=2", "--steps-per-epoch=3", "--batch-size=16",
+                              f"--job-dir={job}"))
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-3000:]
+    assert out.count("Number of replicas: 2") == 2, out[-3000:]  # the truth, on each worker
+    assert (job / "workertemp_1" / "model.keras").exists()  # cluster_resolver said task 1
+    ours = keras.saving.load_model(job / "model.keras").get_weights()
+
+    post = _module(original)
+    monkeypatch.chdir(tmp_path)
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    keras.utils.set_random_seed(1)  # as the post, before its model
+    with strategy.scope():
+        model = post.create_model()
+    model.fit(post.create_dataset(16 * 2), epochs=2, steps_per_epoch=3, verbose=0)
+    theirs = model.get_weights()
+    assert len(theirs) == len(ours)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def _module(path):
+    """The post's own code as a module (its functions, not its main)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("ai_platform_post", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

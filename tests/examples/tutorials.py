@@ -23,10 +23,11 @@ _RUNNER = ("import logging, os, runpy, sys; script = sys.argv[1]; sys.argv = sys
 
 
 def run_script(script: str, cwd, *, env: dict | None = None, timeout: float = 400,
-               launch: tuple[str, ...] = ()):
-    """Runs `script` in `cwd` in a fresh process, or with `launch` (bin/launch's
-    flags) once per task of a local cluster; returns the CompletedProcess."""
-    command = [sys.executable, "-c", _RUNNER, script]
+               launch: tuple[str, ...] = (), args: tuple[str, ...] = ()):
+    """Runs `script` (with its command-line `args`) in `cwd` in a fresh
+    process, or with `launch` (bin/launch's flags) once per task of a local
+    cluster; returns the CompletedProcess."""
+    command = [sys.executable, "-c", _RUNNER, script, *args]
     if launch:
         command = [sys.executable, os.path.join(REPO, "bin", "launch"), *launch, "--", *command]
     return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout,
