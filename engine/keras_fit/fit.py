@@ -9,8 +9,17 @@
                   validation_data=val_dataset, callbacks=[keras.callbacks.CSVLogger("log.csv")])
     history.history["loss"]                      # one value per epoch, as Keras's History
 
+or, as the tutorials write it, the script's own model and strategy:
+
+    strategy = tf.distribute.MirroredStrategy()
+    with strategy.scope():
+        model = build_and_compile_cnn_model()
+    fit(model, train_dataset, epochs=3)          # was: model.fit(train_dataset, epochs=3)
+
 `model_fn` is called under the engine's strategy scope (the tutorials'
-`with strategy.scope(): build_and_compile_cnn_model()`), and its compiled
+`with strategy.scope(): build_and_compile_cnn_model()`); a compiled model is
+trained in place on the strategy it was built under, which the engine adopts
+(`engine.strategies.adoption`). Its compiled
 loss, metrics and optimizer run through the engine's step
 (`engine.keras_fit.compiled`); callbacks run in the engine's loop
 (`engine.keras_fit.callbacks`). How the training data is given:
@@ -43,7 +52,7 @@ import logging
 import os
 import posixpath
 import tempfile
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import keras
 import tensorflow as tf
@@ -66,7 +75,8 @@ from tfloop.collectives import device_names
 logger = logging.getLogger(__name__)
 
 
-def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
+def fit(model_fn: Union[keras.Model, Callable[[], keras.Model]], train_data: Any,
+        y: Any = None, *,
         epochs: int = 1, steps_per_epoch: Optional[int] = None, validation_data: Any = None,
         validation_steps: Optional[int] = None, callbacks: Sequence[Any] = (),
         batch_size: Optional[int] = None, config: Optional[RunConfig] = None,
@@ -74,7 +84,8 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
         class_weight: Optional[dict] = None, initial_epoch: int = 0, validation_freq: int = 1,
         validation_batch_size: Optional[int] = None,
         validation_split: float = 0.0) -> keras.callbacks.History:
-    """Trains the model `model_fn` builds and compiles on `train_data`, as
+    """Trains the model `model_fn` builds and compiles (or the compiled model
+    `model_fn` is, in place, on its own strategy) on `train_data`, as
     `model.fit` would, through the engine; see the module docstring.
 
     `config` (`RunConfig`) says the rest: strategy, devices (by default

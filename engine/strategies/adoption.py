@@ -74,8 +74,15 @@ def check_agrees(placement: AdoptedPlacement, *, strategy: str, devices: str,
             f"fit: RunConfig(strategy={strategy!r}) but the model was built under its own "
             f"{placement.strategy} strategy, which fit adopts; drop strategy= (or build the "
             "model under the strategy you mean)")
-    if devices_given and placement.strategy != "default" and \
-            _normal(devices) != _normal(placement.devices):
+    if placement.strategy == "default":
+        if devices_given and len(_normal(devices)) > 1:
+            raise ConfigError(
+                f"fit: RunConfig(devices={devices!r}) but the model was built outside any "
+                "strategy's scope, so its variables live on one device; build it under `with "
+                "tf.distribute.MirroredStrategy().scope():` (or give fit the function that "
+                "builds and compiles it)")
+        return
+    if devices_given and _normal(devices) != _normal(placement.devices):
         raise ConfigError(
             f"fit: RunConfig(devices={devices!r}) but the model's strategy runs on "
             f"{placement.devices!r}, which fit adopts; drop devices= (or build the model under "
