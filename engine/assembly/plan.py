@@ -158,14 +158,17 @@ class Plan:
         ])
 
 
-def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
+def make_plan(config: RunConfig, task: Optional[Task] = None, *,
+              adopted: bool = False) -> Plan:
     """Runs every check that can fail (`task.prepare()` among them), in the
     order of the module docstring, each step a function below; nothing is
-    written. Without a task, the built-in `--model`/`--dataset` one."""
+    written. Without a task, the built-in `--model`/`--dataset` one.
+    `adopted`: the run takes a strategy the script made
+    (`engine.strategies.adoption`), whose devices and cluster exist already."""
     task = task or ClassificationTask.from_config(config)
     # --cluster_from: which source; logs it, the task and its peers; TF reads what it read
     role = tf_config.adopt(source=config.cluster_from)
-    placed = _place(config, role)
+    placed = _place(config, role, adopted=adopted)
     config = placed.config
     _prepare_task(config, task)
     stored, resuming = _read_model_dir(config, role, placed.spec)
@@ -175,7 +178,7 @@ def make_plan(config: RunConfig, task: Optional[Task] = None) -> Plan:
     input_workers, shard_policy = _shard_input(config, role, placed.spec, task)
     mode = _resolve_mode(config, task, role)
     _check_other_paths(config)
-    lock = _check_claims(config, role, mode, stored, task)
+    lock = _check_claims(config, role, mode, stored, task, adopted=adopted)
     checkpoints, latest = _find_checkpoint(config, role, mode, run_id=run_identity.run_id(stored))
     run_id = run_identity.run_id(stored) or (run_identity.new_run_id() if role.is_chief else None)
     return Plan(config=config, role=role, spec=placed.spec, devices=placed.devices,
@@ -202,20 +205,25 @@ class _Placement:
     implementation: Optional[str]
 
 
-def _place(config: RunConfig, role: tf_config.Role) -> _Placement:
+def _place(config: RunConfig, role: tf_config.Role, *, adopted: bool = False) -> _Placement:
     """The strategy, its devices and replicas, the thread pools and the
     collective: the first touch of TensorFlow's runtime, which logical CPU
-    devices and thread pools must precede."""
+    devices and thread pools must precede. An adopted strategy's devices
+    exist and TensorFlow runs: they are taken as they are."""
     spec, connection = _strategy_for(config, role)
     named = devices.parse_devices(config.devices, virtual_gpus=config.virtual_gpus)
     if role.is_evaluator or role.task_type == tf_config.PS:
         # The sidecar evaluates on one device; a ps task only serves variables.
         named = devices.support_task_devices(named, role.name)
     replicas = spec.num_replicas(named, role=role, connection=connection)
-    prepared = devices.prepare_devices(named, memory_growth=config.gpu_memory_growth,
-                                       virtual_gpus=config.virtual_gpus)
+    if adopted:
+        prepared = [device_names.canonical(name) or name for name in named]
+    else:
+        prepared = devices.prepare_devices(named, memory_growth=config.gpu_memory_growth,
+                                           virtual_gpus=config.virtual_gpus)
     config = renumber_reduce_device(config, dict(zip(named, prepared)))
-    threads = devices.configure_threads(prepared, config.intra_op_threads)
+    threads = (tf.config.threading.get_intra_op_parallelism_threads() or None) if adopted \
+        else devices.configure_threads(prepared, config.intra_op_threads)
     trains = not role.is_evaluator
     return _Placement(
         config=config, spec=spec, connection=connection, devices=prepared, replicas=replicas,
@@ -266,16 +274,17 @@ def _check_other_paths(config: RunConfig) -> None:
 
 
 def _check_claims(config: RunConfig, role: tf_config.Role, mode: str,
-                  stored: Optional[dict], task: Task) -> Optional[str]:
+                  stored: Optional[dict], task: Task, *, adopted: bool = False) -> Optional[str]:
     """What this process would take from others: `model_dir`'s lock (free, or
     refused; returns which one it will hold), the run it continues (run.json's
-    identity and optimizer agree), and its cluster port (free)."""
+    identity and optimizer agree), and its cluster port (free, unless the
+    script's own strategy already serves on it: adopted)."""
     lock = lock_name(role, mode)
     if lock:
         run_lock.check_free(config.model_dir, lock)
     run_identity.check(config, stored, task_object=not config.task
                        and not isinstance(task, ClassificationTask))
-    if role.in_cluster and not role.is_evaluator:
+    if role.in_cluster and not role.is_evaluator and not adopted:
         tf_config.check_port_free(role)
     return lock
 

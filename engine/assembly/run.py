@@ -39,6 +39,7 @@ import keras
 import tensorflow as tf
 
 from tfloop.engine import task as task_lib
+from tfloop.engine.strategies import adoption
 from tfloop.engine.assembly import parts, serving
 from tfloop.engine.assembly.plan import Plan, make_plan
 from tfloop.engine.assembly.runner import (Hooks, Runner, RunResult, evaluate_each_checkpoint,
@@ -65,6 +66,7 @@ def run(
     on_loop_end: Optional[Callable[[int, dict], None]] = None,
     verbose: bool = False,
     add_actions: Optional[Callable[..., actions.RunActions]] = None,
+    strategy: Optional[tf.distribute.Strategy] = None,
 ) -> RunResult:
     """Trains and/or evaluates as `config` says; returns what metrics.json holds.
 
@@ -81,6 +83,10 @@ def run(
     `add_actions(plan=, strategy=, model=)`, called once the model is built,
     returns `engine.loop.actions.RunActions` to run beside the engine's own
     (`engine.keras_fit` drives Keras callbacks with it).
+    `strategy`, one the script made (the tutorials' `MirroredStrategy()`,
+    `MultiWorkerMirroredStrategy()`), is run on as it is instead of one the
+    engine builds (`engine.strategies.adoption`: `config.strategy` and
+    `config.devices` must name it; `fit` sets them from a model it adopts).
 
     In a `TF_CONFIG` cluster only the chief writes to `model_dir`; the other
     workers save into temporary directories (saving is collective) that are
@@ -105,14 +111,19 @@ def run(
         logs.configure_logging()
     with script_exit.signals_of_a_script():  # a script's SIGTERM at any moment: one line, 143
         return _run(config, task=task, optimizer=optimizer,
-                    hooks=Hooks(on_loop_end=on_loop_end, add_actions=add_actions))
+                    hooks=Hooks(on_loop_end=on_loop_end, add_actions=add_actions),
+                    adopted=strategy)
 
 
 def _run(config: RunConfig, *, task: Optional[Task],
-         optimizer: Optional[keras.optimizers.Optimizer], hooks: Hooks) -> RunResult:
+         optimizer: Optional[keras.optimizers.Optimizer], hooks: Hooks,
+         adopted: Optional[tf.distribute.Strategy] = None) -> RunResult:
     """`run` once the script's signals are set."""
     task = _task_for(config, task)
-    plan = make_plan(config, task)
+    if adopted is not None:
+        adoption.check_agrees(adoption.adopted_placement(adopted), strategy=config.strategy,
+                              devices=config.devices, strategy_given=True, devices_given=True)
+    plan = make_plan(config, task, adopted=adopted is not None)
     config = plan.config  # with what the plan resolved: --epochs, --per_replica_batch_size
     if plan.spec.serves_only(plan.role):
         # Until stopped: the chief trains. The server blocks in C++, where no
@@ -123,7 +134,7 @@ def _run(config: RunConfig, *, task: Optional[Task],
         tf.config.experimental.enable_op_determinism()
     # Before the lock (which creates model_dir): joining a cluster can end in
     # the watchdog's signal (engine.runtime.watchdog), which leaves no chance to clean up.
-    strategy = _build_strategy(plan)
+    strategy = _build_strategy(plan, adopted)
     lock = run_lock.acquire(config.model_dir, plan.lock) if plan.lock else None
     try:
         with exit_class(plan, checkpoint=lambda: plan.latest_checkpoint):
@@ -195,9 +206,11 @@ def _compiled_model_task(model_fn: Callable, config: RunConfig) -> Task:
         model_fn, config, mean_fn=keras_bridge.per_example_metric_fn)
 
 
-def _build_strategy(plan: Plan) -> tf.distribute.Strategy:
-    strategy = plan.spec.build(plan.devices, config=plan.config, role=plan.role,
-                               connection=plan.connection, implementation=plan.implementation)
+def _build_strategy(plan: Plan,
+                    adopted: Optional[tf.distribute.Strategy] = None) -> tf.distribute.Strategy:
+    strategy = adopted or plan.spec.build(
+        plan.devices, config=plan.config, role=plan.role, connection=plan.connection,
+        implementation=plan.implementation)
     logger.info(plan.describe(strategy.num_replicas_in_sync))
     return strategy
 

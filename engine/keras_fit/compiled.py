@@ -26,7 +26,8 @@ from tfloop.inputs import InputContext
 
 class CompiledModelTask(Task):
     """`fit`'s task: `model_fn()` builds and compiles the model under the
-    strategy scope; `train_data`/`validation_data` are Keras-style datasets
+    strategy scope (or `model_fn` is the compiled model itself, built under
+    the strategy `fit` adopts); `train_data`/`validation_data` are Keras-style datasets
     (`engine.keras_fit.epochs`), or functions `(InputContext) -> dataset`."""
 
     #: The run uses the compiled loss, metrics and optimizer (run.py's notice is not for it).
@@ -52,6 +53,8 @@ class CompiledModelTask(Task):
         return {"fit_epoch": self.epoch_state.variable}
 
     def describe(self) -> str:
+        if isinstance(self.model_fn, keras.Model):
+            return f"fit: the compiled model {self.model_fn.name!r}"
         name = getattr(self.model_fn, "__name__", type(self.model_fn).__name__)
         return f"fit: the compiled model of {name}()"
 
@@ -60,7 +63,10 @@ class CompiledModelTask(Task):
         return self._validation is not None
 
     def build_model(self):
-        model = checked_model(self.model_fn)
+        # A model handed in is the script's, trained in place under its own
+        # strategy (adopted by `fit`); a function is called in the scope.
+        model = (self.model_fn if isinstance(self.model_fn, keras.Model)
+                 else checked_model(self.model_fn))
         if not model.built or not model.variables:
             # keras.Sequential() with no Input, a subclassed keras.Model (built()
             # or not): Keras's fit makes its variables on the first batch; here,

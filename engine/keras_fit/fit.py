@@ -9,8 +9,17 @@
                   validation_data=val_dataset, callbacks=[keras.callbacks.CSVLogger("log.csv")])
     history.history["loss"]                      # one value per epoch, as Keras's History
 
+or, as the tutorials write it, the script's own model and strategy:
+
+    strategy = tf.distribute.MirroredStrategy()
+    with strategy.scope():
+        model = build_and_compile_cnn_model()
+    fit(model, train_dataset, epochs=3)          # was: model.fit(train_dataset, epochs=3)
+
 `model_fn` is called under the engine's strategy scope (the tutorials'
-`with strategy.scope(): build_and_compile_cnn_model()`), and its compiled
+`with strategy.scope(): build_and_compile_cnn_model()`); a compiled model is
+trained in place on the strategy it was built under, which the engine adopts
+(`engine.strategies.adoption`). Its compiled
 loss, metrics and optimizer run through the engine's step
 (`engine.keras_fit.compiled`); callbacks run in the engine's loop
 (`engine.keras_fit.callbacks`). How the training data is given:
@@ -43,7 +52,7 @@ import logging
 import os
 import posixpath
 import tempfile
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import keras
 import tensorflow as tf
@@ -60,12 +69,14 @@ from tfloop.engine.assembly.run import run
 from tfloop.engine.run_dir import layout
 from tfloop.engine.runtime import devices as devices_lib
 from tfloop.engine.runtime import files
+from tfloop.engine.strategies import adoption
 from tfloop.collectives import device_names
 
 logger = logging.getLogger(__name__)
 
 
-def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
+def fit(model_fn: Union[keras.Model, Callable[[], keras.Model]], train_data: Any,
+        y: Any = None, *,
         epochs: int = 1, steps_per_epoch: Optional[int] = None, validation_data: Any = None,
         validation_steps: Optional[int] = None, callbacks: Sequence[Any] = (),
         batch_size: Optional[int] = None, config: Optional[RunConfig] = None,
@@ -73,7 +84,8 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
         class_weight: Optional[dict] = None, initial_epoch: int = 0, validation_freq: int = 1,
         validation_batch_size: Optional[int] = None,
         validation_split: float = 0.0) -> keras.callbacks.History:
-    """Trains the model `model_fn` builds and compiles on `train_data`, as
+    """Trains the model `model_fn` builds and compiles (or the compiled model
+    `model_fn` is, in place, on its own strategy) on `train_data`, as
     `model.fit` would, through the engine; see the module docstring.
 
     `config` (`RunConfig`) says the rest: strategy, devices (by default
@@ -108,7 +120,8 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
     Raises:
       ConfigError: a model, data or callback `fit` cannot take (one line).
     """
-    _check_model_fn(model_fn)
+    model = _adopted(model_fn)
+    adopted = adoption.adopted_placement(model.distribute_strategy) if model else None
     config = config or RunConfig()
     callbacks = callbacks_lib.check(callbacks)
     verbose = _check_epochs(epochs, initial_epoch, validation_freq, verbose)
@@ -123,7 +136,8 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
         validation_freq=validation_freq, initial_epoch=initial_epoch, verbose=verbose)
     backup = callbacks_lib.backup_for(callbacks)
     config, temporary = _run_config(config, train_data, counting, global_batch=global_batch,
-                                    validation_steps=validation_steps, backup=backup)
+                                    validation_steps=validation_steps, backup=backup,
+                                    adopted=adopted)
     task = CompiledModelTask(model_fn, train_data, global_batch_size=global_batch,
                              validation_data=validation_data)
     history = keras.callbacks.History()
@@ -133,7 +147,8 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
     if verbose == 2:  # Keras's epoch lines, and the engine's other lines (set-up, resume, stop)
         progress_logger.setLevel(logging.WARNING)
     try:
-        result = _run(config, task, add_actions, driven, verbose=verbose == 2)
+        result = _run(config, task, add_actions, driven, verbose=verbose == 2,
+                      strategy=model.distribute_strategy if model else None)
     finally:
         progress_logger.setLevel(level)
         if temporary is not None:  # nobody can resume it: its name was never given
@@ -142,14 +157,26 @@ def fit(model_fn: Callable[[], keras.Model], train_data: Any, y: Any = None, *,
                     temporary=temporary)
 
 
-def _check_model_fn(model_fn: Any) -> None:
-    if isinstance(model_fn, keras.Model) or not callable(model_fn):
-        # A model built outside the strategy's scope has its variables on one
-        # device: the engine must build it, under the scope, on every replica.
+def _adopted(model_fn: Any) -> Optional[keras.Model]:
+    """The script's own compiled model, when `fit` is handed one (None: a
+    function that builds and compiles it, which fit calls in its scope).
+
+    The model is trained in place, on the strategy it was built under
+    (`model.distribute_strategy`: the tutorials' `with strategy.scope():
+    model = ...`, or none), which the engine adopts
+    (`engine.strategies.adoption`): the script's `model` is the one trained,
+    and `strategy.num_replicas_in_sync` is the truth."""
+    if isinstance(model_fn, keras.Model):
+        if not getattr(model_fn, "compiled", False) or model_fn.optimizer is None:
+            raise ConfigError(f"fit: the model {model_fn.name!r} is not compiled; call "
+                              "model.compile(optimizer=..., loss=..., metrics=[...]) first")
+        return model_fn
+    if not callable(model_fn):
         raise ConfigError(
-            f"fit: the first argument is a {type(model_fn).__name__}; give the function that "
-            "builds and compiles the model (fit calls it under the strategy's scope, as "
-            "`with strategy.scope(): model = ...` does), e.g. tfloop.fit(build_model, x, y)")
+            f"fit: the first argument is a {type(model_fn).__name__}; give the compiled "
+            "keras.Model (built under your strategy's scope, or none) or the function that "
+            "builds and compiles it, e.g. tfloop.fit(model, x, y)")
+    return None
 
 
 def _check_epochs(epochs: Any, initial_epoch: Any, validation_freq: Any, verbose: Any) -> int:
@@ -182,11 +209,13 @@ def _data(train_data: Any, y: Any, sample_weight: Any, class_weight: Optional[di
 
 
 def _run_config(config: RunConfig, train_data: Any, counting: callbacks_lib.Epochs, *,
-                global_batch: int, validation_steps: Optional[int],
-                backup: Any) -> tuple[RunConfig, Optional[str]]:
+                global_batch: int, validation_steps: Optional[int], backup: Any,
+                adopted: Optional[adoption.AdoptedPlacement] = None
+                ) -> tuple[RunConfig, Optional[str]]:
     """The run's config from fit's arguments (epochs, batch, mode, evaluation,
     checkpoints, devices, model_dir), and the temporary model_dir made when
-    none was named (None: one was)."""
+    none was named (None: one was). `adopted`: the strategy of the model
+    handed in, which names the strategy and devices."""
     in_cluster = bool(os.environ.get("TF_CONFIG"))
     trained_epochs = counting.epochs - counting.initial_epoch
     steps_per_epoch, freq = counting.steps_per_epoch, counting.validation_freq
@@ -199,17 +228,23 @@ def _run_config(config: RunConfig, train_data: Any, counting: callbacks_lib.Epoc
                    eval_interval=(steps_per_epoch * (freq if counting.initial_epoch % freq == 0
                                                      else 1)) if counting.validates else 0,
                    eval_steps=validation_steps or -1, export=False, task="")
-    if in_cluster and isinstance(train_data, tf.data.Dataset) and _has_peers():
+    if in_cluster and isinstance(train_data, tf.data.Dataset) and _has_peers() and (
+            adopted is None or adopted.strategy != "multi_worker"):
         raise ConfigError(
             "fit in a cluster: give train_data as a function, e.g. lambda context: "
             "mnist_dataset(batch), with batch_size=: a dataset made before fit has started "
             "TensorFlow, and a multi-worker strategy must set up its collectives first")
-    if in_cluster and not config.changed("strategy") and _has_peers():
+    if adopted is not None:  # the model's own strategy: its name and devices, nothing else
+        adoption.check_agrees(adopted, strategy=config.strategy, devices=config.devices,
+                              strategy_given=config.changed("strategy"),
+                              devices_given=config.changed("devices"))
+        changes.update(strategy=adopted.strategy, devices=adopted.devices)
+    elif in_cluster and not config.changed("strategy") and _has_peers():
         changes["strategy"] = "multi_worker"  # the tutorial's MultiWorkerMirroredStrategy
     changes.update(_checkpoints(config, backup, steps_per_epoch))
-    if not config.changed("devices") and devices_lib.chosen():
+    if adopted is None and not config.changed("devices") and devices_lib.chosen():
         changes["devices"] = devices_lib.chosen()  # tfloop.use_devices(...)
-    if not in_cluster:
+    if not in_cluster and adopted is None:
         _check_devices_in_time(changes.get("devices", config.devices))
     temporary = None
     if not config.changed("model_dir") and "model_dir" not in changes:
@@ -263,13 +298,14 @@ def _history(history: keras.callbacks.History, result: Any, task: CompiledModelT
 
 
 def _run(config: RunConfig, task: CompiledModelTask, add_actions, driven, *,
-         verbose: bool) -> Any:
+         verbose: bool, strategy: Optional[tf.distribute.Strategy] = None) -> Any:
     """`run`; a loss that is not finite while a callback such as TerminateOnNaN
     wants to see it ends training the Keras way (`KerasCallbacks.stopped_by_non_finite`):
     the History has the epoch, `fit` returns; the record is metrics.json's
     (`status` "failed", the newest checkpoint the last finite one)."""
     try:
-        return run(config, task=task, add_actions=add_actions, verbose=verbose)
+        return run(config, task=task, add_actions=add_actions, verbose=verbose,
+                   strategy=strategy)
     except NonFinite as error:
         loop = getattr(error, "loop", None)
         if not (driven and loop and driven[0].stopped_by_non_finite(*loop)):

@@ -23,10 +23,11 @@ _RUNNER = ("import logging, os, runpy, sys; script = sys.argv[1]; sys.argv = sys
 
 
 def run_script(script: str, cwd, *, env: dict | None = None, timeout: float = 400,
-               launch: tuple[str, ...] = ()):
-    """Runs `script` in `cwd` in a fresh process, or with `launch` (bin/launch's
-    flags) once per task of a local cluster; returns the CompletedProcess."""
-    command = [sys.executable, "-c", _RUNNER, script]
+               launch: tuple[str, ...] = (), args: tuple[str, ...] = ()):
+    """Runs `script` (with its command-line `args`) in `cwd` in a fresh
+    process, or with `launch` (bin/launch's flags) once per task of a local
+    cluster; returns the CompletedProcess."""
+    command = [sys.executable, "-c", _RUNNER, script, *args]
     if launch:
         command = [sys.executable, os.path.join(REPO, "bin", "launch"), *launch, "--", *command]
     return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout,
@@ -37,3 +38,44 @@ def changed_lines(script: str) -> list[str]:
     """The lines of `script` marked `# tfloop`: those changed to run it under tfloop."""
     with open(script) as f:
         return [line for line in f.read().splitlines() if line.rstrip().endswith("# tfloop")]
+
+
+def _without_docstring(text: str) -> list[str]:
+    """The script's lines after its module docstring (the example's own
+    explanation, which the document it copies does not have)."""
+    lines = text.splitlines()
+    if lines and lines[0].startswith('"""'):
+        one_line = len(lines[0].strip()) > 3 and lines[0].rstrip().endswith('"""')
+        end = 0 if one_line else next(i for i in range(1, len(lines))
+                                      if lines[i].rstrip().endswith('"""'))
+        lines = lines[end + 1:]
+        while lines and not lines[0].strip():
+            lines = lines[1:]
+    return lines
+
+
+#: The comments that mark a line changed for another reason than tfloop (the
+#: document's data downloads, a model made smaller for the test): not counted.
+NOT_TFLOOP = ("# local data", "# smaller")
+
+
+def diff_lines(original: str, script: str) -> list[str]:
+    """The lines `script` changed or added against `original` (the
+    document's own code, kept in tests/examples/originals/), as `diff` counts
+    them: a line replaced, a line added, a line removed (given as `- line`)
+    each count once; the script's docstring and the lines marked `NOT_TFLOOP`
+    are not counted."""
+    import difflib
+    with open(original) as f:
+        theirs = f.read().splitlines()
+    with open(script) as f:
+        ours = _without_docstring(f.read())
+    changed = []
+    for tag, a0, a1, b0, b1 in difflib.SequenceMatcher(None, theirs, ours,
+                                                       autojunk=False).get_opcodes():
+        if tag in ("replace", "insert"):
+            changed += ours[b0:b1]
+            changed += [f"- {line}" for line in theirs[a0 + (b1 - b0):a1]]
+        elif tag == "delete":
+            changed += [f"- {line}" for line in theirs[a0:a1]]
+    return [line for line in changed if not line.rstrip().endswith(NOT_TFLOOP)]

@@ -40,9 +40,14 @@ def test_arrays_with_arguments_that_cannot_work(tmp_path, arguments, says):
     assert not (tmp_path / "run").exists()
 
 
-def test_a_built_model_instead_of_the_function_that_builds_it_is_one_line(tmp_path):
-    with pytest.raises(ConfigError, match=r"the first argument is a Sequential; give the "
-                       r"function that builds and compiles the model") as error:
+def test_a_model_built_outside_the_strategy_the_config_names_is_one_line(tmp_path):
+    # fit adopts a compiled model's own strategy (here none: one device), so
+    # a config naming mirrored on two CPUs asks for what cannot be done in place.
+    with pytest.raises(ConfigError, match=r"^fit: RunConfig\(devices='cpu:0,cpu:1'\) but the "
+                       r"model was built outside any strategy's scope") as error:
         fit(dense(), X, Y, batch_size=8, config=parity.config(tmp_path / "run"), verbose=False)
     assert "\n" not in str(error.value)
     assert not (tmp_path / "run").exists()
+    with pytest.raises(ConfigError, match=r"^fit: the first argument is a str; give the compiled "
+                       r"keras.Model"):
+        fit("model", X, Y, config=parity.config(tmp_path / "run"), verbose=False)
