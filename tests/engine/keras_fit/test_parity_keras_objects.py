@@ -1,0 +1,137 @@
+"""The compiled optimizer, loss and dtype policy as the user gave them,
+against Keras's `fit` under MirroredStrategy (parity.py) (issue 39, items
+2, 5, 6, 11):
+
+- the compiled optimizer instance trains, not a copy from its config:
+  `AdamW.exclude_from_weight_decay`, a `LearningRateSchedule` without
+  `get_config` (the shape of its own docstring's example);
+- a compiled loss's `reduction` trains and logs as Keras's;
+- a global dtype policy set with Keras's API is the model's, and
+  mixed_float16 trains with Keras's `LossScaleOptimizer` (float16: 1e-3);
+- `clipnorm` clips the all-reduced gradient: tfloop equals one device,
+  where Keras clips each replica's gradient before their sum.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import parity
+import tfloop
+
+EXAMPLES, BATCH = 88, 16  # the last batch partial: 8 rows, 4 per replica
+
+
+def _dataset(n=EXAMPLES, seed=0, weights=False):
+    x, y = parity.data(n, seed)
+    parts = (x, y)
+    if weights:
+        parts = (x, y, np.random.RandomState(seed + 7).uniform(0.5, 2.0, n).astype("float32"))
+    return tf.data.Dataset.from_tensor_slices(parts).batch(BATCH)
+
+
+def normed_model():
+    return keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, activation="relu"),
+                             keras.layers.LayerNormalization(), keras.layers.Dense(2)])
+
+
+def _normed(optimizer, made=None):
+    """A compiled `normed_model()` whose optimizer is `optimizer(model)`
+    (each one made is appended to `made`)."""
+    def build():
+        model = normed_model()
+        compiled = optimizer(model)
+        if made is not None:
+            made.append(compiled)
+        model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      optimizer=compiled, metrics=["accuracy"])
+        return model
+    return build
+
+
+def adamw_excluding_the_norm(model):
+    optimizer = keras.optimizers.AdamW(0.05, weight_decay=0.5)
+    optimizer.exclude_from_weight_decay(var_names=["gamma", "beta", "bias"])
+    return optimizer
+
+
+def test_adamw_weight_decay_exclusions_are_kept_as_keras(tmp_path):
+    """`AdamW.exclude_from_weight_decay(var_names=...)`, which `get_config()`
+    does not carry: LayerNormalization's gamma and beta do not decay, as in
+    Keras (a copy decayed them: 4.6e-2 apart). The compiled instance is the
+    one that trained, and `model.optimizer` after `fit`."""
+    made = []
+    _, ours = parity.compare(_normed(adamw_excluding_the_norm, made), _dataset(), replicas=2,
+                             model_dir=tmp_path, epochs=2)
+    assert ours.model.optimizer is made[-1]
+    assert int(made[-1].iterations.numpy()) == 2 * 6  # 88 examples in batches of 16
+
+
+class Halving(keras.optimizers.schedules.LearningRateSchedule):
+    """The shape of LearningRateSchedule's own docstring example: no get_config."""
+
+    def __init__(self, initial_learning_rate):
+        self.initial_learning_rate = initial_learning_rate
+
+    def __call__(self, step):
+        return self.initial_learning_rate / (1.0 + keras.ops.cast(step, "float32") / 3.0)
+
+
+def test_a_learning_rate_schedule_without_get_config_trains_as_keras(tmp_path):
+    parity.compare(_normed(lambda model: keras.optimizers.SGD(Halving(0.5), momentum=0.5)),
+                   _dataset(), replicas=2, model_dir=tmp_path, epochs=2)
+
+
+class Classify(tfloop.Task):
+    """`normed_model()` on the first 64 examples of `parity.data`, in global
+    batches, its loss Keras's SparseCategoricalCrossentropy per example."""
+
+    def build_model(self):
+        return normed_model()
+
+    def train_dataset(self, context):
+        return tf.data.Dataset.from_tensor_slices(parity.data(64)).batch(
+            context.global_batch_size, drop_remainder=True).repeat()
+
+    def loss(self, model, batch, *, training):
+        x, y = batch
+        return tfloop.LossOutput(per_example_loss=keras.losses.sparse_categorical_crossentropy(
+            y, model(x, training=training), from_logits=True))
+
+
+def adamw_on_a_schedule(model=None):
+    optimizer = keras.optimizers.AdamW(Halving(0.05), weight_decay=0.5)
+    optimizer.exclude_from_weight_decay(var_names=["gamma", "beta", "bias"])
+    return optimizer
+
+
+def test_run_trains_the_optimizer_object_made_outside_the_scope_as_given(tmp_path):
+    """`run(config, optimizer=...)` with an optimizer made outside any
+    strategy scope (its step counter and rate already made): that instance
+    trains on 2 replicas, its schedule object (no get_config) and its
+    weight-decay exclusions kept: the weights of Keras's fit with the same
+    optimizer made in its scope, within 1e-6."""
+    optimizer = adamw_on_a_schedule()
+    config = parity.config(tmp_path, replicas=2, global_batch_size=16, train_steps=8,
+                           mode="train", export=False)
+    result = tfloop.run(config, task=Classify(), optimizer=optimizer)
+    assert int(optimizer.iterations.numpy()) == 8
+    theirs = parity.run_keras(_normed(adamw_on_a_schedule), parity.dataset(64, 16), replicas=2,
+                              epochs=2)
+    ours = [np.asarray(v.numpy()) for v in result.model.weights]
+    assert len(ours) == len(theirs.weights)
+    for a, (name, b) in zip(ours, theirs.weights):
+        np.testing.assert_allclose(a, b, rtol=parity.RTOL, atol=parity.ATOL, err_msg=name)
+
+
+def test_run_refuses_an_optimizer_built_for_other_variables_in_one_line(tmp_path):
+    """A built optimizer has slots for the variables it was built for: it
+    cannot train the run's model, and no copy would keep its state."""
+    optimizer = keras.optimizers.Adam(0.1)
+    optimizer.build([keras.Variable(np.zeros(3, "float32"))])
+    config = parity.config(tmp_path, replicas=2, global_batch_size=16, train_steps=1,
+                           mode="train", export=False)
+    with pytest.raises(tfloop.ConfigError, match=r"^the optimizer 'adam' \(Adam\) was built for "
+                       r"other variables under another strategy .*pass a new, unbuilt one"):
+        tfloop.run(config, task=Classify(), optimizer=optimizer)
