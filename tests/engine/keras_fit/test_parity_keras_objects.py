@@ -12,6 +12,8 @@ against Keras's `fit` under MirroredStrategy (parity.py) (issue 39, items
   where Keras clips each replica's gradient before their sum.
 """
 
+import json
+
 import keras
 import numpy as np
 import pytest
@@ -126,6 +128,63 @@ def test_reduction_none_with_model_losses_is_refused_in_one_line(tmp_path):
     with pytest.raises(tfloop.ConfigError, match=r"^fit: the compiled loss has reduction=None "
                        r"and the model has model losses .*reduction=\"sum\""):
         parity.run_tfloop(build, _weighted(EXAMPLES, 0), model_dir=tmp_path, epochs=1)
+
+
+@pytest.fixture
+def global_policy():
+    """Sets Keras's global dtype policy for one test, float32 again after it."""
+    try:
+        yield keras.mixed_precision.set_global_policy
+    finally:
+        keras.config.set_dtype_policy("float32")
+
+
+def _mixed():
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, activation="relu"),
+                              keras.layers.Dense(2),
+                              keras.layers.Activation("linear", dtype="float32")])
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  optimizer=keras.optimizers.SGD(0.5), metrics=["accuracy"])
+    return model
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_a_global_dtype_policy_is_the_runs_as_keras_honours_it(tmp_path, global_policy, policy):
+    """`keras.mixed_precision.set_global_policy(...)` at the top of the
+    script (Keras's mixed precision guide): the model computes in float16
+    (bfloat16), under mixed_float16 with the LossScaleOptimizer Keras's
+    `compile` made (not wrapped twice), as Keras's fit trains it: logs and
+    weights within 1e-3; run.json's range says the precision."""
+    global_policy(policy)
+    theirs, ours = parity.compare(_mixed, _dataset(), replicas=2, model_dir=tmp_path, epochs=2,
+                                  rtol=1e-3, atol=1e-4)
+    assert ours.model.layers[0].compute_dtype == policy.split("_")[1]
+    optimizer = ours.model.optimizer
+    if policy == "mixed_float16":
+        assert isinstance(theirs.model.optimizer, keras.optimizers.LossScaleOptimizer)
+        assert isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+        assert isinstance(optimizer.inner_optimizer, keras.optimizers.SGD)
+    else:
+        assert isinstance(optimizer, keras.optimizers.SGD)
+    record = json.loads((tmp_path / "run.json").read_text())
+    assert record["ranges"][-1]["mixed_precision"] == policy
+
+
+def test_run_config_mixed_precision_wins_over_the_global_policy(tmp_path, global_policy):
+    """`RunConfig(mixed_precision="mixed_float16")` (`bin/train
+    --mixed_precision`) over a global mixed_bfloat16: float16 with one
+    LossScaleOptimizer (Keras's `compile`, under the policy the engine sets
+    for the model, made it; the engine does not wrap it again), as Keras's
+    fit under mixed_float16, within 1e-3."""
+    global_policy("mixed_float16")
+    theirs = parity.run_keras(_mixed, _dataset(), replicas=2, epochs=2)
+    global_policy("mixed_bfloat16")
+    ours = parity.run_tfloop(_mixed, _dataset(), model_dir=tmp_path, replicas=2, epochs=2,
+                             config_overrides={"mixed_precision": "mixed_float16"})
+    parity.assert_same(theirs, ours, rtol=1e-3, atol=1e-4)
+    assert ours.model.layers[0].compute_dtype == "float16"
+    assert isinstance(ours.model.optimizer.inner_optimizer, keras.optimizers.SGD)
+    assert keras.config.dtype_policy().name == "mixed_bfloat16"  # the script's, restored
 
 class Classify(tfloop.Task):
     """`normed_model()` on the first 64 examples of `parity.data`, in global
