@@ -1,7 +1,8 @@
 """Mixed precision (`--mixed_precision`): compute in float16/bfloat16, keep float32 weights.
 
-The run's precision is `--mixed_precision` when given (`RunConfig.changed`),
-else Keras's global dtype policy at the run's start
+The run's precision is `--mixed_precision` when set to other than its
+default float32 (`RunConfig.changed`), else Keras's global dtype policy at
+the run's start
 (`keras.mixed_precision.set_global_policy("mixed_float16")` at the top of a
 script, as Keras's mixed precision guide writes it): `with_global_policy`
 resolves it once (`engine.assembly.plan.make_plan`), so the model, the loss
@@ -56,8 +57,8 @@ def with_global_policy(config: RunConfig) -> RunConfig:
             f"Keras's global dtype policy is {name!r}, which tfloop does not train in; set "
             f"one of {', '.join(PRECISIONS)} (keras.config.set_dtype_policy) or "
             "RunConfig(mixed_precision=...) (--mixed_precision)")
-    logger.info("mixed precision %s: Keras's global dtype policy (--mixed_precision not given)",
-                name)
+    logger.info("mixed precision %s: Keras's global dtype policy (--mixed_precision left at "
+                "float32)", name)
     return dataclasses.replace(config, mixed_precision=name)
 
 

@@ -186,6 +186,21 @@ def test_run_config_mixed_precision_wins_over_the_global_policy(tmp_path, global
     assert isinstance(ours.model.optimizer.inner_optimizer, keras.optimizers.SGD)
     assert keras.config.dtype_policy().name == "mixed_bfloat16"  # the script's, restored
 
+
+def test_clipnorm_clips_the_all_reduced_gradient_as_one_device(tmp_path):
+    """`SGD(clipnorm=...)`: the engine hands the optimizer the all-reduced
+    gradient, so tfloop on 2 replicas trains as Keras's fit on one device
+    (within 1e-6); Keras's fit on 2 replicas clips each replica's gradient
+    before their sum, and ends elsewhere (a documented difference)."""
+    clipped = _normed(lambda model: keras.optimizers.SGD(0.5, clipnorm=0.1))
+    one_device = parity.run_keras(clipped, _dataset(), replicas=1, epochs=2)
+    ours = parity.run_tfloop(clipped, _dataset(), model_dir=tmp_path, replicas=2, epochs=2)
+    parity.assert_same(one_device, ours)
+    per_replica = parity.run_keras(clipped, _dataset(), replicas=2, epochs=2)
+    apart = max(float(np.max(np.abs(a - b))) for (_, a), (_, b)
+                in zip(per_replica.weights, ours.weights))
+    assert apart > 1e-2, apart
+
 class Classify(tfloop.Task):
     """`normed_model()` on the first 64 examples of `parity.data`, in global
     batches, its loss Keras's SparseCategoricalCrossentropy per example."""
