@@ -189,6 +189,7 @@ def _in_scope(optimizer: keras.optimizers.Optimizer) -> keras.optimizers.Optimiz
     for other variables than the run's: refused.
     """
     strategy = tf.distribute.get_strategy()
+    _refuse_conditional_updates(optimizer, strategy)
     if keras_bridge.optimizer_strategy(optimizer) is strategy:
         return optimizer
     if optimizer.built:
@@ -198,6 +199,30 @@ def _in_scope(optimizer: keras.optimizers.Optimizer) -> keras.optimizers.Optimiz
             "unbuilt one: the engine builds it for the run's model in the run's scope")
     keras_bridge.place_optimizer(optimizer, strategy)
     return optimizer
+
+
+#: Optimizer settings whose update Keras puts in a `tf.cond`, and what to do instead.
+_CONDITIONAL_UPDATES = {
+    "gradient_accumulation_steps": "batch N times larger with RunConfig(accumulation_steps=N) "
+                                   "(--accumulation_steps), which sums micro-batches in one step",
+    "ema_overwrite_frequency": "drop it (fit still ends with use_ema's average in the weights)",
+}
+
+
+def _refuse_conditional_updates(optimizer: keras.optimizers.Optimizer, strategy) -> None:
+    """Keras updates every N steps inside a `tf.cond`, whose branches
+    `merge_call`: a MirroredStrategy (Keras's own `fit` under it too) fails
+    there with a long traceback; the default and one-device strategies run it."""
+    if not tf.distribute.has_strategy() or isinstance(strategy, tf.distribute.OneDeviceStrategy):
+        return
+    while hasattr(optimizer, "inner_optimizer"):
+        optimizer = optimizer.inner_optimizer
+    for name, instead in _CONDITIONAL_UPDATES.items():
+        if getattr(optimizer, name, None):
+            raise ConfigError(
+                f"the optimizer's {name}={getattr(optimizer, name)!r} updates inside a tf.cond, "
+                f"which {type(strategy).__name__} cannot run (Keras's own fit under it fails "
+                f"alike); {instead}, or train on one device")
 
 
 def checkpointed(objectives: Sequence[BoundObjective]) -> Any:
