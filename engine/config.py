@@ -568,7 +568,8 @@ class RunConfig:
         False, "Compile each replica's forward and backward pass with XLA.")
     mixed_precision: str = SPEED.option(
         "float32", "float32 | mixed_float16 (with a dynamic loss scale) | mixed_bfloat16; "
-        "weights stay float32.", check=one_of(PRECISIONS, "policy"), per_range=True)
+        "weights stay float32. Left at float32: Keras's global dtype policy (float32 unless the "
+        "script or --task module set one).", check=one_of(PRECISIONS, "policy"), per_range=True)
     fused_optimizer: bool = SPEED.option(
         True, "Update with TensorFlow's fused kernels (one op per variable; Keras's formulas "
         "and slots): --nofused_optimizer for Keras's own element-wise update.")

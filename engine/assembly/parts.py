@@ -98,8 +98,8 @@ def build_model_and_objectives(plan: Plan, strategy: tf.distribute.Strategy,
                                          total_steps=config.train_steps,
                                          default_optimizer=optimizer)
         if getattr(task, "uses_compile", False):
-            # The engine trains with its copy made in the scope (objectives._in_scope):
-            # model.optimizer is that one, for callbacks (ReduceLROnPlateau) and the caller.
+            # The compiled optimizer itself trains (objectives._in_scope); model.optimizer
+            # is it, or the engine's LossScaleOptimizer around it (--mixed_precision).
             model.optimizer = objectives[0].optimizer
     return model, objectives, global_step
 

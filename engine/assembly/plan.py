@@ -5,6 +5,7 @@ data file, an unwritable `model_dir`, a TF_CONFIG role the strategy does not
 run as) costs one line and leaves no directory behind, because `make_plan`
 only reads::
 
+    precision = --mixed_precision, else Keras's global dtype policy
     role    = TF_CONFIG                          # who this process is
     spec    = strategies.get(config.strategy)    # the one place that knows it
     spec.check(config, role); connect (tpu)
@@ -38,7 +39,7 @@ from tfloop.engine.run_dir import (checkpoint_files, layout, local_checkpoints, 
 from tfloop.engine.runtime import devices
 from tfloop.engine.loop import task_inputs
 from tfloop.engine.observe import watchers
-from tfloop.engine.recipe import optimizers
+from tfloop.engine.recipe import optimizers, precision
 from tfloop.engine import strategies
 from tfloop.engine.config import INT32_MAX, RunConfig
 from tfloop.engine.errors import ConfigError
@@ -166,6 +167,9 @@ def make_plan(config: RunConfig, task: Optional[Task] = None, *,
     `adopted`: the run takes a strategy the script made
     (`engine.strategies.adoption`), whose devices and cluster exist already."""
     task = task or ClassificationTask.from_config(config)
+    # The precision trained in: --mixed_precision, else Keras's global policy
+    # (set by the script, or by --task's module, imported by now).
+    config = precision.with_global_policy(config)
     # --cluster_from: which source; logs it, the task and its peers; TF reads what it read
     role = tf_config.adopt(source=config.cluster_from)
     placed = _place(config, role, adopted=adopted)

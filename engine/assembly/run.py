@@ -74,10 +74,12 @@ def run(
     one, `--task` names it, else the built-in `--model`/`--dataset`
     classification runs (`ClassificationTask.from_config(config, model_fn=,
     loss_fn=)` swaps its model or loss).
-    `optimizer`, a Keras optimizer object (made inside `strategy.scope()` is
-    not needed: it builds its variables there), replaces `--optimizer` and
+    `optimizer`, a Keras optimizer object, replaces `--optimizer` and
     `--learning_rate` (a task's `build_optimizer` or objectives may name
-    their own). `on_loop_end(step, metrics)` is called after every train loop (e.g. by
+    their own); that instance trains, with all it holds. Made outside
+    `strategy.scope()` (no need to make it inside), its variables are remade
+    in the scope on the same object (`engine.recipe.objectives`); a built
+    one is refused. `on_loop_end(step, metrics)` is called after every train loop (e.g. by
     the training benchmark, to time loops from outside). `verbose` prints
     the progress lines `bin/train` prints (`engine.runtime.logs.configure_logging`).
     `add_actions(plan=, strategy=, model=)`, called once the model is built,

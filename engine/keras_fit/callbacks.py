@@ -21,7 +21,7 @@ The callbacks are the user's in their order, then `History` (so it sees
 what they add to the logs: LearningRateScheduler's `learning_rate`), then,
 with `verbose` 1 or 2, Keras's own `ProgbarLogger`, as `model.fit` orders
 them. The logs are Keras's: the compiled loss and metrics (the engine's
-`grad_norm`, `examples` and `mfu` are not in them). A validation of no
+`grad_norm`, `skipped_steps`, `examples` and `mfu` are not in them). A validation of no
 example gives no `val_` logs: there is no result to pass.
 
 `model.stop_training` set by any callback ends training at that loop's or
@@ -61,7 +61,7 @@ from tfloop.engine.errors import ConfigError
 from tfloop.engine.loop.actions import Action, LoopEnd, StopTraining, next_multiple
 from tfloop.engine.loop.preemption import StopRequest
 from tfloop.engine.observe.step_flops import MFU
-from tfloop.engine.loop.trainer import GRAD_NORM
+from tfloop.engine.loop.trainer import GRAD_NORM, SKIPPED_STEPS
 from tfloop.engine.run_dir import layout
 
 logger = logging.getLogger(__name__)
@@ -72,9 +72,10 @@ _WRITERS = (keras.callbacks.CSVLogger, keras.callbacks.TensorBoard,
             keras.callbacks.ModelCheckpoint)
 
 #: Engine metrics that are not Keras logs: counts, speed (mfu differs by
-#: worker, and a callback's decision must be the same on every one) and the
-#: gradient norm (Keras's fit does not log it).
-_NOT_LOGGED = ("examples", MFU, GRAD_NORM)
+#: worker, and a callback's decision must be the same on every one), the
+#: gradient norm and the steps a LossScaleOptimizer skipped (Keras's fit logs
+#: neither; the engine's records and its warning line keep them).
+_NOT_LOGGED = ("examples", MFU, GRAD_NORM, SKIPPED_STEPS)
 
 
 def check(callbacks: Sequence[Any]) -> list:

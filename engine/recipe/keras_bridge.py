@@ -1,4 +1,4 @@
-"""The one place the engine reaches into Keras internals. Four reasons:
+"""The one place the engine reaches into Keras internals. Five reasons:
 
 1. The implicit gradient reduction. Keras 3's TensorFlow optimizer sums
    gradients across replicas by itself whenever `apply_gradients` runs in a
@@ -17,6 +17,16 @@
 4. A compiled model's metric objects, built before training as Keras's `fit`
    builds them (`engine.keras_fit.keras_state`): callbacks read
    `model.metrics`, and Keras keeps them in the private `_compile_metrics`.
+5. An optimizer made outside the run's strategy scope (`run(optimizer=...)`,
+   `Objective(optimizer=...)`), trained as the same instance
+   (`engine.recipe.objectives`): a Keras 3 TensorFlow optimizer makes its
+   step counter and learning rate when constructed and keeps the strategy
+   of that moment in the private `_distribution_strategy`, which its update
+   uses; `place_optimizer` remakes those variables' TensorFlow variables in
+   the run's scope (Keras's own `Variable._initialize`, the same
+   `keras.Variable` objects) and points the optimizer at the run's strategy,
+   so nothing it holds (a schedule object, weight-decay exclusions, EMA,
+   clipping) is lost to a copy from `get_config()`.
 
 `tests/engine/recipe/test_keras_bridge.py` fails loudly if Keras moves or renames any
 of these, and the N-replicas-equals-one-device tests catch any double
@@ -28,6 +38,7 @@ from __future__ import annotations
 import keras
 
 _HOOK = "_all_reduce_sum_gradients"
+_STRATEGY = "_distribution_strategy"
 
 
 def _innermost(optimizer: keras.optimizers.Optimizer) -> keras.optimizers.Optimizer:
@@ -46,6 +57,40 @@ def disable_implicit_gradient_reduction(optimizer: keras.optimizers.Optimizer) -
             "optimizer reduces gradients; update engine/recipe/keras_bridge.py"
         )
     setattr(target, _HOOK, lambda grads_and_vars: list(grads_and_vars))
+
+
+def optimizer_strategy(optimizer: keras.optimizers.Optimizer):
+    """The strategy `optimizer` was made under (its variables' and its
+    update's), or None for an optimizer of another backend."""
+    return getattr(optimizer, _STRATEGY, None)
+
+
+def place_optimizer(optimizer: keras.optimizers.Optimizer, strategy) -> None:
+    """Moves an unbuilt `optimizer` (and the one a `LossScaleOptimizer`
+    wraps) to `strategy`: its variables (step counter, learning rate)
+    remade under `strategy.scope()` with their current values, the same
+    `keras.Variable` objects, so every reference to them holds; its update
+    then runs through `strategy`. Raises ValueError for a built one: its
+    slots belong to the variables it was built for."""
+    if optimizer.built:
+        raise ValueError(f"{type(optimizer).__name__} is built; only an unbuilt one moves")
+    chain = [optimizer]
+    while hasattr(chain[-1], "inner_optimizer"):
+        chain.append(chain[-1].inner_optimizer)
+    for level in chain:
+        if not hasattr(level, _STRATEGY):
+            raise RuntimeError(
+                f"{type(level).__name__} has no {_STRATEGY}: Keras changed where its TensorFlow "
+                "optimizer keeps its strategy; update engine/recipe/keras_bridge.py")
+    with strategy.scope():
+        for variable in optimizer.variables:
+            if not callable(getattr(variable, "_initialize", None)):
+                raise RuntimeError(
+                    "keras.Variable has no _initialize: Keras changed how a variable makes its "
+                    "TensorFlow variable; update engine/recipe/keras_bridge.py")
+            variable._initialize(variable.numpy())
+    for level in chain:
+        setattr(level, _STRATEGY, strategy)
 
 
 def adam_slots(optimizer: keras.optimizers.Adam, variable) -> tuple[keras.Variable, keras.Variable]:

@@ -175,17 +175,54 @@ def _refuse_recipe_flags(config: RunConfig, task_name: str) -> None:
 
 
 def _in_scope(optimizer: keras.optimizers.Optimizer) -> keras.optimizers.Optimizer:
-    """A copy (from `get_config()`) made under the current strategy scope.
+    """`optimizer` itself, its variables in the current strategy's scope.
 
-    A Keras 3 optimizer creates its step counter and learning rate variables
-    when it is constructed, so one made outside `strategy.scope()` (the
-    natural way to pass one to `run()`) belongs to another strategy and
-    cannot update distributed variables. A copy of an unused optimizer loses
-    nothing; a built one (slots and all) is the caller's to place, as is.
+    The instance trains as given: whatever it holds (a schedule object,
+    `exclude_from_weight_decay`, EMA, clipping, gradient accumulation, a
+    subclass's own state) is what a copy from `get_config()` would drop.
+    One made under the run's scope (`fit`'s `model_fn`, `Task.build_optimizer`)
+    is already the strategy's. A Keras 3 optimizer makes its step counter and
+    learning rate when constructed, so one made outside (the natural way to
+    pass one to `run()`) is moved: those variables are remade in the scope
+    and the instance updates through the run's strategy
+    (`keras_bridge.place_optimizer`). A built one outside the scope has slots
+    for other variables than the run's: refused.
     """
-    if optimizer.built:
+    strategy = tf.distribute.get_strategy()
+    _refuse_conditional_updates(optimizer, strategy)
+    if keras_bridge.optimizer_strategy(optimizer) is strategy:
         return optimizer
-    return type(optimizer).from_config(optimizer.get_config())
+    if optimizer.built:
+        raise ConfigError(
+            f"the optimizer {optimizer.name!r} ({type(optimizer).__name__}) was built for other "
+            "variables under another strategy (optimizer.build, or an earlier run); pass a new, "
+            "unbuilt one: the engine builds it for the run's model in the run's scope")
+    keras_bridge.place_optimizer(optimizer, strategy)
+    return optimizer
+
+
+#: Optimizer settings whose update Keras puts in a `tf.cond`, and what to do instead.
+_CONDITIONAL_UPDATES = {
+    "gradient_accumulation_steps": "batch N times larger with RunConfig(accumulation_steps=N) "
+                                   "(--accumulation_steps), which sums micro-batches in one step",
+    "ema_overwrite_frequency": "drop it (fit still ends with use_ema's average in the weights)",
+}
+
+
+def _refuse_conditional_updates(optimizer: keras.optimizers.Optimizer, strategy) -> None:
+    """Keras updates every N steps inside a `tf.cond`, whose branches
+    `merge_call`: a MirroredStrategy (Keras's own `fit` under it too) fails
+    there with a long traceback; the default and one-device strategies run it."""
+    if not tf.distribute.has_strategy() or isinstance(strategy, tf.distribute.OneDeviceStrategy):
+        return
+    while hasattr(optimizer, "inner_optimizer"):
+        optimizer = optimizer.inner_optimizer
+    for name, instead in _CONDITIONAL_UPDATES.items():
+        if getattr(optimizer, name, None):
+            raise ConfigError(
+                f"the optimizer's {name}={getattr(optimizer, name)!r} updates inside a tf.cond, "
+                f"which {type(strategy).__name__} cannot run (Keras's own fit under it fails "
+                f"alike); {instead}, or train on one device")
 
 
 def checkpointed(objectives: Sequence[BoundObjective]) -> Any:

@@ -1,5 +1,13 @@
 """Mixed precision (`--mixed_precision`): compute in float16/bfloat16, keep float32 weights.
 
+The run's precision is `--mixed_precision` when set to other than its
+default float32 (`RunConfig.changed`), else Keras's global dtype policy at
+the run's start
+(`keras.mixed_precision.set_global_policy("mixed_float16")` at the top of a
+script, as Keras's mixed precision guide writes it): `with_global_policy`
+resolves it once (`engine.assembly.plan.make_plan`), so the model, the loss
+scale, run.json's ranges and the HParams all say the precision trained.
+
 Keras layers take their dtype policy when they are built, so the policy is
 set only around model construction and restored at once: nothing else in the
 process (another run, a test) inherits it. Under a `mixed_*` policy layers
@@ -8,7 +16,9 @@ checkpoints hold) and cast them to the compute dtype when called.
 
 float16 has a narrow exponent range, so small gradients underflow to zero.
 `mixed_float16` therefore wraps the optimizer in Keras's
-`LossScaleOptimizer`: the trainer multiplies the loss by the current scale
+`LossScaleOptimizer` (Keras's `compile` already wraps a compiled model's,
+when the model's policy is mixed_float16: that one is the run's, never
+wrapped twice): the trainer multiplies the loss by the current scale
 before differentiating (`optimizer.scale_loss`), all-reduces the *scaled*
 gradients once through the collective, and `apply_gradients` divides by the
 scale, skips the step and halves the scale when any gradient is not finite
@@ -20,12 +30,36 @@ needs no scaling.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import logging
 from typing import Iterator
 
 import keras
 import tensorflow as tf
 
-from tfloop.engine.config import PRECISIONS
+from tfloop.engine.config import PRECISIONS, RunConfig
+from tfloop.engine.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+
+def with_global_policy(config: RunConfig) -> RunConfig:
+    """`config` with the precision the run trains in: `mixed_precision` as
+    given, else Keras's global dtype policy, as Keras's `fit` would honour it
+    (a policy the engine does not train, float64 say, refused in one line)."""
+    if config.changed("mixed_precision"):
+        return config
+    name = keras.config.dtype_policy().name
+    if name == config.mixed_precision:
+        return config
+    if name not in PRECISIONS:
+        raise ConfigError(
+            f"Keras's global dtype policy is {name!r}, which tfloop does not train in; set "
+            f"one of {', '.join(PRECISIONS)} (keras.config.set_dtype_policy) or "
+            "RunConfig(mixed_precision=...) (--mixed_precision)")
+    logger.info("mixed precision %s: Keras's global dtype policy (--mixed_precision left at "
+                "float32)", name)
+    return dataclasses.replace(config, mixed_precision=name)
 
 
 @contextlib.contextmanager
@@ -42,11 +76,13 @@ def model_policy(name: str) -> Iterator[None]:
 
 
 def wrap_optimizer(optimizer: keras.optimizers.Optimizer, name: str) -> keras.optimizers.Optimizer:
-    """Adds the dynamic loss scale `mixed_float16` needs; other policies unchanged.
+    """Adds the dynamic loss scale `mixed_float16` needs (an optimizer that
+    has one, as Keras's `compile` made it, is kept); other policies unchanged.
 
     Call inside `strategy.scope()`: the scale and its counter are variables.
     """
-    if name == "mixed_float16":
+    if name == "mixed_float16" and not isinstance(optimizer,
+                                                  keras.optimizers.LossScaleOptimizer):
         return keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer
 

@@ -15,9 +15,9 @@ strategy). What maps to what:
 
 - the compiled loss (a `keras.losses.Loss`, a name, or a function) gives the
   per-example loss (`Loss.call`, before its reduction), times `sample_weight`,
-  on each replica's real rows, weighed as Keras's `fit` under MirroredStrategy
-  weighs them (`CompiledLoss`; the padding of a partial batch never reaches
-  the model: `engine.keras_fit.epochs`);
+  on each replica's real rows, weighed by the loss's own `reduction` as
+  Keras's `fit` under MirroredStrategy weighs it (`keras_reduction`; the
+  padding of a partial batch never reaches the model: `engine.keras_fit.epochs`);
 - each compiled metric that is a mean of per-example values (`"accuracy"`,
   `"mae"`, `SparseCategoricalAccuracy()`, any function) is reported under its
   Keras name: `metrics=` over the examples, `weighted_metrics=` over the summed
@@ -122,9 +122,10 @@ class CompiledLoss:
     `engine.keras_fit.epochs`), the model sees this replica's real rows only,
     so BatchNormalization's batch statistics are those of the examples Keras
     would feed it, and the per-example loss is weighed as Keras's `fit` under
-    MirroredStrategy weighs it: each replica's `sum(w * loss) / n` over its n
-    examples (`divide_no_nan`: a replica left empty adds nothing), divided by
-    the replicas (the engine's division by the global batch does that).
+    MirroredStrategy weighs it, by the loss's `reduction` (`keras_reduction`):
+    by default each replica's `sum(w * loss) / n` over its n examples
+    (`divide_no_nan`: a replica left empty adds nothing), divided by the
+    replicas (the engine's division by the global batch does that).
 
     With `keras_logs`, the output also holds the per-example sums Keras's
     metrics keep (`KERAS_LOSS`, `KERAS_EXAMPLES`, `KERAS_WEIGHTS`, and each
@@ -135,7 +136,8 @@ class CompiledLoss:
     """
 
     def __init__(self, model: keras.Model, *, mean_fn: MeanFn, keras_logs: bool = False):
-        self._loss_fn = _per_example_loss(model.loss)
+        self._loss_fn, self._reduction = _per_example_loss(model.loss)
+        self._check_unreduced(model.losses)
         # (name, per-example function, weighted): `metrics=` are not weighted by
         # sample_weight (nor class_weight), `weighted_metrics=` are, as in Keras.
         self._metrics = _named_metrics(model, mean_fn)
@@ -158,17 +160,18 @@ class CompiledLoss:
             weight if weighted or not self._keras_logs else 1.0)
             for name, fn, weighted in self._metrics}
         loss = loss * weight
-        per_example = loss
-        if real is not None:
-            # Keras's step: sum(w * loss) / n on this replica; the engine divides
-            # the sum by the global batch, b (this replica's padded rows) times the replicas.
-            held = tf.cast(tf.shape(rows)[0], tf.float32)
-            per_example = loss * tf.math.divide_no_nan(tf.cast(tf.shape(real)[0], tf.float32),
-                                                       held)
+        regularization = getattr(model, "losses", None)
+        self._check_unreduced(regularization)  # add_loss in call(): known here only
+        # The engine divides the per-replica sum by the global batch: the
+        # padded rows of this replica (all its rows without `real`) times the replicas.
+        padded = tf.shape(real)[0] if real is not None else tf.shape(loss)[0]
+        held = tf.shape(rows)[0] if rows is not None else padded
+        trained, logged = keras_reduction(self._reduction, padded=padded, held=held,
+                                          weights=tf.reduce_sum(weight))
+        per_example = loss * trained
         if self._keras_logs:
-            regularization = getattr(model, "losses", None)
-            tracked = loss + (tf.add_n([tf.cast(r, tf.float32) for r in regularization])
-                              if regularization else 0.0)
+            tracked = loss * logged + (tf.add_n([tf.cast(r, tf.float32) for r in regularization])
+                                       if regularization else 0.0)
             values.update({KERAS_LOSS: tracked, KERAS_EXAMPLES: tf.ones_like(loss),
                            KERAS_WEIGHTS: weight})
         if rows is not None:  # back to the padded rows: the engine counts them all
@@ -177,6 +180,15 @@ class CompiledLoss:
             per_example = put_back(per_example)
             values = {name: put_back(value) for name, value in values.items()}
         return LossOutput(per_example_loss=per_example, metrics=values)
+
+    def _check_unreduced(self, model_losses) -> None:
+        """Keras adds the model losses to every value of an unreduced loss:
+        a gradient of `held` times the regularizer's, per replica."""
+        if model_losses and self._reduction in (None, "none"):
+            raise ConfigError(
+                "fit: the compiled loss has reduction=None and the model has model losses "
+                "(kernel_regularizer, add_loss), which Keras adds to every example's loss; "
+                "give the loss reduction=\"sum\" (the same gradient) or drop the model losses")
 
     def keras_logs(self, means: dict) -> dict:
         """Keras's logs from the engine's means of the sums above (all means
@@ -259,18 +271,54 @@ def _per_row(values: tf.Tensor) -> tf.Tensor:
     return values
 
 
-def _per_example_loss(loss: Any) -> Callable:
+def _per_example_loss(loss: Any) -> tuple[Callable, Optional[str]]:
+    """The compiled loss's per-example function (`Loss.call`, before its
+    reduction) and that reduction (a name or function: Keras's default,
+    "sum_over_batch_size")."""
     if loss is None:
         raise ConfigError("fit: the model was compiled without a loss; compile(loss=...)")
     if isinstance(loss, (dict, list, tuple)):
         raise ConfigError("fit: a loss per output (a dict or list of losses) is not supported; "
                           "write a tfloop Task whose loss() combines them")
-    if isinstance(loss, keras.losses.Loss):
-        return loss.call  # before the reduction: per-example values
     fn = keras.losses.get(loss) if isinstance(loss, str) else loss
+    if isinstance(fn, keras.losses.Loss):
+        return fn.call, fn.reduction  # before the reduction: per-example values
     if not callable(fn):
         raise ConfigError(f"fit: the compiled loss {loss!r} is not a loss")
-    return fn.call if isinstance(fn, keras.losses.Loss) else fn
+    return fn, SUM_OVER_BATCH_SIZE
+
+
+#: Keras's default reduction (`keras.losses.Loss(reduction=...)`).
+SUM_OVER_BATCH_SIZE = "sum_over_batch_size"
+
+
+def keras_reduction(reduction: Optional[str], *, padded, held, weights) -> tuple:
+    """(trained, logged): what one replica's per-example `sample_weight *
+    loss` is multiplied by so that the engine's step (the per-replica sum
+    over the global batch, `padded` rows times the replicas) trains on what
+    Keras's `fit` under a strategy differentiates, and so that their sum
+    over the examples (`KERAS_LOSS`, over the `held` real rows) is what
+    Keras's loss tracker sums.
+
+    Keras's replica loss (`keras.losses.loss.reduce_values`) is, over its
+    `held` rows with summed weight `weights`, `sum(w * loss)` divided by
+    `held` ("sum_over_batch_size", "mean") or by `weights`
+    ("mean_with_sample_weight", which without sample weights is `held`
+    too) and by the replicas (`scale_loss_for_distribution`); "sum" is not
+    divided, and "none"/None leaves the values, whose gradient is that of
+    their sum. Its tracker adds `replicas * replica loss` weighted by
+    `held`: for a mean, `sum(w * loss)`; for "sum", `replicas * held` times
+    it; for "none", the mean of the values (weighted by `held`, so their
+    sum) times the replicas (Keras's own log of "none" grows with the
+    replicas).
+    """
+    replicas = tf.cast(tf.distribute.get_strategy().num_replicas_in_sync, tf.float32)
+    padded, held = tf.cast(padded, tf.float32), tf.cast(held, tf.float32)
+    if reduction in ("sum", "none", None):
+        return padded * replicas, (replicas * held if reduction == "sum" else replicas)
+    if reduction == "mean_with_sample_weight":
+        return tf.math.divide_no_nan(padded, weights), tf.math.divide_no_nan(held, weights)
+    return tf.math.divide_no_nan(padded, held), 1.0
 
 
 def _snake(name: str) -> str:

@@ -74,3 +74,33 @@ def test_compiled_metrics_are_built_where_keras_callbacks_look_for_them():
                      ("mae", "MeanAbsoluteError", "down")], (
         "Keras moved its compiled metrics (Model._compile_metrics); update "
         "engine/recipe/keras_bridge.py")
+
+
+def test_an_optimizer_made_outside_a_scope_moves_to_the_strategy_as_the_same_instance(
+        cpu_devices):
+    """`place_optimizer`: the same optimizer and `keras.Variable` objects,
+    their values kept, their TensorFlow variables now the strategy's, and the
+    update through it (a LossScaleOptimizer's inner optimizer too)."""
+    strategy = tf.distribute.MirroredStrategy(cpu_devices[:2])
+    inner = keras.optimizers.SGD(0.25)
+    optimizer = keras.optimizers.LossScaleOptimizer(inner)
+    variables = list(optimizer.variables)
+    assert keras_bridge.optimizer_strategy(inner) is not strategy
+    keras_bridge.place_optimizer(optimizer, strategy)
+    assert [id(v) for v in optimizer.variables] == [id(v) for v in variables]
+    assert all(strategy.extended.variable_created_in_scope(v.value) for v in variables), (
+        "keras.Variable._initialize no longer remakes its TensorFlow variable; update "
+        "engine/recipe/keras_bridge.py")
+    assert float(inner.learning_rate.numpy()) == 0.25
+    assert keras_bridge.optimizer_strategy(optimizer) is keras_bridge.optimizer_strategy(
+        inner) is strategy
+    with strategy.scope():
+        weight = tf.Variable(1.0)
+        optimizer.build([weight])
+
+    @tf.function
+    def step():
+        strategy.run(lambda: optimizer.apply_gradients([(tf.constant(1.0), weight)]))
+
+    step()
+    assert float(weight.numpy()) != 1.0 and int(inner.iterations.numpy()) == 1
