@@ -20,7 +20,7 @@ import keras
 import tensorflow as tf
 
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.keras_fit import callbacks, epochs, keras_state
+from tfloop.engine.keras_fit import callbacks, epochs, keras_state, steps
 from tfloop.engine.recipe import keras_bridge
 from tfloop.engine.task import Task
 from tfloop.engine.task.compiled_model import (CompiledLoss, MetricObjects, checked_model,
@@ -44,6 +44,8 @@ class CompiledModelTask(Task):
         self.global_batch_size = global_batch_size
         self.model: Optional[keras.Model] = None
         self._compiled: Optional[CompiledLoss] = None
+        #: The model's own steps, when its class overrides them (`steps`).
+        self._steps: Optional[steps.ModelSteps] = None
         #: `compile(jit_compile=True)`: the engine's step compiles with XLA (--jit_compile).
         self.jit_compile = False
         #: The epoch's running sums, checkpointed (`engine.keras_fit.callbacks`).
@@ -92,6 +94,17 @@ class CompiledModelTask(Task):
         self.jit_compile = bool(getattr(model, "jit_compile", False))
         parameter_servers = isinstance(strategy,
                                        tf.distribute.experimental.ParameterServerStrategy)
+        if steps.overridden(model):
+            if parameter_servers:
+                raise ConfigError(
+                    f"fit: {type(model).__name__} overrides {', '.join(steps.overridden(model))}"
+                    ", a step of its own, and --strategy=parameter_server runs the compiled "
+                    "loss alone; use multi_worker")
+            # The model's own train_step and test_step, run whole (`steps`).
+            self._steps = steps.ModelSteps(model, self.element_spec, strategy,
+                                           validates=self._validation is not None)
+            self.train_step = self._steps.train_step
+            return model
         # The metric objects Keras built are updated in the engine's steps; a
         # parameter server's workers would update their own copies, which no
         # one reads: there the means are the engine's and the rest refused.
@@ -148,16 +161,25 @@ class CompiledModelTask(Task):
     def loss(self, model, batch, *, training: bool) -> LossOutput:
         if isinstance(batch, tuple) and len(batch) == 4:  # (`epochs.weighted_batches`)
             x, y, weight, real = batch
+            if self._steps is not None:  # the engine's probe: the model's train_step trains
+                return LossOutput(per_example_loss=tf.zeros_like(real))
             return self._compiled(model, x, y, weight, training=training, real=real)
+        if self._steps is not None:  # validation by the model's test_step
+            return self._steps.test_loss(model, batch)
         x, y, weight = epochs.split_element(batch)  # validation: the user's batches
         return self._compiled(model, x, y, weight, training=training)
 
     def keras_logs(self, means: dict) -> dict:
-        """Keras's logs of a train loop from the engine's means (`CompiledLoss.keras_logs`)."""
+        """Keras's logs of a train loop from the engine's means
+        (`CompiledLoss.keras_logs`), or the model's own steps' (`steps`)."""
+        if self._steps is not None:
+            return self._steps.logs()
         return self._compiled.keras_logs(means) if self._compiled else dict(means)
 
     def val_logs(self, means: dict) -> dict:
         """Keras's logs of a validation (`val_` is added by the callbacks)."""
+        if self._steps is not None:
+            return self._steps.logs(validation=True)
         return self.keras_logs(means)
 
     @staticmethod

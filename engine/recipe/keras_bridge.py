@@ -1,4 +1,4 @@
-"""The one place the engine reaches into Keras internals. Five reasons:
+"""The one place the engine reaches into Keras internals. Six reasons:
 
 1. The implicit gradient reduction. Keras 3's TensorFlow optimizer sums
    gradients across replicas by itself whenever `apply_gradients` runs in a
@@ -23,6 +23,11 @@
    callbacks read `model.metrics`, and the engine updates those very metric
    objects, which Keras keeps in the private `_compile_metrics` (one list per
    argument, `metrics=` and `weighted_metrics=`) and `_loss_tracker`.
+5. A model's own `train_step` (`engine.keras_fit.steps`) applies its update
+   with `self.optimizer.apply(...)`, whose only place for the engine's
+   all-reduce is the hook of reason 1: `reducing_gradients` puts the run's
+   collective there while the step is traced.
+
 `tests/engine/recipe/test_keras_bridge.py` fails loudly if Keras moves or renames any
 of these, and the N-replicas-equals-one-device tests catch any double
 reduction.
@@ -30,7 +35,9 @@ reduction.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from typing import Callable, Iterator
 
 import keras
 
@@ -58,6 +65,42 @@ def _hooked(optimizer: keras.optimizers.Optimizer) -> keras.optimizers.Optimizer
 def disable_implicit_gradient_reduction(optimizer: keras.optimizers.Optimizer) -> None:
     """Makes `optimizer.apply_gradients` apply gradients exactly as given."""
     setattr(_hooked(optimizer), _HOOK, lambda grads_and_vars: list(grads_and_vars))
+
+
+@contextlib.contextmanager
+def reducing_gradients(optimizer: keras.optimizers.Optimizer,
+                       all_reduce: Callable[[list, list], list]) -> Iterator[None]:
+    """While it is open, `optimizer.apply(...)` (and `apply_gradients`)
+    reduces its gradients with `all_reduce(gradients, variables)` (the
+    replica's gradients, None left out, and their variables; it returns the
+    sums), where Keras would reduce them with the strategy's own all-reduce:
+    Keras clips (`clipnorm`) before this point, as Keras's `fit` does. For
+    the trace of a model's own `train_step`; the hook before it is put back
+    after."""
+    target = _hooked(optimizer)
+    before = vars(target).get(_HOOK)
+    setattr(target, _HOOK, functools.partial(_reduce_present, all_reduce))
+    try:
+        yield
+    finally:
+        if before is None:
+            delattr(target, _HOOK)
+        else:
+            setattr(target, _HOOK, before)
+
+
+def _reduce_present(all_reduce: Callable, grads_and_vars) -> list:
+    """`all_reduce` of the gradients that are not None, Nones kept in place
+    (Keras's own hook skips them alike)."""
+    pairs = list(grads_and_vars)
+    present = [i for i, (grad, _) in enumerate(pairs) if grad is not None]
+    if not present:
+        return pairs
+    reduced = all_reduce([pairs[i][0] for i in present], [pairs[i][1] for i in present])
+    out = list(pairs)
+    for i, grad in zip(present, reduced):
+        out[i] = (grad, pairs[i][1])
+    return out
 
 
 def adam_slots(optimizer: keras.optimizers.Adam, variable) -> tuple[keras.Variable, keras.Variable]:

@@ -95,3 +95,25 @@ def test_a_mean_metric_keeps_the_arguments_it_was_given():
     assert float(tf.reshape(fn(tf.constant([[1.0]]), tf.constant([[0.6]])), [])) == 0.0
     assert keras_bridge.per_example_metric_fn(keras.metrics.AUC()) is None
 
+
+def test_reducing_gradients_puts_the_given_all_reduce_where_keras_reduces():
+    """Inside `reducing_gradients`, `optimizer.apply` hands its gradients
+    (Nones left out) to the given all-reduce and applies what it returns;
+    after it, the hook it replaced is back."""
+    variables = [tf.Variable([1.0, 1.0]), tf.Variable(3.0)]
+    optimizer = keras.optimizers.SGD(1.0)
+    optimizer.build(variables)
+    keras_bridge.disable_implicit_gradient_reduction(optimizer)
+    before = getattr(optimizer, keras_bridge._HOOK)
+    seen = []
+
+    def all_reduce(grads, variables):
+        seen.append((len(grads), len(variables)))
+        return [g * 10 for g in grads]
+
+    with keras_bridge.reducing_gradients(optimizer, all_reduce):
+        optimizer.apply([tf.constant([0.1, 0.2]), None], variables)
+    assert seen == [(1, 1)]
+    np.testing.assert_allclose(variables[0].numpy(), [0.0, -1.0], rtol=1e-6)
+    assert float(variables[1].numpy()) == 3.0
+    assert getattr(optimizer, keras_bridge._HOOK) is before
