@@ -5,12 +5,14 @@ checkpoints; a Keras callback sees the run as `fit` would show it:
 
     on_train_begin                       Controller.train starts
     on_epoch_begin(epoch)                before the first loop of an epoch (loops end on
-                                         epoch boundaries)
+                                         epoch boundaries), after the model's metrics
+                                         are reset, as Keras resets them
     on_train_batch_begin/end(batch, logs)  once per loop, not per step: a loop of N steps
                                          is one call whose `batch` is the loop's last step
                                          in the epoch and whose logs are the epoch's so
                                          far, as Keras does with `steps_per_execution=N`
-    on_test_begin/end(logs)              around the validation at an epoch's end
+    on_test_begin/end(logs)              around the validation at an epoch's end; the
+                                         model's metrics are reset after on_test_begin
     on_epoch_end(epoch, logs)            the epoch's logs, as Keras computes them
                                          (`CompiledLoss.keras_logs`), and `val_<name>` of
                                          its validation (after every `validation_freq`-th
@@ -173,17 +175,37 @@ class Epochs:
     verbose: int = 0
 
 
+@dataclasses.dataclass(frozen=True)
+class TaskLogs:
+    """What the callbacks take from `fit`'s task (`CompiledModelTask`).
+
+    Attributes:
+      to_logs: Keras's logs of a train loop from the engine's means.
+      val_logs: Keras's logs of a validation (None: `to_logs`).
+      reset_metrics: resets the model's metric objects, called where Keras's
+        `fit` calls `model.reset_metrics()` (an epoch's start, a validation's
+        start after `on_test_begin`; not at a resume inside an epoch, whose
+        objects the checkpoint restored).
+      epoch_state: the running sums a resume inside an epoch restores.
+    """
+
+    to_logs: Callable[[dict], dict] = dict
+    val_logs: Optional[Callable[[dict], dict]] = None
+    reset_metrics: Callable[[], None] = lambda: None
+    epoch_state: Optional[EpochState] = None
+
+
 class KerasCallbacks:
     """The callbacks of one run, driven by two actions: `train_action` after
     each train loop, `eval_action` after each validation (an epoch with
-    validation ends there, with the val_ logs). `to_logs` makes Keras's logs
-    from the engine's means; `strategy` (None: this process decides alone)
-    agrees on `model.stop_training`; `model_dir` holds fit_epochs.json;
-    `epoch_state` the running sums a resume inside an epoch restores."""
+    validation ends there, with the val_ logs). `task` (`TaskLogs`) makes
+    Keras's logs from the engine's means and resets the model's metrics;
+    `strategy` (None: this process decides alone) agrees on
+    `model.stop_training`; `model_dir` holds fit_epochs.json."""
 
     def __init__(self, callbacks: Sequence[Any], *, model: Any, epochs: Epochs, is_chief: bool,
-                 strategy: Any = None, to_logs: Callable[[dict], dict] = dict,
-                 model_dir: Optional[str] = None, epoch_state: Optional[EpochState] = None):
+                 strategy: Any = None, task: TaskLogs = TaskLogs(),
+                 model_dir: Optional[str] = None):
         verbose, steps_per_epoch = epochs.verbose, epochs.steps_per_epoch
         history = [c for c in callbacks if isinstance(c, keras.callbacks.History)]
         here = [c for c in callbacks if runs_here(c, is_chief)
@@ -202,11 +224,13 @@ class KerasCallbacks:
         # step 0 is the start of epoch initial_epoch.
         self.validation_freq, self.initial_epoch = epochs.validation_freq, epochs.initial_epoch
         # The engine's means -> Keras's logs (`CompiledModelTask.keras_logs`).
-        self._to_logs = to_logs
+        self._to_logs = task.to_logs
+        self._val_logs = task.val_logs or task.to_logs
+        self._reset_metrics = task.reset_metrics
         # In a cluster one tiny all-reduce per loop agrees on model.stop_training
         # (strategy None: this process decides alone).
         self._agree = StopRequest(strategy)
-        self._epoch_state = epoch_state
+        self._epoch_state = task.epoch_state
         self._told_path = layout.RunDir(model_dir).fit_epochs_json if model_dir else None
         self._told = -1  # the last epoch whose end the callbacks were told (fit_epochs.json)
         self._epoch_sums: dict[str, float] = {}
@@ -240,6 +264,8 @@ class KerasCallbacks:
             self._epoch_open = epoch
             self._epoch_sums, self._epoch_steps = self._resumed or ({}, 0)
             self._resumed = None
+            if step % self.steps_per_epoch == 0:  # not a resume inside the epoch
+                self._reset_metrics()
             self.callbacks.on_epoch_begin(epoch)
         self.callbacks.on_train_batch_begin(step % self.steps_per_epoch)
 
@@ -254,6 +280,7 @@ class KerasCallbacks:
             if self.validates and (epoch + 1) % self.validation_freq == 0:
                 self._pending = (epoch, means)
                 self.callbacks.on_test_begin()
+                self._reset_metrics()  # Keras's evaluate, after on_test_begin
             else:
                 self._end_epoch(epoch, means)
 
@@ -274,7 +301,7 @@ class KerasCallbacks:
             # were not told a test began.
             return
         means = _engine_means(loop.metrics)
-        val = self._to_logs(means) if means else {}
+        val = self._val_logs(means) if means else {}
         self.callbacks.on_test_end(val)
         epoch, means = self._pending
         self._pending = None

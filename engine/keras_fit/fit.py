@@ -259,16 +259,18 @@ def _keras_actions(callbacks: Sequence[Any], history: keras.callbacks.History,
                    counting: callbacks_lib.Epochs, task: CompiledModelTask,
                    driven: list) -> Callable[..., RunActions]:
     """`run`'s `add_actions`: the Keras callbacks driven by two actions, made
-    once the model is built (and kept in `driven`, for what fit does after),
-    with the compiled metrics they may read built as Keras's `fit` builds
-    them (`keras_state`; the trainer, made first, has read the data's spec)."""
+    once the model is built (and kept in `driven`, for what fit does after);
+    the compiled metrics they may read were built with the model, as Keras's
+    `fit` builds them (`keras_state`)."""
     def add_actions(*, plan, strategy, model) -> RunActions:
-        keras_state.build_compiled_metrics(model, task.element_spec, strategy)
         keras_callbacks = callbacks_lib.KerasCallbacks(
             # History last, as in Keras: it records what callbacks add to the logs.
             [*callbacks, history], model=model, epochs=counting, is_chief=plan.role.is_chief,
-            strategy=strategy if plan.spec.agrees_to_stop else None, to_logs=task.keras_logs,
-            model_dir=plan.config.model_dir, epoch_state=task.epoch_state)
+            strategy=strategy if plan.spec.agrees_to_stop else None,
+            task=callbacks_lib.TaskLogs(to_logs=task.keras_logs, val_logs=task.val_logs,
+                                        reset_metrics=task.reset_metrics,
+                                        epoch_state=task.epoch_state),
+            model_dir=plan.config.model_dir)
         driven.append(keras_callbacks)
         return RunActions(train=[keras_callbacks.train_action],
                           eval=[keras_callbacks.eval_action])

@@ -1,19 +1,21 @@
 """Keras's own state around `fit`: what Keras's `fit` builds before the first
 epoch and does after the last, so that callbacks find what they find there.
 
-- **Before `on_train_begin`** Keras's `fit` builds its compiled metrics on the
-  first batch (`Trainer._symbolic_build`): `model.metrics` lists them then, and
-  a `mode="auto"` monitor (EarlyStopping, ModelCheckpoint, ReduceLROnPlateau)
-  finds a metric's direction there (`val_accuracy`: "max"); unbuilt, it raises
-  "isn't able to automatically determine whether that metric should be
-  maximized or minimized" after the first epoch. The engine computes the
-  metrics' values itself (`engine.task.compiled_model`), so only the objects
-  must exist: `build_compiled_metrics` builds them from the data's element
-  spec and the model's output spec, symbolically (nothing runs, nothing is
-  updated), under the strategy's scope as Keras does. They are not in the
-  checkpoints (Keras does not track them). The optimizer's variables exist
-  already: the engine builds the optimizer with the model
-  (`engine.recipe.objectives`).
+- **Before `on_train_begin`** Keras's `fit` builds its compiled metrics,
+  compiled loss and optimizer on the first batch (`Trainer._symbolic_build`):
+  `model.metrics` lists the metrics then, and a `mode="auto"` monitor
+  (EarlyStopping, ModelCheckpoint, ReduceLROnPlateau) finds a metric's
+  direction there (`val_accuracy`: "max"); unbuilt, it raises "isn't able to
+  automatically determine whether that metric should be maximized or
+  minimized" after the first epoch. `symbolic_build` calls that same method
+  (through `engine.recipe.keras_bridge`) from the data's element spec,
+  symbolically (nothing runs, nothing is updated), under the strategy's scope
+  as Keras does, when `fit`'s task builds the model: the metric objects'
+  variables (SyncOnRead, summed over replicas when read, as Keras makes them)
+  must exist before the engine traces a step that updates them
+  (`engine.task.compiled_model`, `engine.keras_fit.steps`), and before the
+  run's checkpoint is made, which holds them (`CompiledModelTask.checkpointed`;
+  Keras's own checkpoints do not).
 - **After the last epoch, before `on_train_end`** Keras's `fit` calls
   `optimizer.finalize_variable_values(model.trainable_weights)` (`finalize`):
   with `use_ema=True` it copies the optimizer's moving average into the
@@ -30,20 +32,15 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tfloop.engine.keras_fit import epochs
 from tfloop.engine.recipe import keras_bridge
 
 
-def build_compiled_metrics(model: keras.Model, element_spec: Any, strategy: Any) -> None:
-    """Builds `model`'s compiled metrics for batches of `element_spec` (the
-    user's `(x, y)` or `(x, y, sample_weight)`; None: unknown, nothing built)
-    under `strategy`'s scope, as Keras's `fit` builds them before training."""
-    if element_spec is None:
-        return
-    x, y, _ = epochs.split_element(element_spec)
+def symbolic_build(model: keras.Model, element_spec: Any, strategy: Any) -> None:
+    """Builds `model`'s compiled metrics, loss and optimizer for batches of
+    `element_spec` (the user's `(x, y)` or `(x, y, sample_weight)`) under
+    `strategy`'s scope, as Keras's `fit` builds them before training."""
     with strategy.scope():
-        y_pred = model.compute_output_spec(tf.nest.map_structure(_symbolic, x))
-        keras_bridge.build_compiled_metrics(model, tf.nest.map_structure(_symbolic, y), y_pred)
+        keras_bridge.symbolic_build(model, tf.nest.map_structure(_symbolic, element_spec))
 
 
 def _symbolic(spec: Any) -> keras.KerasTensor:

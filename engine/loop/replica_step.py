@@ -172,6 +172,41 @@ class ReplicaStep:
         return Gradients(grads, reported, metrics)
 
 
+class WholeStep:
+    """What a task's whole step (`Task.train_step(model, batch, step)`: a
+    Keras model's own `train_step`) gets beside the model and its replica's
+    batch: the engine's all-reduce, which its update must go through.
+
+    Attributes:
+      all_reduce: `(gradients, variables) -> gradients` summed over the
+        replicas through the run's collective (the one all-reduce of the
+        step; its global norm is the step's `grad_norm`).
+      optimizer: the objective's optimizer, its own reduction off: it
+        applies gradients as given.
+      global_batch_size: the examples of the whole step over every replica.
+    """
+
+    def __init__(self, *, all_reduce: Callable[[list, list], list],
+                 optimizer: keras.optimizers.Optimizer, global_batch_size: int):
+        self.all_reduce = all_reduce
+        self.optimizer = optimizer
+        self.global_batch_size = global_batch_size
+
+
+def whole_step_output(step_fn: Callable, model: Any, batch: Any, step: WholeStep):
+    """`step_fn(model, batch, step)` (`Task.train_step`) checked as the
+    engine's records need it: (per-example loss in float32, metrics)."""
+    output = step_fn(model, batch, step)
+    where = getattr(step_fn, "__qualname__", "train_step")
+    if not isinstance(output, LossOutput):
+        raise ConfigError(f"{where} returned {type(output).__name__}, not a tfloop.LossOutput("
+                          "per_example_loss, metrics)")
+    reported = tf.cast(output.per_example_loss, tf.float32)
+    if reported.shape.rank != 1:
+        check_per_example(f"{where}'s per_example_loss", reported)
+    return reported, dict(output.metrics)
+
+
 def hook_gradients(hook: Callable, objective: str, loss_fn: LossFn, model: Any, batch: Any,
                    variables: list, *, optimizer: keras.optimizers.Optimizer,
                    global_batch_size: int, micro_batches: int = 1):

@@ -45,7 +45,10 @@ the previous ones run.
 
 A task may own the forward and backward lines (`Task.gradients(model,
 batch, step)`: a gradient penalty, several backward passes); the rest of
-the step, from the all-reduce on, is the same.
+the step, from the all-reduce on, is the same. A task may also own the whole
+step, its update included (`Task.train_step`: a Keras model's own
+`train_step`): the engine then hands it the all-reduce (`_whole_step`), and
+keeps the loop, the running sums and the step count.
 
 With `--accumulation_steps=N` the forward and backward lines run over N
 slices of the replica's batch in a `tf.while_loop` and their gradients are
@@ -110,8 +113,9 @@ from tfloop.engine.config import INT32_MAX
 from tfloop.engine.recipe.ema import WeightAverage
 from tfloop.engine.errors import NonFinite, steps_text
 from tfloop.engine.task.losses import LossFn, classification_loss
-from tfloop.engine.loop.replica_step import (accumulated_gradients, hook_gradients, metric_names,
-                                             replica_gradients)
+from tfloop.engine.loop.replica_step import (WholeStep, accumulated_gradients, hook_gradients,
+                                             metric_names, replica_gradients,
+                                             whole_step_output)
 from tfloop.engine.recipe.objectives import BoundObjective
 from tfloop.engine.loop.replica_sums import EXAMPLES, ReplicaSums
 from tfloop.engine.loop.step_phase import StepPhase
@@ -570,6 +574,8 @@ class Trainer(AbstractTrainer):
 
     def _replica_step(self, index, stamps, batch, totals):
         objective = self.objectives[index]
+        if objective.train_step is not None:
+            return self._whole_step(index, stamps, batch, totals)
         variables = list(objective.variables)
         grads, reported_loss, metrics = self._gradients[index](batch)
         present = [i for i, g in enumerate(grads) if g is not None]
@@ -601,6 +607,34 @@ class Trainer(AbstractTrainer):
         # A skipped step stays out of the loop's means, its example count too.
         step_totals = tf.where(finite_step, step_totals, tf.zeros_like(step_totals))
         return tf.logical_not(finite_step), ready, done, totals + step_totals
+
+    def _whole_step(self, index, stamps, batch, totals):
+        """The task's whole step (`Task.train_step`: a Keras model's own
+        `train_step`) on one replica: it applies its own update, and its
+        gradients reach the one all-reduce through `WholeStep.all_reduce`,
+        which also gives the step's `grad_norm` and the sampled loops'
+        marks. A step that never all-reduces reports a norm of 0."""
+        objective = self.objectives[index]
+        marks = {}
+
+        def all_reduce(grads, variables):
+            held, ready = stamps.ready(list(grads))
+            reduced = tf.distribute.get_replica_context().merge_call(
+                self._all_reduce, args=(held, list(variables)))
+            marks.update(ready=ready, done=stamps.done(reduced),
+                         norm=tf.linalg.global_norm(reduced))
+            return reduced
+
+        step = WholeStep(all_reduce=all_reduce, optimizer=objective.optimizer,
+                         global_batch_size=self.global_batch_size)
+        reported_loss, metrics = whole_step_output(objective.train_step, self.model, batch, step)
+        count = _examples(reported_loss)
+        grad_norm = marks.get("norm", tf.constant(0.0))
+        step_totals = self._sums[index].step_totals(count, {
+            "loss": reported_loss, **metrics, GRAD_NORM: grad_norm * count})
+        # Its optimizer skips a step itself, if at all (a LossScaleOptimizer).
+        skipped = tf.constant(False) if self._skipping else None
+        return skipped, marks.get("ready"), marks.get("done"), totals + step_totals
 
     def _norm_and_clip(self, optimizer, reduced):
         """The reduced gradients' global norm (the train metric) and the

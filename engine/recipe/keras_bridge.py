@@ -1,4 +1,4 @@
-"""The one place the engine reaches into Keras internals. Five reasons:
+"""The one place the engine reaches into Keras internals. Six reasons:
 
 1. The implicit gradient reduction. Keras 3's TensorFlow optimizer sums
    gradients across replicas by itself whenever `apply_gradients` runs in a
@@ -13,11 +13,21 @@
    `_get_variable_index` and keeps Adam's moments in the private
    `_momentums` and `_velocities` lists; SGD's are in `momentums`.
 3. A compiled model's metrics as per-example values (`engine.keras_fit`):
-   a `MeanMetricWrapper` keeps the function it averages in the private `_fn`.
-4. A compiled model's metric objects, built before training as Keras's `fit`
-   builds them (`engine.keras_fit.keras_state`): callbacks read
-   `model.metrics`, and Keras keeps them in the private `_compile_metrics`.
-5. An optimizer made outside the run's strategy scope (`run(optimizer=...)`,
+   a `MeanMetricWrapper` keeps the function it averages in the private `_fn`,
+   and that function's arguments (`SparseTopKCategoricalAccuracy(k=2)`'s
+   `k`) in the private `_fn_kwargs`.
+4. A compiled model's state, built before training as Keras's `fit` builds
+   it (`engine.keras_fit.keras_state`): Keras's private
+   `Trainer._symbolic_build` builds the compiled metrics, the compiled loss
+   and the optimizer on a symbolic batch, and nothing public does;
+   callbacks read `model.metrics`, and the engine updates those very metric
+   objects, which Keras keeps in the private `_compile_metrics` (one list per
+   argument, `metrics=` and `weighted_metrics=`) and `_loss_tracker`.
+5. A model's own `train_step` (`engine.keras_fit.steps`) applies its update
+   with `self.optimizer.apply(...)`, whose only place for the engine's
+   all-reduce is the hook of reason 1: `reducing_gradients` puts the run's
+   collective there while the step is traced.
+6. An optimizer made outside the run's strategy scope (`run(optimizer=...)`,
    `Objective(optimizer=...)`), trained as the same instance
    (`engine.recipe.objectives`): a Keras 3 TensorFlow optimizer makes its
    step counter and learning rate when constructed and keeps the strategy
@@ -35,6 +45,10 @@ reduction.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+from typing import Callable, Iterator
+
 import keras
 
 _HOOK = "_all_reduce_sum_gradients"
@@ -48,15 +62,56 @@ def _innermost(optimizer: keras.optimizers.Optimizer) -> keras.optimizers.Optimi
     return optimizer
 
 
-def disable_implicit_gradient_reduction(optimizer: keras.optimizers.Optimizer) -> None:
-    """Makes `optimizer.apply_gradients` apply gradients exactly as given."""
+def _hooked(optimizer: keras.optimizers.Optimizer) -> keras.optimizers.Optimizer:
+    """The optimizer that owns the reduction hook, checked to still have it."""
     target = _innermost(optimizer)
     if not callable(getattr(type(target), _HOOK, None)):
         raise RuntimeError(
             f"{type(target).__name__} has no {_HOOK}: Keras changed how its TensorFlow "
             "optimizer reduces gradients; update engine/recipe/keras_bridge.py"
         )
-    setattr(target, _HOOK, lambda grads_and_vars: list(grads_and_vars))
+    return target
+
+
+def disable_implicit_gradient_reduction(optimizer: keras.optimizers.Optimizer) -> None:
+    """Makes `optimizer.apply_gradients` apply gradients exactly as given."""
+    setattr(_hooked(optimizer), _HOOK, lambda grads_and_vars: list(grads_and_vars))
+
+
+@contextlib.contextmanager
+def reducing_gradients(optimizer: keras.optimizers.Optimizer,
+                       all_reduce: Callable[[list, list], list]) -> Iterator[None]:
+    """While it is open, `optimizer.apply(...)` (and `apply_gradients`)
+    reduces its gradients with `all_reduce(gradients, variables)` (the
+    replica's gradients, None left out, and their variables; it returns the
+    sums), where Keras would reduce them with the strategy's own all-reduce:
+    Keras clips (`clipnorm`) before this point, as Keras's `fit` does. For
+    the trace of a model's own `train_step`; the hook before it is put back
+    after."""
+    target = _hooked(optimizer)
+    before = vars(target).get(_HOOK)
+    setattr(target, _HOOK, functools.partial(_reduce_present, all_reduce))
+    try:
+        yield
+    finally:
+        if before is None:
+            delattr(target, _HOOK)
+        else:
+            setattr(target, _HOOK, before)
+
+
+def _reduce_present(all_reduce: Callable, grads_and_vars) -> list:
+    """`all_reduce` of the gradients that are not None, Nones kept in place
+    (Keras's own hook skips them alike)."""
+    pairs = list(grads_and_vars)
+    present = [i for i, (grad, _) in enumerate(pairs) if grad is not None]
+    if not present:
+        return pairs
+    reduced = all_reduce([pairs[i][0] for i in present], [pairs[i][1] for i in present])
+    out = list(pairs)
+    for i, grad in zip(present, reduced):
+        out[i] = (grad, pairs[i][1])
+    return out
 
 
 def optimizer_strategy(optimizer: keras.optimizers.Optimizer):
@@ -105,28 +160,57 @@ def momentum_slot(optimizer: keras.optimizers.SGD, variable) -> keras.Variable:
 
 
 def per_example_metric_fn(metric):
-    """The per-example function a stateful Keras mean metric wraps
-    (`keras.metrics.MeanMetricWrapper._fn`: `SparseCategoricalAccuracy()` is
-    `sparse_categorical_accuracy` averaged), or None for a metric that is not
-    a mean of per-example values (AUC, Precision): the engine averages
-    per-example values itself (`engine.loop.replica_sums`)."""
-    if isinstance(metric, keras.metrics.MeanMetricWrapper):
-        return getattr(metric, "_fn", None)
-    return None
-
-
-def build_compiled_metrics(model: keras.Model, y_true, y_pred) -> None:
-    """Builds the metrics `model.compile(metrics=..., weighted_metrics=...)`
-    made, on symbolic targets and predictions (`keras.KerasTensor`s), as
-    Keras's `fit` builds them before its first epoch (`Trainer._symbolic_build`),
-    so that `model.metrics` lists them (Keras's names and classes). Keras keeps
-    them in the private `_compile_metrics` (a `CompileMetrics`, None when no
-    metric was compiled) and builds them only in its own steps; nothing public
-    builds them without running one. A model already built is left as is."""
-    if not hasattr(model, "_compile_metrics"):
+    """The per-example function a stateful Keras mean metric wraps, with the
+    arguments it was given (`keras.metrics.MeanMetricWrapper._fn` and
+    `_fn_kwargs`: `SparseTopKCategoricalAccuracy(k=2)` is
+    `sparse_top_k_categorical_accuracy(..., k=2)` averaged), or None for a
+    metric that is not a mean of per-example values (AUC, Precision): the
+    engine averages per-example values itself (`engine.loop.replica_sums`),
+    and the metric object computes the others (`engine.task.compiled_model`)."""
+    if not isinstance(metric, keras.metrics.MeanMetricWrapper):
+        return None
+    fn = getattr(metric, "_fn", None)
+    kwargs = getattr(metric, "_fn_kwargs", None)
+    if fn is None or kwargs is None:
         raise RuntimeError(
-            "keras.Model has no _compile_metrics: Keras changed where it keeps the compiled "
-            "metrics; update engine/recipe/keras_bridge.py")
-    compiled = model._compile_metrics
-    if compiled is not None and not compiled.built:
-        compiled.build(y_true, y_pred)
+            "keras.metrics.MeanMetricWrapper has no _fn or _fn_kwargs: Keras changed where a "
+            "mean metric keeps its function; update engine/recipe/keras_bridge.py")
+    return functools.partial(fn, **kwargs) if kwargs else fn
+
+
+def symbolic_build(model: keras.Model, data_batch) -> None:
+    """Builds what Keras's `fit` builds before its first epoch
+    (`Trainer._symbolic_build`: the model, the compiled metrics, the
+    compiled loss and the optimizer) on `data_batch`, a Keras-style
+    `(x, y[, sample_weight])` of symbolic tensors (`keras.KerasTensor`s),
+    so that `model.metrics` lists Keras's metrics (names, classes) and their
+    variables exist before any step is traced. What is built already is
+    left as is."""
+    build = getattr(model, "_symbolic_build", None)
+    if not callable(build) or not hasattr(model, "_compile_metrics"):
+        raise RuntimeError(
+            "keras.Model has no _symbolic_build or _compile_metrics: Keras changed how fit "
+            "builds a compiled model; update engine/recipe/keras_bridge.py")
+    build(data_batch=data_batch)
+
+
+def compiled_metric_objects(model: keras.Model) -> tuple[list, list]:
+    """The metric objects Keras built for `compile(metrics=...)` and for
+    `compile(weighted_metrics=...)` (a model of one output), in the order
+    given: what Keras's `compute_metrics` updates. Empty lists before
+    `symbolic_build` or without metrics."""
+    compiled = getattr(model, "_compile_metrics", None)
+    if compiled is None or not getattr(compiled, "built", False):
+        return [], []
+    lists = []
+    for flat in (compiled._flat_metrics, compiled._flat_weighted_metrics):
+        lists.append([metric for group in flat if group is not None
+                      for metric in group.metrics])
+    return lists[0], lists[1]
+
+
+def loss_tracker(model: keras.Model):
+    """Keras's `Mean(name="loss")` of a compiled model (the first of
+    `model.metrics`), which Keras's own `train_step` updates; None when the
+    model was not compiled."""
+    return getattr(model, "_loss_tracker", None)

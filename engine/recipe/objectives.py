@@ -61,6 +61,9 @@ class BoundObjective:
     #: The task's own step (`Task.gradients`), in place of the loss's
     #: gradients; None: the engine's (`engine.loop.replica_step`).
     gradients: Optional[Any] = None
+    #: The task's whole step, its update included (`Task.train_step`: a
+    #: Keras model's own `train_step`); None: the engine's.
+    train_step: Optional[Any] = None
 
 
 def single(loss: LossFn, variables: Sequence, optimizer: keras.optimizers.Optimizer
@@ -137,7 +140,42 @@ def bind(task: Task, model: Any, config: RunConfig, *, num_replicas: int, total_
     own_step = own_gradients(task)
     if own_step is not None:
         bound = [dataclasses.replace(b, gradients=own_step) for b in bound]
+    whole_step = getattr(task, "train_step", None)
+    if whole_step is not None:
+        _check_whole_step(task, whole_step, bound, config)
+        bound = [dataclasses.replace(b, train_step=whole_step) for b in bound]
     return bound
+
+
+#: What the engine does inside its own step, which a task's whole step
+#: (`Task.train_step`) replaces: (whether the run's config asks for it, its flag).
+_INSIDE_THE_STEP = (
+    (lambda c: c.nan_policy == "skip_step", "--nan_policy=skip_step"),
+    (lambda c: bool(c.clip_norm), "--clip_norm"),
+    (lambda c: c.accumulation_steps > 1, "--accumulation_steps"),
+    (lambda c: c.jit_compile, "--jit_compile"),
+)
+
+
+def _check_whole_step(task: Any, step: Any, bound: Sequence[BoundObjective],
+                      config: RunConfig) -> None:
+    """Refuses, in one line, what a whole step cannot run with: the options
+    the engine applies inside its own step (skipping a non-finite update,
+    clipping, accumulating, XLA, which cannot compile an all-reduce inside a
+    replica's step), several objectives and `gradients`. The fused update
+    runs: it is the optimizer's `apply`, which the step calls."""
+    where = getattr(step, "__qualname__", None) or f"{type(task).__name__}.train_step"
+    if len(bound) > 1 or own_gradients(task) is not None:
+        raise ConfigError(f"{where} is the whole step of one objective; give "
+                          f"{type(task).__name__} one objective and no gradients()")
+    for on, flag in _INSIDE_THE_STEP:
+        if on(config):
+            raise ConfigError(f"{flag} acts inside the engine's own step, and {where} runs "
+                              "whole in its place (its update included); drop the flag")
+    if getattr(task, "jit_compile", False):
+        raise ConfigError(f"compile(jit_compile=True) with {where}: XLA cannot compile the "
+                          "all-reduce inside the replicas' step, which the engine runs whole; "
+                          "compile without it (jit_compile=False)")
 
 
 def own_gradients(task: Any):

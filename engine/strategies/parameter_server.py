@@ -77,6 +77,11 @@ class ParameterServer(ReducesItself):
                 f"--strategy=parameter_server trains one objective, and {type(task).__name__} "
                 f"has {len(objectives)} ({', '.join(o.name for o in objectives)}); "
                 "use --strategy=multi_worker")
+        if objectives[0].train_step is not None:
+            raise ConfigError(
+                f"--strategy=parameter_server runs the task's loss, and "
+                f"{getattr(objectives[0].train_step, '__qualname__', 'train_step')} is a step of "
+                "its own; use --strategy=multi_worker")
         if objectives[0].gradients is not None:
             raise ConfigError(
                 f"--strategy=parameter_server runs the task's loss, and {type(task).__name__} "

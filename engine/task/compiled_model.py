@@ -6,8 +6,8 @@ loss and metrics as a `LossOutput`) and `CompiledClassificationTask`
 assembly builds; `engine.keras_fit.compiled.CompiledModelTask` (`fit`'s task)
 is made of the same pieces. The one Keras internal the metrics need (a mean
 metric's per-example function) is handed in by the caller
-(`engine.recipe.keras_bridge.per_example_metric_fn`), so this room keeps to
-its floor.
+(`engine.recipe.keras_bridge.per_example_metric_fn`), and so are the metric
+objects Keras built (`MetricObjects`), so this room keeps to its floor.
 
 `model.compile(loss=..., optimizer=..., metrics=[...])` states the maths;
 the engine runs it as it runs any task (one all-reduce, exact resume, every
@@ -19,10 +19,17 @@ strategy). What maps to what:
   Keras's `fit` under MirroredStrategy weighs it (`keras_reduction`; the
   padding of a partial batch never reaches the model: `engine.keras_fit.epochs`);
 - each compiled metric that is a mean of per-example values (`"accuracy"`,
-  `"mae"`, `SparseCategoricalAccuracy()`, any function) is reported under its
-  Keras name: `metrics=` over the examples, `weighted_metrics=` over the summed
-  sample weights, as Keras logs them (`CompiledLoss.keras_logs`); a metric
-  that is not a mean (AUC, Precision) is refused in one line;
+  `"mae"`, `SparseCategoricalAccuracy()`, `SparseTopKCategoricalAccuracy(k=2)`
+  with its `k`, any function) is reported under its Keras name: `metrics=`
+  over the examples, `weighted_metrics=` over the summed sample weights, as
+  Keras logs them (`CompiledLoss.keras_logs`);
+- with `MetricObjects` (`fit`), every compiled metric object and Keras's loss
+  tracker is also updated by its own `update_state` on each replica's real
+  rows, as Keras's `train_step` and `test_step` update them, so
+  `model.metrics` holds Keras's running values; a metric that is not a mean
+  (AUC, Precision, Recall, F1Score ...) is logged as its object's `result()`,
+  its SyncOnRead variables summed over the replicas when read, as Keras reads
+  them. Without (`bin/train --task`), such a metric is refused in one line;
 - the compiled optimizer is the run's optimizer (its learning rate is its
   own: `--learning_rate` and the schedule flags do not apply);
 - model losses (`kernel_regularizer`) are added by the engine's step, as by `fit`.
@@ -32,10 +39,12 @@ A model with several outputs and a dict of losses is refused: write a `Task`.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from tfloop import inputs
@@ -64,19 +73,54 @@ def checked_model(model_fn: Callable[[], Any]) -> keras.Model:
 MeanFn = Callable[[Any], Optional[Callable]]
 
 
-def _named_metrics(model: keras.Model, mean_fn: MeanFn) -> list:
-    """[(Keras's log name, per-example function, weighted)] of the compiled
-    `metrics` (not weighted) then `weighted_metrics`, named as Keras names
-    them: a repeated name gets `_1`, `_2`; a weighted one whose name is
-    taken becomes `weighted_<name>`."""
+@dataclasses.dataclass(frozen=True)
+class MetricObjects:
+    """The metric objects Keras built for a compiled model
+    (`engine.recipe.keras_bridge.compiled_metric_objects`, `loss_tracker`):
+    `metrics` and `weighted` in the order `compile` got them, and the loss
+    tracker (None: none). What Keras's `fit` updates, made under the
+    strategy's scope before any step is traced."""
+
+    metrics: Sequence[Any]
+    weighted: Sequence[Any]
+    loss_tracker: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Metric:
+    """One compiled metric: its Keras log name, its per-example function
+    (None: not a mean, computed by `obj`), whether `weighted_metrics=` gave
+    it, and the metric object Keras built for it (None: not known)."""
+
+    name: str
+    fn: Optional[Callable]
+    weighted: bool
+    obj: Any = None
+
+
+def _named_metrics(model: keras.Model, mean_fn: MeanFn,
+                   objects: Optional[MetricObjects] = None) -> list[_Metric]:
+    """The compiled `metrics` (not weighted) then `weighted_metrics`, named
+    as Keras names them: a repeated name gets `_1`, `_2`; a weighted one whose
+    name is taken becomes `weighted_<name>`. With `objects`, each is the
+    object Keras built for it (the lists are in the same order): its name,
+    its function with its arguments, and for a metric that is not a mean,
+    the object itself, which computes it."""
     named, taken = [], {}
     for argument, weighted in (("metrics", False), ("weighted_metrics", True)):
         metrics = _compiled_metrics(model, argument)
         if isinstance(metrics, dict):
             raise ConfigError(f"fit: {argument} per output (a dict) are not supported; give a "
                               "list")
-        for metric in metrics:
-            name, fn = _per_example_metric(metric, model.loss, mean_fn)
+        built = list((objects.weighted if weighted else objects.metrics) if objects else ())
+        if objects is not None and len(built) != len(metrics):
+            raise ConfigError(f"fit: compile({argument}=...) lists {len(metrics)} metrics and "
+                              f"Keras built {len(built)} for them; give a flat list")
+        for index, metric in enumerate(metrics):
+            if objects is not None:  # Keras's own object: its name, its function and arguments
+                name, fn = built[index].name, mean_fn(built[index])
+            else:
+                name, fn = _per_example_metric(metric, model.loss, mean_fn)
             if name in taken:
                 if weighted:
                     name = f"weighted_{name}"
@@ -84,7 +128,7 @@ def _named_metrics(model: keras.Model, mean_fn: MeanFn) -> list:
                     taken[name] += 1
                     name = f"{name}_{taken[name] - 1}"
             taken.setdefault(name, 1)
-            named.append((name, fn, weighted))
+            named.append(_Metric(name, fn, weighted, built[index] if built else None))
     return named
 
 
@@ -132,15 +176,21 @@ class CompiledLoss:
     `weighted_metrics` entry times its sample weight), so that `keras_logs`
     gives the logs Keras gives. The engine's own records (metrics.json,
     summaries) show these sums' means under their names. `mean_fn` gives a
-    stateful mean metric's per-example function (`MeanFn`).
+    stateful mean metric's per-example function (`MeanFn`). With `objects`
+    (`MetricObjects`), the metric objects and the loss tracker are updated
+    on each replica's real rows as Keras updates them, and a metric that is
+    not a mean is logged from its object (`keras_logs`).
     """
 
-    def __init__(self, model: keras.Model, *, mean_fn: MeanFn, keras_logs: bool = False):
+    def __init__(self, model: keras.Model, *, mean_fn: MeanFn, keras_logs: bool = False,
+                 objects: Optional[MetricObjects] = None):
         self._loss_fn, self._reduction = _per_example_loss(model.loss)
         self._check_unreduced(model.losses)
-        # (name, per-example function, weighted): `metrics=` are not weighted by
-        # sample_weight (nor class_weight), `weighted_metrics=` are, as in Keras.
-        self._metrics = _named_metrics(model, mean_fn)
+        # (name, per-example function, weighted, object): `metrics=` are not
+        # weighted by sample_weight (nor class_weight), `weighted_metrics=` are,
+        # as in Keras.
+        self._metrics = _named_metrics(model, mean_fn, objects)
+        self._objects = objects
         self._keras_logs = keras_logs
 
     def __call__(self, model, x, y, weight, *, training: bool, real=None) -> LossOutput:
@@ -149,16 +199,17 @@ class CompiledLoss:
             rows = tf.where(real > 0)[:, 0]
             x, y, weight = (tf.nest.map_structure(lambda t: tf.gather(t, rows), part)
                             for part in (x, y, weight))
-        y_pred = model(x, training=training)
-        y_pred = tf.nest.map_structure(lambda t: tf.cast(t, tf.float32), y_pred)
-        y = _aligned(y, y_pred)
-        loss = _per_row(self._loss_fn(y, y_pred))
+        outputs = model(x, training=training)
+        y_pred = tf.nest.map_structure(lambda t: tf.cast(t, tf.float32), outputs)
+        aligned = _aligned(y, y_pred)
+        loss = _per_row(self._loss_fn(aligned, y_pred))
+        given = weight
         weight = tf.ones_like(loss) if weight is None else tf.cast(weight, tf.float32)
         # Without Keras's logs (bin/train --task), `weight` is the exact epochs'
         # (`inputs.exact_epochs`) and weighs every per-example value.
-        values = {name: _per_row(fn(y, y_pred)) * (
-            weight if weighted or not self._keras_logs else 1.0)
-            for name, fn, weighted in self._metrics}
+        values = {metric.name: _per_row(metric.fn(aligned, y_pred)) * (
+            weight if metric.weighted or not self._keras_logs else 1.0)
+            for metric in self._metrics if metric.fn is not None}
         loss = loss * weight
         regularization = getattr(model, "losses", None)
         self._check_unreduced(regularization)  # add_loss in call(): known here only
@@ -174,6 +225,7 @@ class CompiledLoss:
                                        if regularization else 0.0)
             values.update({KERAS_LOSS: tracked, KERAS_EXAMPLES: tf.ones_like(loss),
                            KERAS_WEIGHTS: weight})
+            self._update_objects(y, outputs, given, tracked)
         if rows is not None:  # back to the padded rows: the engine counts them all
             size = tf.shape(real, out_type=tf.int64)
             put_back = lambda t: tf.scatter_nd(rows[:, None], t, size)  # noqa: E731
@@ -190,22 +242,53 @@ class CompiledLoss:
                 "(kernel_regularizer, add_loss), which Keras adds to every example's loss; "
                 "give the loss reduction=\"sum\" (the same gradient) or drop the model losses")
 
+    def _update_objects(self, y, y_pred, weight, tracked) -> None:
+        """Keras's `compute_metrics` and loss tracker on this replica's rows
+        (`y`, the model's own outputs `y_pred`, the user's `weight` or None;
+        `tracked`, the per-example loss Keras's tracker averages). Only in a
+        replica's step: the engine's probes trace the loss in the
+        cross-replica context, where a SyncOnRead variable takes no update
+        (and a probe is never run)."""
+        if self._objects is None or tf.distribute.in_cross_replica_context():
+            return
+        for metric in self._metrics:
+            if metric.obj is not None:
+                metric.obj.update_state(y, y_pred,
+                                        sample_weight=weight if metric.weighted else None)
+        tracker = self._objects.loss_tracker
+        if tracker is not None:
+            count = tf.cast(tf.shape(tracked)[0], tf.float32)
+            tracker.update_state(tf.math.divide_no_nan(tf.reduce_sum(tracked), count),
+                                 sample_weight=count)
+
     def keras_logs(self, means: dict) -> dict:
         """Keras's logs from the engine's means of the sums above (all means
         over the same rows, so their ratios are ratios of sums): `loss` and
         each `metrics` entry over the examples held, each `weighted_metrics`
         entry over the summed sample weights, as Keras's loss tracker and
-        `MeanMetricWrapper`s compute them. Other names (the engine's own)
+        `MeanMetricWrapper`s compute them; a metric that is not a mean is its
+        object's `result()`, read now across replicas (its updates so far:
+        the epoch's, or the validation's). Other names (the engine's own)
         pass as they are."""
         if KERAS_EXAMPLES not in means:
             return dict(means)
         logs = {name: value for name, value in means.items() if name not in _SUMS}
         examples, weights = means[KERAS_EXAMPLES], means[KERAS_WEIGHTS]
         logs["loss"] = means[KERAS_LOSS] / examples if examples else 0.0
-        for name, _, weighted in self._metrics:
-            over = weights if weighted else examples
-            logs[name] = means[name] / over if over else 0.0
+        for metric in self._metrics:
+            if metric.fn is None:
+                logs[metric.name] = log_value(metric.obj.result())
+                continue
+            over = weights if metric.weighted else examples
+            logs[metric.name] = means[metric.name] / over if over else 0.0
         return logs
+
+
+def log_value(value: Any) -> Any:
+    """A metric's result as Keras's callbacks get it (`pythonify_logs`): a
+    float, or an array where it is not one number (F1Score per class)."""
+    array = np.asarray(value)
+    return float(array) if array.size == 1 else array
 
 
 class CompiledClassificationTask(ClassificationTask):

@@ -161,6 +161,23 @@ class Task:
         """
         return step.default(model, batch)
 
+    #: Optional: the task's whole step on one replica, its update included
+    #: (Keras's `Model.train_step`, which `fit` runs through it:
+    #: `engine.keras_fit.steps`): a function `(model, batch, step) ->
+    #: LossOutput`, or None (the default) for the engine's step. `step`
+    #: (`engine.loop.replica_step.WholeStep`) holds `all_reduce(gradients,
+    #: variables)`, the run's one all-reduce through the chosen collective,
+    #: which the function calls once per step before it applies the sums
+    #: with `step.optimizer` (its own reduction off). The returned
+    #: `LossOutput` (its metrics the names `loss` reports) is the engine's
+    #: record of the step: metrics.json, the NaN guard. The rest of the
+    #: engine's step is the function's: the flags that act inside it
+    #: (--nan_policy=skip_step, --clip_norm, --accumulation_steps,
+    #: --jit_compile), several objectives, `gradients` and
+    #: --strategy=parameter_server are refused with it. Evaluation still runs
+    #: `loss`.
+    train_step: Optional[Callable[[Any, Any, Any], LossOutput]] = None
+
     def serving_spec(self, element_spec: Any) -> Any:
         """What the export's `serving_default` takes: by default the features
         of a train batch (its first element), any batch size."""

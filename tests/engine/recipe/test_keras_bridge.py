@@ -7,6 +7,7 @@ tests/engine/recipe/test_optimizers.py whether the fused updates still match).
 """
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from tfloop.engine.recipe import keras_bridge
@@ -60,20 +61,62 @@ def test_momentum_slot_is_the_accumulator_keras_updates():
     assert float(tf.reduce_max(tf.abs(accumulator))) > 0  # Keras updated this one
 
 
-def test_compiled_metrics_are_built_where_keras_callbacks_look_for_them():
+def test_symbolic_build_builds_the_compiled_metrics_where_keras_callbacks_look_for_them():
     """`model.metrics` lists the compiled metrics after the bridge builds them
-    (Keras's names, classes and directions: what a mode="auto" monitor reads)."""
+    (Keras's names, classes and directions: what a mode="auto" monitor reads),
+    and `compiled_metric_objects` are those very objects, per argument, with
+    Keras's loss tracker and a built optimizer beside them."""
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     model.compile(loss="sparse_categorical_crossentropy", optimizer="sgd",
-                  metrics=["accuracy", "mae"])
-    keras_bridge.build_compiled_metrics(model, keras.KerasTensor((None,), "int64"),
-                                        keras.KerasTensor((None, 2), "float32"))
+                  metrics=["accuracy", "mae"], weighted_metrics=[keras.metrics.AUC(name="w")])
+    keras_bridge.symbolic_build(model, (keras.KerasTensor((None, 3), "float32"),
+                                        keras.KerasTensor((None,), "int64")))
     built = [(m.name, type(m).__name__, m._direction) for c in model.metrics
              if hasattr(c, "metrics") for m in c.metrics]
     assert built == [("accuracy", "SparseCategoricalAccuracy", "up"),
-                     ("mae", "MeanAbsoluteError", "down")], (
+                     ("mae", "MeanAbsoluteError", "down"), ("w", "AUC", "up")], (
         "Keras moved its compiled metrics (Model._compile_metrics); update "
         "engine/recipe/keras_bridge.py")
+    metrics, weighted = keras_bridge.compiled_metric_objects(model)
+    compiled = [m for c in model.metrics if hasattr(c, "metrics") for m in c.metrics]
+    assert [id(m) for m in metrics + weighted] == [id(m) for m in compiled]
+    assert [m.name for m in weighted] == ["w"], "Keras moved _flat_weighted_metrics"
+    assert keras_bridge.loss_tracker(model) is model.metrics[0], "Keras moved _loss_tracker"
+    assert model.optimizer.built
+
+
+def test_a_mean_metric_keeps_the_arguments_it_was_given():
+    """`SparseTopKCategoricalAccuracy(k=2)` is its function with k=2 (Keras
+    keeps it in `_fn_kwargs`), not the function's default k=5."""
+    fn = keras_bridge.per_example_metric_fn(keras.metrics.SparseTopKCategoricalAccuracy(k=2))
+    y_pred = tf.constant([[0.1, 0.2, 0.3, 0.4]])
+    assert float(fn(tf.constant([1]), y_pred)[0]) == 0.0  # class 1 is third: not in the top 2
+    fn = keras_bridge.per_example_metric_fn(keras.metrics.BinaryAccuracy(threshold=0.7))
+    assert float(tf.reshape(fn(tf.constant([[1.0]]), tf.constant([[0.6]])), [])) == 0.0
+    assert keras_bridge.per_example_metric_fn(keras.metrics.AUC()) is None
+
+
+def test_reducing_gradients_puts_the_given_all_reduce_where_keras_reduces():
+    """Inside `reducing_gradients`, `optimizer.apply` hands its gradients
+    (Nones left out) to the given all-reduce and applies what it returns;
+    after it, the hook it replaced is back."""
+    variables = [tf.Variable([1.0, 1.0]), tf.Variable(3.0)]
+    optimizer = keras.optimizers.SGD(1.0)
+    optimizer.build(variables)
+    keras_bridge.disable_implicit_gradient_reduction(optimizer)
+    before = getattr(optimizer, keras_bridge._HOOK)
+    seen = []
+
+    def all_reduce(grads, variables):
+        seen.append((len(grads), len(variables)))
+        return [g * 10 for g in grads]
+
+    with keras_bridge.reducing_gradients(optimizer, all_reduce):
+        optimizer.apply([tf.constant([0.1, 0.2]), None], variables)
+    assert seen == [(1, 1)]
+    np.testing.assert_allclose(variables[0].numpy(), [0.0, -1.0], rtol=1e-6)
+    assert float(variables[1].numpy()) == 3.0
+    assert getattr(optimizer, keras_bridge._HOOK) is before
 
 
 def test_an_optimizer_made_outside_a_scope_moves_to_the_strategy_as_the_same_instance(
