@@ -23,8 +23,8 @@ from tfloop.engine.errors import ConfigError
 from tfloop.engine.keras_fit import callbacks, epochs, keras_state, steps
 from tfloop.engine.recipe import keras_bridge
 from tfloop.engine.task import Task
-from tfloop.engine.task.compiled_model import (CompiledLoss, MetricObjects, checked_model,
-                                               model_fn_name)
+from tfloop.engine.task.compiled_model import (CompiledLoss, MetricObjects, check_loss,
+                                               checked_model, model_fn_name)
 from tfloop.engine.task.losses import LossOutput
 from tfloop.inputs import InputContext
 
@@ -95,6 +95,8 @@ class CompiledModelTask(Task):
             raise ConfigError(f"fit: the model of {model_fn_name(self.model_fn)} has no trainable "
                               "variables after a call on a batch of the training data")
         strategy = tf.distribute.get_strategy()  # build_model runs in the run's scope
+        if not steps.overridden(model):
+            check_loss(model)  # before Keras's symbolic build runs it
         keras_state.symbolic_build(model, self._element_spec(strategy), strategy)
         self.model = model
         self.jit_compile = bool(getattr(model, "jit_compile", False))

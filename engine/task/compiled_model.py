@@ -184,8 +184,7 @@ class CompiledLoss:
 
     def __init__(self, model: keras.Model, *, mean_fn: MeanFn, keras_logs: bool = False,
                  objects: Optional[MetricObjects] = None):
-        self._loss_fn, self._reduction = _per_example_loss(model.loss)
-        self._check_unreduced(model.losses)
+        self._loss_fn, self._reduction = check_loss(model)
         # (name, per-example function, weighted, object): `metrics=` are not
         # weighted by sample_weight (nor class_weight), `weighted_metrics=` are,
         # as in Keras.
@@ -212,7 +211,7 @@ class CompiledLoss:
             for metric in self._metrics if metric.fn is not None}
         loss = loss * weight
         regularization = getattr(model, "losses", None)
-        self._check_unreduced(regularization)  # add_loss in call(): known here only
+        _check_unreduced(self._reduction, regularization)  # add_loss in call(): known here only
         # The engine divides the per-replica sum by the global batch: the
         # padded rows of this replica (all its rows without `real`) times the replicas.
         padded = tf.shape(real)[0] if real is not None else tf.shape(loss)[0]
@@ -232,15 +231,6 @@ class CompiledLoss:
             per_example = put_back(per_example)
             values = {name: put_back(value) for name, value in values.items()}
         return LossOutput(per_example_loss=per_example, metrics=values)
-
-    def _check_unreduced(self, model_losses) -> None:
-        """Keras adds the model losses to every value of an unreduced loss:
-        a gradient of `held` times the regularizer's, per replica."""
-        if model_losses and self._reduction in (None, "none"):
-            raise ConfigError(
-                "fit: the compiled loss has reduction=None and the model has model losses "
-                "(kernel_regularizer, add_loss), which Keras adds to every example's loss; "
-                "give the loss reduction=\"sum\" (the same gradient) or drop the model losses")
 
     def _update_objects(self, y, y_pred, weight, tracked) -> None:
         """Keras's `compute_metrics` and loss tracker on this replica's rows
@@ -352,6 +342,26 @@ def _per_row(values: tf.Tensor) -> tf.Tensor:
     if values.shape.rank is not None and values.shape.rank > 1:
         values = tf.reduce_mean(values, axis=list(range(1, values.shape.rank)))
     return values
+
+
+def check_loss(model: keras.Model) -> tuple[Callable, Optional[str]]:
+    """The compiled loss's per-example function and reduction
+    (`_per_example_loss`), refused in one line where the engine cannot train
+    it; called before anything runs the loss (Keras's own symbolic build
+    fails on some of these with a shape error that names neither)."""
+    loss_fn, reduction = _per_example_loss(model.loss)
+    _check_unreduced(reduction, model.losses)
+    return loss_fn, reduction
+
+
+def _check_unreduced(reduction: Any, model_losses) -> None:
+    """Keras adds the model losses to every value of an unreduced loss:
+    a gradient of `held` times the regularizer's, per replica."""
+    if model_losses and reduction in (None, "none"):
+        raise ConfigError(
+            "fit: the compiled loss has reduction=None and the model has model losses "
+            "(kernel_regularizer, add_loss), which Keras adds to every example's loss; "
+            "give the loss reduction=\"sum\" (the same gradient) or drop the model losses")
 
 
 def _per_example_loss(loss: Any) -> tuple[Callable, Optional[str]]:
