@@ -46,6 +46,7 @@ whole global batch and the engine shards it (`--auto_shard_policy=data`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -68,7 +69,7 @@ from tfloop.engine.loop.actions import RunActions, progress_logger
 from tfloop.engine.assembly.run import run
 from tfloop.engine.run_dir import layout
 from tfloop.engine.runtime import devices as devices_lib
-from tfloop.engine.runtime import files
+from tfloop.engine.runtime import files, logs
 from tfloop.engine.strategies import adoption
 from tfloop.collectives import device_names
 
@@ -146,15 +147,17 @@ def fit(model_fn: Union[keras.Model, Callable[[], keras.Model]], train_data: Any
     level = progress_logger.level
     if verbose == 2:  # Keras's epoch lines, and the engine's other lines (set-up, resume, stop)
         progress_logger.setLevel(logging.WARNING)
-    try:
-        result = _run(config, task, add_actions, driven, verbose=verbose == 2,
-                      strategy=model.distribute_strategy if model else None)
-    finally:
-        progress_logger.setLevel(level)
-        if temporary is not None:  # nobody can resume it: its name was never given
-            _remove_run_folder(temporary)
-    return _history(history, result, task, driven, config, backup=backup,
-                    temporary=temporary)
+    # verbose=0: silent as Keras's; the engine's lines go to Python logging only.
+    with logs.to_logging_only() if verbose == 0 else contextlib.nullcontext():
+        try:
+            result = _run(config, task, add_actions, driven, verbose=verbose == 2,
+                          strategy=model.distribute_strategy if model else None)
+        finally:
+            progress_logger.setLevel(level)
+            if temporary is not None:  # nobody can resume it: its name was never given
+                _remove_run_folder(temporary)
+        return _history(history, result, task, driven, config, backup=backup,
+                        temporary=temporary)
 
 
 def _adopted(model_fn: Any) -> Optional[keras.Model]:
