@@ -34,7 +34,8 @@ class CompiledModelTask(Task):
     uses_compile = True
 
     def __init__(self, model_fn: Callable[[], Any], train_data: Any, *, global_batch_size: int,
-                 validation_data: Any = None):
+                 validation_data: Any = None,
+                 loop_length: Optional[Callable[[keras.Model], Optional[int]]] = None):
         self.model_fn = model_fn
         self._train, self._validation = train_data, validation_data
         self.global_batch_size = global_batch_size
@@ -42,6 +43,11 @@ class CompiledModelTask(Task):
         self._compiled: Optional[CompiledLoss] = None
         #: `compile(jit_compile=True)`: the engine's step compiles with XLA (--jit_compile).
         self.jit_compile = False
+        #: The steps of one loop from the compiled model's `steps_per_execution`
+        #: (`loop_length(model)`, fit's; None: RunConfig.steps_per_loop's loops),
+        #: decided when the model is built: a refusal comes before anything is written.
+        self._loop_length = loop_length
+        self.steps_per_execution: Optional[int] = None
         #: The epoch's running sums, checkpointed (`engine.keras_fit.callbacks`).
         self.epoch_state = callbacks.EpochState()
         #: The user's batches' element spec, for Keras's compiled metrics
@@ -78,6 +84,8 @@ class CompiledModelTask(Task):
         self.model, self._compiled = model, CompiledLoss(
             model, mean_fn=keras_bridge.per_example_metric_fn, keras_logs=True)
         self.jit_compile = bool(getattr(model, "jit_compile", False))
+        if self._loop_length is not None:
+            self.steps_per_execution = self._loop_length(model)
         return model
 
     def _zeros(self):

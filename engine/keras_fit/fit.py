@@ -130,17 +130,21 @@ def fit(model_fn: Union[keras.Model, Callable[[], keras.Model]], train_data: Any
         train_data, y, sample_weight, class_weight, validation_split, validation_data,
         batch_size=batch_size, validation_batch_size=validation_batch_size, shuffle=shuffle,
         seed=config.seed)
+    steps_per_epoch_given = steps_per_epoch is not None
     global_batch, steps_per_epoch = _batch_and_epoch(train_data, steps_per_epoch, batch_size,
                                                      config)
     counting = callbacks_lib.Epochs(
         steps_per_epoch=steps_per_epoch, epochs=epochs, validates=validation_data is not None,
         validation_freq=validation_freq, initial_epoch=initial_epoch, verbose=verbose)
     backup = callbacks_lib.backup_for(callbacks)
+    loops = _Loops(steps_per_loop=config.steps_per_loop if config.changed("steps_per_loop")
+                   else None, steps_per_epoch_given=steps_per_epoch_given)
     config, temporary = _run_config(config, train_data, counting, global_batch=global_batch,
                                     validation_steps=validation_steps, backup=backup,
                                     adopted=adopted)
     task = CompiledModelTask(model_fn, train_data, global_batch_size=global_batch,
-                             validation_data=validation_data)
+                             validation_data=validation_data,
+                             loop_length=lambda model: loops.execution(model, steps_per_epoch))
     history = keras.callbacks.History()
     driven: list[callbacks_lib.KerasCallbacks] = []
     add_actions = _keras_actions(callbacks, history, counting, task, driven)
@@ -231,6 +235,10 @@ def _run_config(config: RunConfig, train_data: Any, counting: callbacks_lib.Epoc
                    eval_interval=(steps_per_epoch * (freq if counting.initial_epoch % freq == 0
                                                      else 1)) if counting.validates else 0,
                    eval_steps=validation_steps or -1, export=False, task="")
+    if not config.changed("steps_per_loop"):
+        # The loops end where the compiled model's steps_per_execution says
+        # (`_Loops`, known once it is built), at the latest at an epoch's end.
+        changes["steps_per_loop"] = steps_per_epoch
     if in_cluster and isinstance(train_data, tf.data.Dataset) and _has_peers() and (
             adopted is None or adopted.strategy != "multi_worker"):
         raise ConfigError(
@@ -258,18 +266,58 @@ def _run_config(config: RunConfig, train_data: Any, counting: callbacks_lib.Epoc
     return dataclasses.replace(config, **changes), temporary
 
 
+@dataclasses.dataclass(frozen=True)
+class _Loops:
+    """What decides the length of the engine's loops, as `fit` was called:
+    `RunConfig.steps_per_loop` when the user set it (None: not set), and
+    whether `steps_per_epoch` was given (not a finite dataset's own pass)."""
+
+    steps_per_loop: Optional[int]
+    steps_per_epoch_given: bool
+
+    def execution(self, model: keras.Model, steps_per_epoch: int) -> Optional[int]:
+        """The steps of one loop as the compiled model's `steps_per_execution`
+        says (Keras's 1 by default: batch callbacks every batch, as Keras's
+        `fit`), or None where `RunConfig.steps_per_loop` says it; a conflict
+        of the two, and an epoch that is not whole executions of a stream,
+        are refused in one line."""
+        per_execution = getattr(model, "steps_per_execution", 1) or 1
+        if not isinstance(per_execution, int) or per_execution < 1:
+            raise ConfigError(f"fit: compile(steps_per_execution={per_execution!r}) must be a "
+                              "positive integer")
+        if self.steps_per_loop is not None:
+            if per_execution not in (1, self.steps_per_loop):
+                raise ConfigError(
+                    f"fit: compile(steps_per_execution={per_execution}) and "
+                    f"RunConfig(steps_per_loop={self.steps_per_loop}) both set the steps of one "
+                    "loop (one batch-callback call each); give one")
+            return per_execution if per_execution > 1 else None
+        if self.steps_per_epoch_given and steps_per_epoch % per_execution:
+            # Keras runs whole executions from a stream: ceil(5 / 4) * 4 = 8
+            # steps in an epoch of steps_per_epoch=5 (measured, Keras 3.15).
+            raise ConfigError(
+                f"fit: steps_per_epoch={steps_per_epoch} is not a multiple of "
+                f"compile(steps_per_execution={per_execution}); Keras's fit would train "
+                f"{-(-steps_per_epoch // per_execution) * per_execution} steps per epoch "
+                "(whole executions); give a multiple")
+        return per_execution
+
+
 def _keras_actions(callbacks: Sequence[Any], history: keras.callbacks.History,
                    counting: callbacks_lib.Epochs, task: CompiledModelTask,
                    driven: list) -> Callable[..., RunActions]:
     """`run`'s `add_actions`: the Keras callbacks driven by two actions, made
     once the model is built (and kept in `driven`, for what fit does after),
     with the compiled metrics they may read built as Keras's `fit` builds
-    them (`keras_state`; the trainer, made first, has read the data's spec)."""
+    them (`keras_state`; the trainer, made first, has read the data's spec),
+    and the loops as long as its `steps_per_execution` (`_Loops`, decided
+    when the task built the model)."""
     def add_actions(*, plan, strategy, model) -> RunActions:
+        counted = dataclasses.replace(counting, steps_per_execution=task.steps_per_execution)
         keras_state.build_compiled_metrics(model, task.element_spec, strategy)
         keras_callbacks = callbacks_lib.KerasCallbacks(
             # History last, as in Keras: it records what callbacks add to the logs.
-            [*callbacks, history], model=model, epochs=counting, is_chief=plan.role.is_chief,
+            [*callbacks, history], model=model, epochs=counted, is_chief=plan.role.is_chief,
             strategy=strategy if plan.spec.agrees_to_stop else None, to_logs=task.keras_logs,
             model_dir=plan.config.model_dir, epoch_state=task.epoch_state)
         driven.append(keras_callbacks)

@@ -5,6 +5,8 @@ items 8, 9, 10, 12):
 - the engine's dataset options never loosen the user's: a parallel `map`
   before a seeded `shuffle` comes out in its own order, as in Keras;
 - `verbose=0` prints nothing, as Keras's `fit(verbose=0)`;
+- `compile(steps_per_execution=N)` is the loop length: the batch callbacks
+  are called as Keras's fit calls them;
 """
 
 import logging
@@ -14,11 +16,14 @@ import time
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 from absl import logging as absl_logging
 
 import parity
 from helpers import bin_env
+from tfloop.engine import RunConfig, fit
+from tfloop.engine.errors import ConfigError
 from tfloop.engine.runtime import logs
 
 EXAMPLES, BATCH = 88, 16
@@ -126,3 +131,78 @@ def test_verbose_0_after_a_verbose_run_sends_the_engines_lines_to_logging_only(c
     finally:
         log.handlers[:], log.level, log.propagate = saved[0], saved[1], saved[2]
         root.handlers[:] = saved[3]
+
+
+class BatchRecord(keras.callbacks.Callback):
+    """Records what Keras's batch hooks are told: ("begin", batch) and ("end", batch, logs)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.calls.append(("begin", batch))
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.calls.append(("end", batch, {k: float(v) for k, v in (logs or {}).items()}))
+
+
+def every_fourth_step():
+    model = classifier()
+    model.compile(loss=model.loss, optimizer=keras.optimizers.SGD(0.5), metrics=["accuracy"],
+                  steps_per_execution=4)
+    return model
+
+
+def _fit_without_steps_per_loop(model_dir, data, callbacks, **fit_kwargs):
+    """tfloop's side with `RunConfig.steps_per_loop` left unset (parity.config
+    sets it to 1), so the compiled model's steps_per_execution sets the loops."""
+    config = RunConfig(strategy="mirrored", devices="cpu:0", collective="reduce_to_one_device",
+                       model_dir=str(model_dir), seed=3)
+    history = fit(every_fourth_step, data, callbacks=callbacks, config=config, verbose=0,
+                  **fit_kwargs)
+    return parity.Side(dict(history.history), list(history.epoch),
+                       parity._weights(history.model), history.model, history)
+
+
+def test_steps_per_execution_sets_the_loops_and_the_batch_callbacks_as_keras(tmp_path):
+    """`compile(steps_per_execution=4)` over 11 batches an epoch: Keras's fit
+    calls the batch hooks at batches 0, 4, 8 (begin) and 3, 7, 11 (end: the
+    last, shorter execution numbered as a whole one) with the epoch's logs so
+    far; tfloop's loops are those executions, with the same calls and logs
+    (1e-6). On one replica: Keras's fit with steps_per_execution > 1 under a
+    MirroredStrategy of two replicas fails (TF 2.21, Keras 3.15: "You must
+    feed a value for placeholder tensor", keras-team/keras#19246)."""
+    data = parity.dataset(EXAMPLES, 8)
+    keras_record, ours_record = BatchRecord(), BatchRecord()
+    theirs = parity.run_keras(every_fourth_step, data, replicas=1, epochs=2,
+                              callbacks=lambda: [keras_record])
+    ours = _fit_without_steps_per_loop(tmp_path / "run", data, [ours_record], epochs=2)
+    parity.assert_same(theirs, ours)
+    begins = [call[1] for call in keras_record.calls if call[0] == "begin"]
+    ends = [call[1] for call in keras_record.calls if call[0] == "end"]
+    assert begins == [0, 4, 8] * 2 and ends == [3, 7, 11] * 2, keras_record.calls
+    assert [call[:2] for call in ours_record.calls] == [call[:2]
+                                                       for call in keras_record.calls]
+    for mine, keras_call in zip(ours_record.calls, keras_record.calls):
+        if mine[0] == "end":
+            assert mine[2].keys() == keras_call[2].keys()
+            for name, value in keras_call[2].items():
+                np.testing.assert_allclose(mine[2][name], value, rtol=parity.RTOL,
+                                           atol=parity.ATOL, err_msg=name)
+
+
+def test_steps_per_execution_beside_another_steps_per_loop_is_refused_in_one_line(tmp_path):
+    """Two settings of one loop's length: refused, naming both; and a
+    `steps_per_epoch` that is not whole executions (Keras's fit trains
+    ceil(5 / 4) * 4 = 8 steps an epoch then) too."""
+    data = parity.dataset(EXAMPLES, 8)
+    config = parity.config(tmp_path / "a", replicas=1)  # steps_per_loop=1
+    with pytest.raises(ConfigError, match=r"^fit: compile\(steps_per_execution=4\) and "
+                       r"RunConfig\(steps_per_loop=1\) both set"):
+        fit(every_fourth_step, data, epochs=1, verbose=0, config=config)
+    with pytest.raises(ConfigError, match=r"^fit: steps_per_epoch=5 is not a multiple of "
+                       r"compile\(steps_per_execution=4\); Keras's fit would train 8 steps"):
+        _fit_without_steps_per_loop(tmp_path / "b", data.repeat(), [], epochs=1,
+                                    steps_per_epoch=5)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # nothing written
