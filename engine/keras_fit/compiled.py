@@ -16,7 +16,7 @@ import keras
 import tensorflow as tf
 
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.keras_fit import callbacks, epochs
+from tfloop.engine.keras_fit import callbacks, epochs, py_dataset
 from tfloop.engine.recipe import keras_bridge
 from tfloop.engine.task import Task
 from tfloop.engine.task.compiled_model import CompiledLoss, checked_model, model_fn_name
@@ -52,8 +52,7 @@ class CompiledModelTask(Task):
         self.epoch_state = callbacks.EpochState()
         #: The user's batches' element spec, for Keras's compiled metrics
         #: (`engine.keras_fit.keras_state`); a function's once the engine called it.
-        self.element_spec = (train_data.element_spec
-                             if isinstance(train_data, tf.data.Dataset) else None)
+        self.element_spec = getattr(train_data, "element_spec", None)  # a dataset's, a PyDataset's
 
     def checkpointed(self) -> dict:
         return {"fit_epoch": self.epoch_state.variable}
@@ -89,10 +88,11 @@ class CompiledModelTask(Task):
         return model
 
     def _zeros(self):
-        if not isinstance(self._train, tf.data.Dataset):
+        spec = getattr(self._train, "element_spec", None)
+        if spec is None:
             raise ConfigError("fit: the model is not built (no keras.Input) and the training "
                               "data is a function; give the model a keras.Input(shape)")
-        x, _, _ = epochs.split_element(self._train.element_spec)
+        x, _, _ = epochs.split_element(spec)
         return tf.nest.map_structure(
             lambda spec: tf.zeros([1, *spec.shape[1:]], spec.dtype), x)
 
@@ -108,8 +108,11 @@ class CompiledModelTask(Task):
     def probe_dataset(self, context: InputContext) -> Optional[tf.data.Dataset]:
         """A fresh pipeline only from a function of the context: a dataset
         object handed to `fit` is the run's own (its shuffle's seeds are shared
-        by every iterator of it), so it gets no probe."""
-        return self.train_dataset(context) if callable(self._train) else None
+        by every iterator of it), and a PyDataset's reads call its hooks, so
+        neither gets a probe."""
+        if not callable(self._train) or isinstance(self._train, py_dataset.PyDatasetInput):
+            return None
+        return self.train_dataset(context)
 
     def eval_dataset(self, context: InputContext) -> Optional[tf.data.Dataset]:
         if self._validation is None:

@@ -33,6 +33,9 @@ loss, metrics and optimizer run through the engine's step
   `steps_per_epoch` (required);
 - NumPy arrays `x, y` (a tuple or dict of them for several inputs), with
   `batch_size` (32 when not given), as `model.fit(x, y)` takes them;
+- a `keras.utils.PyDataset` (`keras.utils.Sequence`): each epoch its
+  `len()` batches, its hooks called as Keras's fit calls them
+  (`engine.keras_fit.py_dataset`);
 - a function `(InputContext) -> dataset` of global batches of
   `context.global_batch_size` (= `batch_size=`, else `config.global_batch_size`),
   built once per input pipeline, with `steps_per_epoch`. In a cluster this is
@@ -63,7 +66,7 @@ from tfloop.engine.errors import ConfigError, NonFinite
 from tfloop.engine.keras_fit import arrays
 from tfloop.engine.keras_fit import callbacks as callbacks_lib
 from tfloop.engine.keras_fit import epochs as epochs_lib
-from tfloop.engine.keras_fit import keras_state
+from tfloop.engine.keras_fit import keras_state, py_dataset
 from tfloop.engine.keras_fit.compiled import CompiledModelTask
 from tfloop.engine.loop.actions import RunActions, progress_logger
 from tfloop.engine.assembly.run import run
@@ -99,15 +102,20 @@ def fit(model_fn: Union[keras.Model, Callable[[], keras.Model]], train_data: Any
     is evaluated at the end of every `validation_freq`-th epoch;
     `validation_steps` batches of it, or all. `train_data` may be arrays with
     `y` (and `batch_size`, `shuffle`, `sample_weight`), as for `model.fit`
-    (`engine.keras_fit.arrays`); `class_weight` and `initial_epoch` are
-    Keras's. docs/keras.md lists each argument against Keras's and the
+    (`engine.keras_fit.arrays`), or a `keras.utils.PyDataset` (`shuffle`
+    shuffles its batch order each epoch, from `RunConfig.seed`);
+    `class_weight` and `initial_epoch` are Keras's. docs/keras.md lists each argument against Keras's and the
     parity test that proves it.
     `verbose`: as Keras's ("auto" and 1: a progress bar, 2: one line per
     epoch, 0: silent); with 2 (as Keras advises where nobody watches a
     terminal: a cluster, a log file) the engine's lines too (set-up, resume,
     checkpoints, an early stop) but not its per-loop progress lines; with 1
-    only its warnings, which would otherwise break the bar.
-    A model compiled with `jit_compile=True` trains with XLA (--jit_compile).
+    only its warnings, which would otherwise break the bar; with 0 nothing
+    is printed, the engine's lines going to Python logging only.
+    A model compiled with `jit_compile=True` trains with XLA (--jit_compile);
+    its `steps_per_execution` is the length of the engine's loops (batch
+    callbacks once per execution, as Keras's), unless `RunConfig.steps_per_loop`
+    was set.
 
     Called again with the same `model_dir` after it finished, it trains
     nothing (the epochs are the run's total, as Keras's `initial_epoch`
@@ -129,7 +137,7 @@ def fit(model_fn: Union[keras.Model, Callable[[], keras.Model]], train_data: Any
     train_data, validation_data = _data(
         train_data, y, sample_weight, class_weight, validation_split, validation_data,
         batch_size=batch_size, validation_batch_size=validation_batch_size, shuffle=shuffle,
-        seed=config.seed)
+        seed=config.seed, steps_per_epoch=steps_per_epoch)
     steps_per_epoch_given = steps_per_epoch is not None
     global_batch, steps_per_epoch = _batch_and_epoch(train_data, steps_per_epoch, batch_size,
                                                      config)
@@ -202,9 +210,19 @@ def _check_epochs(epochs: Any, initial_epoch: Any, validation_freq: Any, verbose
 
 def _data(train_data: Any, y: Any, sample_weight: Any, class_weight: Optional[dict],
           validation_split: float, validation_data: Any, *, batch_size: Optional[int],
-          validation_batch_size: Optional[int], shuffle: bool, seed: int) -> tuple[Any, Any]:
+          validation_batch_size: Optional[int], shuffle: bool, seed: int,
+          steps_per_epoch: Optional[int]) -> tuple[Any, Any]:
     """The training and validation data as the engine takes them: arrays
-    batched (`engine.keras_fit.arrays`), a validation split cut off, class weights applied."""
+    batched (`engine.keras_fit.arrays`), a `keras.utils.PyDataset` as a
+    function of the run's context (`engine.keras_fit.py_dataset`), a
+    validation split cut off, class weights applied."""
+    if py_dataset.is_py_dataset(train_data):
+        train_data = py_dataset.PyDatasetInput(train_data, shuffle=shuffle,
+                                               steps_per_epoch=steps_per_epoch)
+    if py_dataset.is_py_dataset(validation_data):
+        validation_data = py_dataset.PyDatasetInput(validation_data, shuffle=False,
+                                                    validation=True,
+                                                    where="validation_data")
     train_data, y, sample_weight, validation_data = arrays.split_for_validation(
         train_data, y, sample_weight, validation_split, validation_data)
     train_data = arrays.training_data(train_data, y, sample_weight, batch_size=batch_size,
@@ -252,6 +270,11 @@ def _run_config(config: RunConfig, train_data: Any, counting: callbacks_lib.Epoc
         changes.update(strategy=adopted.strategy, devices=adopted.devices)
     elif in_cluster and not config.changed("strategy") and _has_peers():
         changes["strategy"] = "multi_worker"  # the tutorial's MultiWorkerMirroredStrategy
+    if (changes.get("strategy", config.strategy) == "parameter_server"
+            and isinstance(train_data, py_dataset.PyDatasetInput)):
+        raise ConfigError("fit: a PyDataset under parameter_server: its workers run the input "
+                          "pipeline as a graph, where this process's Python cannot run; give "
+                          "train_data as a function (InputContext) -> tf.data.Dataset")
     changes.update(_checkpoints(config, backup, steps_per_epoch))
     if adopted is None and not config.changed("devices") and devices_lib.chosen():
         changes["devices"] = devices_lib.chosen()  # tfloop.use_devices(...)
@@ -452,11 +475,16 @@ def _batch_and_epoch(train_data: Any, steps_per_epoch: Optional[int],
             raise ConfigError("fit: the training data never ends (.repeat()), so give "
                               "steps_per_epoch=, the steps of one epoch")
         return global_batch, steps_per_epoch or one_pass
+    if isinstance(train_data, py_dataset.PyDatasetInput):
+        if batch_size is not None and batch_size != train_data.batch_size:
+            raise ConfigError(f"fit: batch_size={batch_size} but the PyDataset's batches hold "
+                              f"{train_data.batch_size}; a PyDataset makes its own batches")
+        return train_data.batch_size, steps_per_epoch or train_data.num_batches
     if callable(train_data):
         if steps_per_epoch is None:
             raise ConfigError("fit: with a function for train_data give steps_per_epoch=, "
                               "the steps of one epoch")
         return batch_size or config.global_batch_size, steps_per_epoch
     raise ConfigError(f"fit: train_data is {type(train_data).__name__}; give a batched "
-                      "tf.data.Dataset (dataset.batch(n)) or a function (InputContext) -> "
-                      "dataset")
+                      "tf.data.Dataset (dataset.batch(n)), a keras.utils.PyDataset or a "
+                      "function (InputContext) -> dataset")

@@ -5,6 +5,7 @@ items 8, 9, 10, 12):
 - the engine's dataset options never loosen the user's: a parallel `map`
   before a seeded `shuffle` comes out in its own order, as in Keras;
 - `verbose=0` prints nothing, as Keras's `fit(verbose=0)`;
+- a `keras.utils.PyDataset` trains and validates as Keras's fit reads it;
 - `compile(steps_per_execution=N)` is the loop length: the batch callbacks
   are called as Keras's fit calls them;
 """
@@ -73,15 +74,28 @@ def test_a_parallel_map_before_a_seeded_shuffle_keeps_its_order_as_keras(tmp_pat
 
 
 #: A user's script: two `fit(verbose=0)` calls on one model_dir (the second
-#: finds the run finished: the engine warns that it trains nothing), with a
-#: marker on stderr once TensorFlow, Keras and tfloop are imported (what
-#: `import tensorflow` prints is TensorFlow's, with or without fit).
+#: finds the run finished: the engine warns that it trains nothing) of a
+#: PyDataset read on two threads, with a marker on stderr once TensorFlow,
+#: Keras and tfloop are imported (what `import tensorflow` prints is
+#: TensorFlow's, with or without fit).
 _QUIET_SCRIPT = """
 import sys
 import tfloop
 tfloop.use_devices("cpu:0,cpu:1")
-import keras, numpy as np, tensorflow as tf
+import keras, numpy as np
 from tfloop.engine import RunConfig, fit
+
+class Batches(keras.utils.PyDataset):
+    def __init__(self):
+        super().__init__(workers=2)
+        self.x = np.random.RandomState(0).rand(64, 6).astype("float32")
+        self.y = (self.x.sum(1) > 3).astype("int64")
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, index):
+        return self.x[index * 16:(index + 1) * 16], self.y[index * 16:(index + 1) * 16]
 
 def build():
     model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(2)])
@@ -89,22 +103,21 @@ def build():
                   optimizer="sgd", metrics=["accuracy"])
     return model
 
-x = np.random.RandomState(0).rand(64, 6).astype("float32")
-y = (x.sum(1) > 3).astype("int64")
 print("-- fit --", file=sys.stderr, flush=True)
 for _ in range(2):
-    fit(build, tf.data.Dataset.from_tensor_slices((x, y)).batch(16), epochs=2, verbose=0,
-        config=RunConfig(model_dir=sys.argv[1]))
+    fit(build, Batches(), epochs=2, verbose=0, config=RunConfig(model_dir=sys.argv[1]))
 """
 
 
-def test_verbose_0_prints_nothing(tmp_path):
+def test_a_script_fitting_a_py_dataset_with_verbose_0_prints_nothing_and_exits(tmp_path):
     """`fit(verbose=0)` in a script writes nothing on stdout or stderr, as
     Keras's `fit(verbose=0)`: the engine's lines (its input-bound notice, the
     second call's "nothing to train") go to Python logging only, and
     TensorFlow's checkpoint saver no longer leaves a stderr handler on the
     root logger. TensorFlow's C++ lines follow TF_CPP_MIN_LOG_LEVEL as for
-    Keras (3 here, as the suite's binaries run)."""
+    Keras (3 here, as the suite's binaries run). The script ends: the
+    PyDataset's generator pipeline and its reading threads do not hold the
+    interpreter's exit."""
     done = subprocess.run([sys.executable, "-c", _QUIET_SCRIPT, str(tmp_path / "run")],
                           capture_output=True, text=True, timeout=300, env=bin_env())
     assert done.returncode == 0, done.stderr[-3000:]
@@ -206,3 +219,135 @@ def test_steps_per_execution_beside_another_steps_per_loop_is_refused_in_one_lin
         _fit_without_steps_per_loop(tmp_path / "b", data.repeat(), [], epochs=1,
                                     steps_per_epoch=5)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # nothing written
+
+
+class Batches(keras.utils.PyDataset):
+    """`parity.data` in batches of `batch` (the last one partial). Its
+    `on_epoch_end` rotates the batch order by one, so the batches an epoch
+    reads depend on when the hooks ran; every hook is recorded in `calls`,
+    the indices read after each `on_epoch_begin` in `passes`."""
+
+    def __init__(self, n=EXAMPLES, batch=BATCH, seed=0, **kwargs):
+        super().__init__(**kwargs)
+        self.x, self.y = parity.data(n, seed)
+        self.batch = batch
+        self.order = list(range(-(-n // batch)))
+        self.calls, self.passes = [], []
+
+    def __len__(self):
+        return len(self.order)
+
+    def __getitem__(self, index):
+        if self.passes:
+            self.passes[-1].append(index)
+        rows = slice(self.order[index] * self.batch, (self.order[index] + 1) * self.batch)
+        return self.x[rows], self.y[rows]
+
+    def on_epoch_begin(self):
+        self.calls.append("begin")
+        self.passes.append([])
+
+    def on_epoch_end(self):
+        self.calls.append("end")
+        self.order = self.order[1:] + self.order[:1]
+
+
+def test_a_py_dataset_for_training_and_validation_as_keras(tmp_path):
+    """`keras.utils.PyDataset` (`keras.utils.Sequence`) as Keras's fit takes
+    it, with `shuffle=False`: each epoch its `len()` batches in index order
+    between `on_epoch_begin()` and `on_epoch_end()`, a begin and end pair
+    when fit (and each validation) starts, as Keras under a strategy peeks;
+    the partial batch wherever it falls (here mid-epoch, rotated there by the
+    hook): the same History and weights as Keras's fit (1e-6) and the same
+    hook calls."""
+    sides = {}
+    for side, run in (("keras", parity.run_keras), ("tfloop", parity.run_tfloop)):
+        train, val = Batches(), Batches(32, seed=1)
+        kwargs = {"model_dir": tmp_path / "run"} if side == "tfloop" else {}
+        sides[side] = (run(classifier, train, epochs=2, validation_data=val, shuffle=False,
+                           **kwargs), train.calls, val.calls)
+    (theirs, keras_train, keras_val), (ours, our_train, our_val) = sides["keras"], sides["tfloop"]
+    parity.assert_same(theirs, ours)
+    assert keras_train == ["begin", "end"] * 3, keras_train
+    # The engine's pipeline reads on across the end of the last epoch (up to
+    # a whole pass ahead, its hooks with it) before fit returns.
+    assert our_train[:6] == keras_train and our_train[6:] in ([], ["begin"], ["begin", "end"])
+    assert our_val == keras_val == ["begin", "end"] * 4, (our_val, keras_val)
+
+
+class Crash(keras.callbacks.Callback):
+    """Raises after `at` batches of the second epoch: the process's end, as a kill."""
+
+    def __init__(self, at):
+        super().__init__()
+        self.at, self.epoch = at, 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.epoch == 1 and batch + 1 == self.at:
+            raise RuntimeError("crash")
+
+
+def test_a_shuffled_py_dataset_resumes_mid_epoch_exactly(tmp_path):
+    """`shuffle=True` (Keras's default) shuffles a PyDataset's batch order
+    each epoch; here from the run's seed (Keras draws it from Python's
+    `random`, so not Keras's order): every batch once an epoch, and a run
+    stopped inside its second epoch resumes from its checkpoint (step 8 of
+    12) to the uninterrupted run's weights, bit for bit, its hooks replayed
+    as the resumed run reads the batches before step 8 again."""
+    data = Batches()
+    whole = parity.run_tfloop(classifier, data, model_dir=tmp_path / "whole", epochs=2)
+    assert whole.returned.run_result["step"] == 12
+    first, second = data.passes[1:3]  # after the pass Keras opens to peek: empty
+    assert sorted(first) == sorted(second) == list(range(6)) and first != second, data.passes
+    config = {"checkpoint_interval": 2}
+    with pytest.raises(RuntimeError, match="crash"):
+        parity.run_tfloop(classifier, Batches(), model_dir=tmp_path / "cut", epochs=2,
+                          callbacks=lambda: [Crash(at=3)], config_overrides=config)
+    resumed = parity.run_tfloop(classifier, Batches(), model_dir=tmp_path / "cut", epochs=2,
+                                config_overrides=config)
+    assert resumed.returned.run_result["start_step"] == 8
+    for (name, a), (_, b) in zip(whole.weights, resumed.weights):
+        assert np.array_equal(a, b), name
+    assert resumed.history["loss"] == whole.history["loss"][1:]
+
+
+class Unbatched(Batches):
+    def __getitem__(self, index):
+        return self.x[index * self.batch:(index + 1) * self.batch]
+
+
+class Endless(Batches):
+    @property
+    def num_batches(self):
+        return None
+
+    def __getitem__(self, index):
+        return super().__getitem__(index % len(self.order))
+
+
+def test_what_a_py_dataset_cannot_be_is_refused_in_one_line(tmp_path):
+    """Refused before anything runs, each naming what to change: processes
+    (the engine reads on threads), a batch that is not (x, y[, w]), an
+    endless PyDataset without steps_per_epoch or as validation, and a
+    PyDataset under parameter_server (its workers run the pipeline as a graph)."""
+    config = parity.config(tmp_path / "run")
+    cases = [
+        (dict(train_data=Batches(use_multiprocessing=True, workers=2)),
+         r"^fit: the training data is a PyDataset with use_multiprocessing=True; .* threads"),
+        (dict(train_data=Unbatched()),
+         r"^fit: the training data\[0\] is ndarray; a PyDataset for fit returns \(x, y\)"),
+        (dict(train_data=Endless()),
+         r"^fit: the training data is a PyDataset with no end .* give steps_per_epoch="),
+        (dict(train_data=Batches(), validation_data=Endless()),
+         r"^fit: validation_data is a PyDataset with no end .* a validation is one pass"),
+        (dict(train_data=Batches(), config=RunConfig(strategy="parameter_server")),
+         r"^fit: a PyDataset under parameter_server: .* give train_data as a function"),
+    ]
+    for arguments, says in cases:
+        arguments = {"config": config, **arguments}
+        with pytest.raises(ConfigError, match=says):
+            fit(classifier, arguments.pop("train_data"), epochs=1, verbose=0, **arguments)
+    assert not (tmp_path / "run").exists()
