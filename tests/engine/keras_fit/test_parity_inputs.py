@@ -1,6 +1,6 @@
 """The user's pipeline as written and Keras's input knobs, against Keras's own
 `fit` under MirroredStrategy on the same logical CPUs (parity.py) (issue 39,
-items 8, 9, 10, 12):
+items 8, 9, 10, 12; docs/keras.md, its section of that name):
 
 - the engine's dataset options never loosen the user's: a parallel `map`
   before a seeded `shuffle` comes out in its own order, as in Keras;
@@ -167,15 +167,25 @@ def every_fourth_step():
     return model
 
 
-def _fit_without_steps_per_loop(model_dir, data, callbacks, **fit_kwargs):
+def _fit_without_steps_per_loop(build, model_dir, data, callbacks, replicas=1, **fit_kwargs):
     """tfloop's side with `RunConfig.steps_per_loop` left unset (parity.config
     sets it to 1), so the compiled model's steps_per_execution sets the loops."""
-    config = RunConfig(strategy="mirrored", devices="cpu:0", collective="reduce_to_one_device",
-                       model_dir=str(model_dir), seed=3)
-    history = fit(every_fourth_step, data, callbacks=callbacks, config=config, verbose=0,
-                  **fit_kwargs)
+    config = RunConfig(strategy="mirrored", devices=",".join(f"cpu:{i}" for i in range(replicas)),
+                       collective="reduce_to_one_device", model_dir=str(model_dir), seed=3)
+    history = fit(build, data, callbacks=callbacks, config=config, verbose=0, **fit_kwargs)
     return parity.Side(dict(history.history), list(history.epoch),
                        parity._weights(history.model), history.model, history)
+
+
+def _assert_same_batch_calls(ours, theirs):
+    """The same batch hooks at the same `batch`, the logs within 1e-6."""
+    assert [call[:2] for call in ours] == [call[:2] for call in theirs], (ours, theirs)
+    for mine, keras_call in zip(ours, theirs):
+        if mine[0] == "end":
+            assert mine[2].keys() == keras_call[2].keys()
+            for name, value in keras_call[2].items():
+                np.testing.assert_allclose(mine[2][name], value, rtol=parity.RTOL,
+                                           atol=parity.ATOL, err_msg=name)
 
 
 def test_steps_per_execution_sets_the_loops_and_the_batch_callbacks_as_keras(tmp_path):
@@ -190,19 +200,13 @@ def test_steps_per_execution_sets_the_loops_and_the_batch_callbacks_as_keras(tmp
     keras_record, ours_record = BatchRecord(), BatchRecord()
     theirs = parity.run_keras(every_fourth_step, data, replicas=1, epochs=2,
                               callbacks=lambda: [keras_record])
-    ours = _fit_without_steps_per_loop(tmp_path / "run", data, [ours_record], epochs=2)
+    ours = _fit_without_steps_per_loop(every_fourth_step, tmp_path / "run", data,
+                                       [ours_record], epochs=2)
     parity.assert_same(theirs, ours)
     begins = [call[1] for call in keras_record.calls if call[0] == "begin"]
     ends = [call[1] for call in keras_record.calls if call[0] == "end"]
     assert begins == [0, 4, 8] * 2 and ends == [3, 7, 11] * 2, keras_record.calls
-    assert [call[:2] for call in ours_record.calls] == [call[:2]
-                                                       for call in keras_record.calls]
-    for mine, keras_call in zip(ours_record.calls, keras_record.calls):
-        if mine[0] == "end":
-            assert mine[2].keys() == keras_call[2].keys()
-            for name, value in keras_call[2].items():
-                np.testing.assert_allclose(mine[2][name], value, rtol=parity.RTOL,
-                                           atol=parity.ATOL, err_msg=name)
+    _assert_same_batch_calls(ours_record.calls, keras_record.calls)
 
 
 def test_steps_per_execution_beside_another_steps_per_loop_is_refused_in_one_line(tmp_path):
@@ -216,8 +220,8 @@ def test_steps_per_execution_beside_another_steps_per_loop_is_refused_in_one_lin
         fit(every_fourth_step, data, epochs=1, verbose=0, config=config)
     with pytest.raises(ConfigError, match=r"^fit: steps_per_epoch=5 is not a multiple of "
                        r"compile\(steps_per_execution=4\); Keras's fit would train 8 steps"):
-        _fit_without_steps_per_loop(tmp_path / "b", data.repeat(), [], epochs=1,
-                                    steps_per_epoch=5)
+        _fit_without_steps_per_loop(every_fourth_step, tmp_path / "b", data.repeat(), [],
+                                    epochs=1, steps_per_epoch=5)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # nothing written
 
 
@@ -259,15 +263,21 @@ def test_a_py_dataset_for_training_and_validation_as_keras(tmp_path):
     when fit (and each validation) starts, as Keras under a strategy peeks;
     the partial batch wherever it falls (here mid-epoch, rotated there by the
     hook): the same History and weights as Keras's fit (1e-6) and the same
-    hook calls."""
-    sides = {}
-    for side, run in (("keras", parity.run_keras), ("tfloop", parity.run_tfloop)):
-        train, val = Batches(), Batches(32, seed=1)
-        kwargs = {"model_dir": tmp_path / "run"} if side == "tfloop" else {}
-        sides[side] = (run(classifier, train, epochs=2, validation_data=val, shuffle=False,
-                           **kwargs), train.calls, val.calls)
-    (theirs, keras_train, keras_val), (ours, our_train, our_val) = sides["keras"], sides["tfloop"]
+    hook calls. `steps_per_execution` left at Keras's 1 and no
+    `RunConfig.steps_per_loop`: the batch callbacks every batch, as Keras's."""
+    keras_record, ours_record = BatchRecord(), BatchRecord()
+    train, val = Batches(), Batches(32, seed=1)
+    theirs = parity.run_keras(classifier, train, epochs=2, validation_data=val, shuffle=False,
+                              callbacks=lambda: [keras_record])
+    keras_train, keras_val = train.calls, val.calls
+    train, val = Batches(), Batches(32, seed=1)
+    ours = _fit_without_steps_per_loop(classifier, tmp_path / "run", train, [ours_record],
+                                       replicas=2, epochs=2, validation_data=val,
+                                       shuffle=False)
+    our_train, our_val = train.calls, val.calls
     parity.assert_same(theirs, ours)
+    assert len(keras_record.calls) == 2 * 2 * 6  # begin and end, every batch of 2 epochs
+    _assert_same_batch_calls(ours_record.calls, keras_record.calls)
     assert keras_train == ["begin", "end"] * 3, keras_train
     # The engine's pipeline reads on across the end of the last epoch (up to
     # a whole pass ahead, its hooks with it) before fit returns.
