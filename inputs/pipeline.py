@@ -112,6 +112,39 @@ def with_shard_policy(ds: tf.data.Dataset, policy: str, deterministic: bool = Tr
     return ds.with_options(options)
 
 
+def with_run_options(ds: tf.data.Dataset, policy: str, deterministic: bool,
+                     where: str = "the dataset") -> tf.data.Dataset:
+    """The run's options on a dataset the engine did not build (a task's, the
+    data handed to `tfloop.fit`), merged into the dataset's own and never
+    loosening them: its order is part of what it asks for. A dataset whose
+    options leave `deterministic` unset is deterministic in TensorFlow (a
+    parallel `map` before a seeded `shuffle` keeps its order), so
+    `--deterministic=false` leaves it as it is (it relaxes only the engine's
+    own pipelines, `train_batches`/`eval_batches`); `--deterministic` makes
+    it deterministic whatever it set. The shard policy is the run's (the
+    resume's skip arithmetic assumes it); a dataset that chose another one
+    (not AUTO) is refused rather than overridden.
+
+    Raises:
+      InputError: the dataset's own `auto_shard_policy` differs from the run's.
+    """
+    own = ds.options()
+    run_policy = _SHARD_POLICIES[policy]
+    chosen = own.experimental_distribute.auto_shard_policy
+    if chosen not in (tf.data.experimental.AutoShardPolicy.AUTO, run_policy):
+        name = tf.data.experimental.AutoShardPolicy(chosen).name
+        instead = (f" or run with --auto_shard_policy={name.lower()}"
+                   if name.lower() in _SHARD_POLICIES else "")
+        raise InputError(
+            f"{where} sets options.experimental_distribute.auto_shard_policy={name} and the run "
+            f"shards by --auto_shard_policy={policy}; drop the dataset's option{instead}")
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = run_policy
+    if deterministic and own.deterministic is not True:
+        options.deterministic = True
+    return ds.with_options(options)
+
+
 #: What `train_batches`/`eval_batches` may hand over: floats in [0, 1], or the uint8 pixels.
 IMAGE_DTYPES = ("float32", "uint8")
 

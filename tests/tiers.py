@@ -46,6 +46,7 @@ COMPARING_MODULES = (
     "tests/engine/keras_fit/test_fit_keras_state.py",
     "tests/engine/keras_fit/test_parity_basics.py",
     "tests/engine/keras_fit/test_parity_keras_objects.py",
+    "tests/engine/keras_fit/test_parity_inputs.py",
     "tests/engine/keras_fit/test_parity_matrix.py",
     "tests/engine/keras_fit/test_parity_metrics_and_steps.py",
     "tests/engine/loop/test_distributed_equivalence.py",

@@ -88,21 +88,14 @@ def class_weighted(data: Any, class_weight: Optional[dict]) -> Any:
     weighs them. A class missing from the dict is refused, as in Keras."""
     if not class_weight:
         return data
+    if callable(getattr(data, "mapped", None)):  # a PyDataset (`py_dataset.PyDatasetInput`)
+        _class_table(class_weight)  # refused now, not once the run started
+        return data.mapped(lambda dataset: class_weighted(dataset, class_weight))
     if not isinstance(data, tf.data.Dataset):
         raise ConfigError("fit: class_weight= needs the training data as arrays or a "
                           "dataset, not a function; weigh the examples in it (a third "
                           "component, sample_weight)")
-    if not isinstance(class_weight, dict) or not all(
-            isinstance(k, (int, np.integer)) and k >= 0 for k in class_weight):
-        raise ConfigError("fit: class_weight must be a dict {class index: weight}")
-    table = np.zeros(max(class_weight) + 1, np.float32)
-    missing = [i for i in range(len(table)) if i not in class_weight]
-    if missing:
-        raise ConfigError(f"fit: class_weight has no weight for class(es) {missing}; give "
-                          "every class index from 0 to the largest one")
-    for index, weight in class_weight.items():
-        table[index] = weight
-    table = tf.constant(table)
+    table = tf.constant(_class_table(class_weight))
 
     def weigh(*element):
         x, y, sample_weight = split_element(element)
@@ -118,6 +111,22 @@ def class_weighted(data: Any, class_weight: Optional[dict]) -> Any:
         return x, y, weights
 
     return data.map(weigh)
+
+
+def _class_table(class_weight: Any) -> np.ndarray:
+    """`class_weight` as a table by class index; a class missing from the
+    dict is refused, as in Keras."""
+    if not isinstance(class_weight, dict) or not all(
+            isinstance(k, (int, np.integer)) and k >= 0 for k in class_weight):
+        raise ConfigError("fit: class_weight must be a dict {class index: weight}")
+    table = np.zeros(max(class_weight) + 1, np.float32)
+    missing = [i for i in range(len(table)) if i not in class_weight]
+    if missing:
+        raise ConfigError(f"fit: class_weight has no weight for class(es) {missing}; give "
+                          "every class index from 0 to the largest one")
+    for index, weight in class_weight.items():
+        table[index] = weight
+    return table
 
 
 def split_for_validation(x: Any, y: Any, sample_weight: Any, validation_split: float,

@@ -7,10 +7,12 @@ checkpoints; a Keras callback sees the run as `fit` would show it:
     on_epoch_begin(epoch)                before the first loop of an epoch (loops end on
                                          epoch boundaries), after the model's metrics
                                          are reset, as Keras resets them
-    on_train_batch_begin/end(batch, logs)  once per loop, not per step: a loop of N steps
-                                         is one call whose `batch` is the loop's last step
-                                         in the epoch and whose logs are the epoch's so
-                                         far, as Keras does with `steps_per_execution=N`
+    on_train_batch_begin/end(batch, logs)  once per loop: a loop is the compiled model's
+                                         `steps_per_execution` steps (Keras's 1 by
+                                         default; `RunConfig.steps_per_loop` when set),
+                                         counted from each epoch's start; `batch` and
+                                         the logs (the epoch's so far) are Keras's for
+                                         each execution (`Epochs.steps_per_execution`)
     on_test_begin/end(logs)              around the validation at an epoch's end; the
                                          model's metrics are reset after on_test_begin
     on_epoch_end(epoch, logs)            the epoch's logs, as Keras computes them
@@ -165,6 +167,11 @@ class Epochs:
       validation_freq: validate after every that many epochs.
       initial_epoch: the epoch the engine's step 0 starts (Keras's `initial_epoch`).
       verbose: Keras's verbosity (0 silent, 1 a progress bar, 2 a line per epoch).
+      steps_per_execution: the compiled model's `steps_per_execution` when it
+        sets the loops (None: `RunConfig.steps_per_loop` does): loops of that
+        many steps from each epoch's start, the epoch's last one shorter, as
+        Keras's executions, and `on_train_batch_end`'s `batch` as Keras numbers
+        them (`batch_end`).
     """
 
     steps_per_epoch: int
@@ -173,6 +180,28 @@ class Epochs:
     validation_freq: int = 1
     initial_epoch: int = 0
     verbose: int = 0
+    steps_per_execution: Optional[int] = None
+
+    def next_stop(self, step: int) -> int:
+        """Where the loop from global step `step` ends: the epoch's end, or
+        before it the next execution's start."""
+        stop = next_multiple(step, self.steps_per_epoch)
+        if self.steps_per_execution:
+            epoch_start = step - step % self.steps_per_epoch
+            stop = min(stop, epoch_start + next_multiple(step - epoch_start,
+                                                         self.steps_per_execution))
+        return stop
+
+    def batch_end(self, start: int, step: int) -> int:
+        """`on_train_batch_end`'s `batch` for the loop of global steps `start`
+        to `step`: its last step in the epoch; Keras numbers an epoch's last,
+        shorter execution as a whole one (11 batches at steps_per_execution=4:
+        3, 7, 11)."""
+        begin = start % self.steps_per_epoch
+        if (self.steps_per_execution and step % self.steps_per_epoch == 0
+                and begin % self.steps_per_execution == 0):
+            return begin + self.steps_per_execution - 1
+        return (step - 1) % self.steps_per_epoch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,6 +245,7 @@ class KerasCallbacks:
             [*here, *history], add_history=False, add_progbar=bool(verbose) and is_chief,
             model=model, verbose=verbose, epochs=epochs.epochs, steps=steps_per_epoch)
         self.model = model
+        self.counting = epochs
         self.steps_per_epoch, self.epochs = steps_per_epoch, epochs.epochs
         self.validates = epochs.validates
         self.is_chief = is_chief
@@ -274,7 +304,8 @@ class KerasCallbacks:
         # logs are the epoch's so far, as Keras's metrics are after each batch.
         epoch = self._epoch(loop.start)
         means = self._add(loop)
-        self.callbacks.on_train_batch_end((loop.step - 1) % self.steps_per_epoch, dict(means))
+        self.callbacks.on_train_batch_end(self.counting.batch_end(loop.start, loop.step),
+                                          dict(means))
         self._stop_if_asked("on_train_batch_end")
         if loop.step % self.steps_per_epoch == 0:  # the epoch's last loop
             if self.validates and (epoch + 1) % self.validation_freq == 0:
@@ -338,7 +369,7 @@ class KerasCallbacks:
         epoch = self._epoch(start)
         means = self._add(LoopEnd(start=start, step=step, target=step, num_steps=step - start,
                                   seconds=0.0, metrics=metrics))
-        self.callbacks.on_train_batch_end((step - 1) % self.steps_per_epoch, dict(means))
+        self.callbacks.on_train_batch_end(self.counting.batch_end(start, step), dict(means))
         if not getattr(self.model, "stop_training", False):
             return False
         self._end_epoch(epoch, means, agree=False)  # every worker saw the same numbers
@@ -359,7 +390,7 @@ class _TrainSide(Action):
         self.owner.train_begin(step)
 
     def next_stop(self, step: int) -> Optional[int]:
-        return next_multiple(step, self.owner.steps_per_epoch)
+        return self.owner.counting.next_stop(step)
 
     def loop_begin(self, step: int) -> None:
         self.owner.loop_begin(step)

@@ -20,7 +20,7 @@ import keras
 import tensorflow as tf
 
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.keras_fit import callbacks, epochs, keras_state, steps
+from tfloop.engine.keras_fit import callbacks, epochs, keras_state, py_dataset, steps
 from tfloop.engine.recipe import keras_bridge
 from tfloop.engine.task import Task
 from tfloop.engine.task.compiled_model import (CompiledLoss, MetricObjects, check_loss,
@@ -39,7 +39,8 @@ class CompiledModelTask(Task):
     uses_compile = True
 
     def __init__(self, model_fn: Callable[[], Any], train_data: Any, *, global_batch_size: int,
-                 validation_data: Any = None):
+                 validation_data: Any = None,
+                 loop_length: Optional[Callable[[keras.Model], Optional[int]]] = None):
         self.model_fn = model_fn
         self._train, self._validation = train_data, validation_data
         self.global_batch_size = global_batch_size
@@ -49,12 +50,16 @@ class CompiledModelTask(Task):
         self._steps: Optional[steps.ModelSteps] = None
         #: `compile(jit_compile=True)`: the engine's step compiles with XLA (--jit_compile).
         self.jit_compile = False
+        #: The steps of one loop from the compiled model's `steps_per_execution`
+        #: (`loop_length(model)`, fit's; None: RunConfig.steps_per_loop's loops),
+        #: decided when the model is built: a refusal comes before anything is written.
+        self._loop_length = loop_length
+        self.steps_per_execution: Optional[int] = None
         #: The epoch's running sums, checkpointed (`engine.keras_fit.callbacks`).
         self.epoch_state = callbacks.EpochState()
         #: The user's batches' element spec, for Keras's compiled metrics
         #: (`engine.keras_fit.keras_state`); a function's once the engine called it.
-        self.element_spec = (train_data.element_spec
-                             if isinstance(train_data, tf.data.Dataset) else None)
+        self.element_spec = getattr(train_data, "element_spec", None)  # a dataset's, a PyDataset's
 
     def checkpointed(self) -> dict:
         """The epoch's running sums and every metric variable of the model
@@ -100,6 +105,8 @@ class CompiledModelTask(Task):
         keras_state.symbolic_build(model, self._element_spec(strategy), strategy)
         self.model = model
         self.jit_compile = bool(getattr(model, "jit_compile", False))
+        if self._loop_length is not None:
+            self.steps_per_execution = self._loop_length(model)
         parameter_servers = isinstance(strategy,
                                        tf.distribute.experimental.ParameterServerStrategy)
         if steps.overridden(model):
@@ -139,10 +146,11 @@ class CompiledModelTask(Task):
             self.model.reset_metrics()
 
     def _zeros(self):
-        if not isinstance(self._train, tf.data.Dataset):
+        spec = getattr(self._train, "element_spec", None)
+        if spec is None:
             raise ConfigError("fit: the model is not built (no keras.Input) and the training "
                               "data is a function; give the model a keras.Input(shape)")
-        x, _, _ = epochs.split_element(self._train.element_spec)
+        x, _, _ = epochs.split_element(spec)
         return tf.nest.map_structure(
             lambda spec: tf.zeros([1, *spec.shape[1:]], spec.dtype), x)
 
@@ -158,8 +166,11 @@ class CompiledModelTask(Task):
     def probe_dataset(self, context: InputContext) -> Optional[tf.data.Dataset]:
         """A fresh pipeline only from a function of the context: a dataset
         object handed to `fit` is the run's own (its shuffle's seeds are shared
-        by every iterator of it), so it gets no probe."""
-        return self.train_dataset(context) if callable(self._train) else None
+        by every iterator of it), and a PyDataset's reads call its hooks, so
+        neither gets a probe."""
+        if not callable(self._train) or isinstance(self._train, py_dataset.PyDatasetInput):
+            return None
+        return self.train_dataset(context)
 
     def eval_dataset(self, context: InputContext) -> Optional[tf.data.Dataset]:
         if self._validation is None:

@@ -33,6 +33,9 @@ loss, metrics and optimizer run through the engine's step
   `steps_per_epoch` (required);
 - NumPy arrays `x, y` (a tuple or dict of them for several inputs), with
   `batch_size` (32 when not given), as `model.fit(x, y)` takes them;
+- a `keras.utils.PyDataset` (`keras.utils.Sequence`): each epoch its
+  `len()` batches, its hooks called as Keras's fit calls them
+  (`engine.keras_fit.py_dataset`);
 - a function `(InputContext) -> dataset` of global batches of
   `context.global_batch_size` (= `batch_size=`, else `config.global_batch_size`),
   built once per input pipeline, with `steps_per_epoch`. In a cluster this is
@@ -46,6 +49,7 @@ whole global batch and the engine shards it (`--auto_shard_policy=data`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -62,13 +66,13 @@ from tfloop.engine.errors import ConfigError, NonFinite
 from tfloop.engine.keras_fit import arrays
 from tfloop.engine.keras_fit import callbacks as callbacks_lib
 from tfloop.engine.keras_fit import epochs as epochs_lib
-from tfloop.engine.keras_fit import keras_state
+from tfloop.engine.keras_fit import keras_state, py_dataset
 from tfloop.engine.keras_fit.compiled import CompiledModelTask
 from tfloop.engine.loop.actions import RunActions, progress_logger
 from tfloop.engine.assembly.run import run
 from tfloop.engine.run_dir import layout
 from tfloop.engine.runtime import devices as devices_lib
-from tfloop.engine.runtime import files
+from tfloop.engine.runtime import files, logs
 from tfloop.engine.strategies import adoption
 from tfloop.collectives import device_names
 
@@ -98,15 +102,20 @@ def fit(model_fn: Union[keras.Model, Callable[[], keras.Model]], train_data: Any
     is evaluated at the end of every `validation_freq`-th epoch;
     `validation_steps` batches of it, or all. `train_data` may be arrays with
     `y` (and `batch_size`, `shuffle`, `sample_weight`), as for `model.fit`
-    (`engine.keras_fit.arrays`); `class_weight` and `initial_epoch` are
-    Keras's. docs/keras.md lists each argument against Keras's and the
+    (`engine.keras_fit.arrays`), or a `keras.utils.PyDataset` (`shuffle`
+    shuffles its batch order each epoch, from `RunConfig.seed`);
+    `class_weight` and `initial_epoch` are Keras's. docs/keras.md lists each argument against Keras's and the
     parity test that proves it.
     `verbose`: as Keras's ("auto" and 1: a progress bar, 2: one line per
     epoch, 0: silent); with 2 (as Keras advises where nobody watches a
     terminal: a cluster, a log file) the engine's lines too (set-up, resume,
     checkpoints, an early stop) but not its per-loop progress lines; with 1
-    only its warnings, which would otherwise break the bar.
-    A model compiled with `jit_compile=True` trains with XLA (--jit_compile).
+    only its warnings, which would otherwise break the bar; with 0 nothing
+    is printed, the engine's lines going to Python logging only.
+    A model compiled with `jit_compile=True` trains with XLA (--jit_compile);
+    its `steps_per_execution` is the length of the engine's loops (batch
+    callbacks once per execution, as Keras's), unless `RunConfig.steps_per_loop`
+    was set.
 
     Called again with the same `model_dir` after it finished, it trains
     nothing (the epochs are the run's total, as Keras's `initial_epoch`
@@ -128,33 +137,39 @@ def fit(model_fn: Union[keras.Model, Callable[[], keras.Model]], train_data: Any
     train_data, validation_data = _data(
         train_data, y, sample_weight, class_weight, validation_split, validation_data,
         batch_size=batch_size, validation_batch_size=validation_batch_size, shuffle=shuffle,
-        seed=config.seed)
+        seed=config.seed, steps_per_epoch=steps_per_epoch)
+    steps_per_epoch_given = steps_per_epoch is not None
     global_batch, steps_per_epoch = _batch_and_epoch(train_data, steps_per_epoch, batch_size,
                                                      config)
     counting = callbacks_lib.Epochs(
         steps_per_epoch=steps_per_epoch, epochs=epochs, validates=validation_data is not None,
         validation_freq=validation_freq, initial_epoch=initial_epoch, verbose=verbose)
     backup = callbacks_lib.backup_for(callbacks)
+    loops = _Loops(steps_per_loop=config.steps_per_loop if config.changed("steps_per_loop")
+                   else None, steps_per_epoch_given=steps_per_epoch_given)
     config, temporary = _run_config(config, train_data, counting, global_batch=global_batch,
                                     validation_steps=validation_steps, backup=backup,
                                     adopted=adopted)
     task = CompiledModelTask(model_fn, train_data, global_batch_size=global_batch,
-                             validation_data=validation_data)
+                             validation_data=validation_data,
+                             loop_length=lambda model: loops.execution(model, steps_per_epoch))
     history = keras.callbacks.History()
     driven: list[callbacks_lib.KerasCallbacks] = []
     add_actions = _keras_actions(callbacks, history, counting, task, driven)
     level = progress_logger.level
     if verbose == 2:  # Keras's epoch lines, and the engine's other lines (set-up, resume, stop)
         progress_logger.setLevel(logging.WARNING)
-    try:
-        result = _run(config, task, add_actions, driven, verbose=verbose == 2,
-                      strategy=model.distribute_strategy if model else None)
-    finally:
-        progress_logger.setLevel(level)
-        if temporary is not None:  # nobody can resume it: its name was never given
-            _remove_run_folder(temporary)
-    return _history(history, result, task, driven, config, backup=backup,
-                    temporary=temporary)
+    # verbose=0: silent as Keras's; the engine's lines go to Python logging only.
+    with logs.to_logging_only() if verbose == 0 else contextlib.nullcontext():
+        try:
+            result = _run(config, task, add_actions, driven, verbose=verbose == 2,
+                          strategy=model.distribute_strategy if model else None)
+        finally:
+            progress_logger.setLevel(level)
+            if temporary is not None:  # nobody can resume it: its name was never given
+                _remove_run_folder(temporary)
+        return _history(history, result, task, driven, config, backup=backup,
+                        temporary=temporary)
 
 
 def _adopted(model_fn: Any) -> Optional[keras.Model]:
@@ -195,9 +210,19 @@ def _check_epochs(epochs: Any, initial_epoch: Any, validation_freq: Any, verbose
 
 def _data(train_data: Any, y: Any, sample_weight: Any, class_weight: Optional[dict],
           validation_split: float, validation_data: Any, *, batch_size: Optional[int],
-          validation_batch_size: Optional[int], shuffle: bool, seed: int) -> tuple[Any, Any]:
+          validation_batch_size: Optional[int], shuffle: bool, seed: int,
+          steps_per_epoch: Optional[int]) -> tuple[Any, Any]:
     """The training and validation data as the engine takes them: arrays
-    batched (`engine.keras_fit.arrays`), a validation split cut off, class weights applied."""
+    batched (`engine.keras_fit.arrays`), a `keras.utils.PyDataset` as a
+    function of the run's context (`engine.keras_fit.py_dataset`), a
+    validation split cut off, class weights applied."""
+    if py_dataset.is_py_dataset(train_data):
+        train_data = py_dataset.PyDatasetInput(train_data, shuffle=shuffle,
+                                               steps_per_epoch=steps_per_epoch)
+    if py_dataset.is_py_dataset(validation_data):
+        validation_data = py_dataset.PyDatasetInput(validation_data, shuffle=False,
+                                                    validation=True,
+                                                    where="validation_data")
     train_data, y, sample_weight, validation_data = arrays.split_for_validation(
         train_data, y, sample_weight, validation_split, validation_data)
     train_data = arrays.training_data(train_data, y, sample_weight, batch_size=batch_size,
@@ -228,6 +253,10 @@ def _run_config(config: RunConfig, train_data: Any, counting: callbacks_lib.Epoc
                    eval_interval=(steps_per_epoch * (freq if counting.initial_epoch % freq == 0
                                                      else 1)) if counting.validates else 0,
                    eval_steps=validation_steps or -1, export=False, task="")
+    if not config.changed("steps_per_loop"):
+        # The loops end where the compiled model's steps_per_execution says
+        # (`_Loops`, known once it is built), at the latest at an epoch's end.
+        changes["steps_per_loop"] = steps_per_epoch
     if in_cluster and isinstance(train_data, tf.data.Dataset) and _has_peers() and (
             adopted is None or adopted.strategy != "multi_worker"):
         raise ConfigError(
@@ -241,6 +270,11 @@ def _run_config(config: RunConfig, train_data: Any, counting: callbacks_lib.Epoc
         changes.update(strategy=adopted.strategy, devices=adopted.devices)
     elif in_cluster and not config.changed("strategy") and _has_peers():
         changes["strategy"] = "multi_worker"  # the tutorial's MultiWorkerMirroredStrategy
+    if (changes.get("strategy", config.strategy) == "parameter_server"
+            and isinstance(train_data, py_dataset.PyDatasetInput)):
+        raise ConfigError("fit: a PyDataset under parameter_server: its workers run the input "
+                          "pipeline as a graph, where this process's Python cannot run; give "
+                          "train_data as a function (InputContext) -> tf.data.Dataset")
     changes.update(_checkpoints(config, backup, steps_per_epoch))
     if adopted is None and not config.changed("devices") and devices_lib.chosen():
         changes["devices"] = devices_lib.chosen()  # tfloop.use_devices(...)
@@ -255,17 +289,56 @@ def _run_config(config: RunConfig, train_data: Any, counting: callbacks_lib.Epoc
     return dataclasses.replace(config, **changes), temporary
 
 
+@dataclasses.dataclass(frozen=True)
+class _Loops:
+    """What decides the length of the engine's loops, as `fit` was called:
+    `RunConfig.steps_per_loop` when the user set it (None: not set), and
+    whether `steps_per_epoch` was given (not a finite dataset's own pass)."""
+
+    steps_per_loop: Optional[int]
+    steps_per_epoch_given: bool
+
+    def execution(self, model: keras.Model, steps_per_epoch: int) -> Optional[int]:
+        """The steps of one loop as the compiled model's `steps_per_execution`
+        says (Keras's 1 by default: batch callbacks every batch, as Keras's
+        `fit`), or None where `RunConfig.steps_per_loop` says it; a conflict
+        of the two, and an epoch that is not whole executions of a stream,
+        are refused in one line."""
+        per_execution = getattr(model, "steps_per_execution", 1) or 1
+        if not isinstance(per_execution, int) or per_execution < 1:
+            raise ConfigError(f"fit: compile(steps_per_execution={per_execution!r}) must be a "
+                              "positive integer")
+        if self.steps_per_loop is not None:
+            if per_execution not in (1, self.steps_per_loop):
+                raise ConfigError(
+                    f"fit: compile(steps_per_execution={per_execution}) and "
+                    f"RunConfig(steps_per_loop={self.steps_per_loop}) both set the steps of one "
+                    "loop (one batch-callback call each); give one")
+            return per_execution if per_execution > 1 else None
+        if self.steps_per_epoch_given and steps_per_epoch % per_execution:
+            # Keras runs whole executions from a stream: ceil(5 / 4) * 4 = 8
+            # steps in an epoch of steps_per_epoch=5 (measured, Keras 3.15).
+            raise ConfigError(
+                f"fit: steps_per_epoch={steps_per_epoch} is not a multiple of "
+                f"compile(steps_per_execution={per_execution}); Keras's fit would train "
+                f"{-(-steps_per_epoch // per_execution) * per_execution} steps per epoch "
+                "(whole executions); give a multiple")
+        return per_execution
+
+
 def _keras_actions(callbacks: Sequence[Any], history: keras.callbacks.History,
                    counting: callbacks_lib.Epochs, task: CompiledModelTask,
                    driven: list) -> Callable[..., RunActions]:
     """`run`'s `add_actions`: the Keras callbacks driven by two actions, made
-    once the model is built (and kept in `driven`, for what fit does after);
-    the compiled metrics they may read were built with the model, as Keras's
-    `fit` builds them (`keras_state`)."""
+    once the model is built (and kept in `driven`, for what fit does after),
+    the compiled metrics they may read built with the model, as Keras's `fit`
+    builds them (`keras_state`), and the loops as long as its
+    `steps_per_execution` (`_Loops`, decided when the task built the model)."""
     def add_actions(*, plan, strategy, model) -> RunActions:
+        counted = dataclasses.replace(counting, steps_per_execution=task.steps_per_execution)
         keras_callbacks = callbacks_lib.KerasCallbacks(
             # History last, as in Keras: it records what callbacks add to the logs.
-            [*callbacks, history], model=model, epochs=counting, is_chief=plan.role.is_chief,
+            [*callbacks, history], model=model, epochs=counted, is_chief=plan.role.is_chief,
             strategy=strategy if plan.spec.agrees_to_stop else None,
             task=callbacks_lib.TaskLogs(to_logs=task.keras_logs, val_logs=task.val_logs,
                                         reset_metrics=task.reset_metrics,
@@ -403,11 +476,16 @@ def _batch_and_epoch(train_data: Any, steps_per_epoch: Optional[int],
             raise ConfigError("fit: the training data never ends (.repeat()), so give "
                               "steps_per_epoch=, the steps of one epoch")
         return global_batch, steps_per_epoch or one_pass
+    if isinstance(train_data, py_dataset.PyDatasetInput):
+        if batch_size is not None and batch_size != train_data.batch_size:
+            raise ConfigError(f"fit: batch_size={batch_size} but the PyDataset's batches hold "
+                              f"{train_data.batch_size}; a PyDataset makes its own batches")
+        return train_data.batch_size, steps_per_epoch or train_data.num_batches
     if callable(train_data):
         if steps_per_epoch is None:
             raise ConfigError("fit: with a function for train_data give steps_per_epoch=, "
                               "the steps of one epoch")
         return batch_size or config.global_batch_size, steps_per_epoch
     raise ConfigError(f"fit: train_data is {type(train_data).__name__}; give a batched "
-                      "tf.data.Dataset (dataset.batch(n)) or a function (InputContext) -> "
-                      "dataset")
+                      "tf.data.Dataset (dataset.batch(n)), a keras.utils.PyDataset or a "
+                      "function (InputContext) -> dataset")

@@ -114,7 +114,7 @@ def train_dataset(task: Task, context: InputContext) -> tf.data.Dataset:
                         "trained on (read it and skip before decoding to make resuming "
                         "cheaper)", where, batches)
             dataset = dataset.skip(batches)
-    return inputs.with_shard_policy(dataset, context.shard_policy, context.deterministic)
+    return _with_run_options(dataset, context, where)
 
 
 def probe_dataset(task: Task, context: InputContext,
@@ -142,7 +142,21 @@ def eval_dataset(task: Task, context: InputContext) -> tf.data.Dataset:
     if tf.get_static_value(dataset.cardinality()) == tf.data.INFINITE_CARDINALITY:
         raise ConfigError(f"{where} never ends, and an evaluation is one pass over it; "
                           "drop its .repeat()")
-    return inputs.with_shard_policy(dataset, context.shard_policy, context.deterministic)
+    return _with_run_options(dataset, context, where)
+
+
+def _with_run_options(dataset: tf.data.Dataset, context: InputContext,
+                      where: str) -> tf.data.Dataset:
+    """The run's shard policy and `--deterministic` merged into the task's own
+    options, never loosening them (`inputs.with_run_options`): a task's
+    pipeline comes out in the order it asks for, so a seeded shuffle after a
+    parallel map resumes exactly. The built-in task's pipelines applied
+    `--deterministic=false` themselves (`inputs.train_batches`)."""
+    try:
+        return inputs.with_run_options(dataset, context.shard_policy, context.deterministic,
+                                       where=where)
+    except inputs.InputError as error:
+        raise ConfigError(str(error)) from None
 
 
 def _build(task: Task, method: str, context: InputContext) -> tf.data.Dataset:

@@ -6,8 +6,10 @@ script that wants what `bin/train` prints calls `configure_logging()` once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+from typing import Iterator
 
 from absl import logging as absl_logging
 
@@ -38,3 +40,39 @@ def configure_logging(level: int = logging.INFO) -> None:
     log.handlers[:] = [handler]
     log.setLevel(level)
     log.propagate = False
+
+
+@contextlib.contextmanager
+def to_logging_only() -> Iterator[None]:
+    """While it lasts, the library's lines reach only the handlers the
+    program configured: `tfloop.fit(verbose=0)` prints nothing, as Keras's
+    `fit(verbose=0)` prints nothing of its own.
+
+    Two things would print them otherwise. With no handler anywhere, Python's
+    `logging.lastResort` writes every warning (the engine's input-bound
+    notice) to stderr; and absl's `logging.info`, which TensorFlow's
+    checkpoint saver calls, runs `logging.basicConfig()` when the root logger
+    has no handler, putting a stderr handler there for the rest of the
+    process. A NullHandler on a root logger that has none stops both, and is
+    taken away after. The stdout handler `configure_logging` put on the
+    `tfloop` logger (a verbose run before this one) is set aside too; a
+    handler the program added itself stays.
+    """
+    root, ours = logging.getLogger(), logging.getLogger("tfloop")
+    added = []  # (logger, its NullHandler for the while)
+    if not root.handlers:
+        added.append((root, logging.NullHandler()))
+    set_aside = [h for h in ours.handlers if isinstance(h, _Stdout)]
+    if set_aside:  # `configure_logging` stopped propagation: no handler left is lastResort
+        added.append((ours, logging.NullHandler()))
+    for handler in set_aside:
+        ours.removeHandler(handler)
+    for logger, handler in added:
+        logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        for logger, handler in added:
+            logger.removeHandler(handler)
+        for handler in set_aside:
+            ours.addHandler(handler)

@@ -180,14 +180,16 @@ def test_run_takes_an_optimizer_object(tmp_path):
 @pytest.mark.parametrize("policy", ["data", "file", "off"])
 def test_the_engine_shards_a_task_dataset_by_the_resolved_policy(policy):
     """A task's own pipeline is sharded as the skip arithmetic assumes, not by
-    TensorFlow's AUTO default."""
-    context = InputContext.create(global_batch_size=32, num_input_pipelines=2,
-                                  shard_policy=policy, deterministic=False)
-    dataset = task_inputs.train_dataset(Tiny(), context)
-    options = dataset.options()
-    assert options.experimental_distribute.auto_shard_policy == getattr(
-        tf.data.experimental.AutoShardPolicy, policy.upper())
-    assert options.deterministic is False
+    TensorFlow's AUTO default; `--deterministic=false` leaves its order as it
+    asks (unset: deterministic), `--deterministic` pins it (issue 39, item 8)."""
+    for deterministic, expected in ((False, None), (True, True)):
+        context = InputContext.create(global_batch_size=32, num_input_pipelines=2,
+                                      shard_policy=policy, deterministic=deterministic)
+        dataset = task_inputs.train_dataset(Tiny(), context)
+        options = dataset.options()
+        assert options.experimental_distribute.auto_shard_policy == getattr(
+            tf.data.experimental.AutoShardPolicy, policy.upper())
+        assert options.deterministic is expected
 
 
 def test_task_mistakes_are_one_line_and_write_nothing(tmp_path, monkeypatch):
