@@ -48,6 +48,7 @@ from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError, ExportFailure
 from tfloop.engine.loop import actions
 from tfloop.engine.recipe import keras_bridge
+from tfloop.engine.recipe import objectives as objectives_lib
 from tfloop.engine.run_dir import checkpoint_files, checkpointing, export, run_lock
 from tfloop.engine.runtime import logs, script_exit
 from tfloop.engine.task import ClassificationTask, Task
@@ -162,7 +163,10 @@ def _run_planned(plan: Plan, strategy: tf.distribute.Strategy, *,
         checkpoint_files.remove_stale_temp(config.model_dir)
         export.remove_stale_staging(config.model_dir)
     built = parts.build_parts(plan, strategy, optimizer)
-    return Runner(plan, built, hooks=hooks, lock=lock).run_mode()
+    try:
+        return Runner(plan, built, hooks=hooks, lock=lock).run_mode()
+    finally:  # the user's optimizers reduce their own gradients again (Keras's fit after)
+        objectives_lib.release(built.objectives)
 
 
 def export_checkpoint(config: RunConfig, *, step: Optional[int] = None,

@@ -78,6 +78,14 @@ def disable_implicit_gradient_reduction(optimizer: keras.optimizers.Optimizer) -
     setattr(_hooked(optimizer), _HOOK, lambda grads_and_vars: list(grads_and_vars))
 
 
+def restore_implicit_gradient_reduction(optimizer: keras.optimizers.Optimizer) -> None:
+    """Undoes `disable_implicit_gradient_reduction` when a run ends: the
+    optimizer is the user's (a compiled model's, `run(optimizer=)`'s), and
+    Keras's own `model.fit` under a strategy afterwards must reduce the
+    replicas' gradients again, or it would apply one replica's alone."""
+    vars(_hooked(optimizer)).pop(_HOOK, None)
+
+
 @contextlib.contextmanager
 def reducing_gradients(optimizer: keras.optimizers.Optimizer,
                        all_reduce: Callable[[list, list], list]) -> Iterator[None]:

@@ -178,6 +178,13 @@ def _check_whole_step(task: Any, step: Any, bound: Sequence[BoundObjective],
                           "compile without it (jit_compile=False)")
 
 
+def release(objectives: Sequence[BoundObjective]) -> None:
+    """Gives the optimizers back as they came: Keras's own gradient
+    reduction, which `_ready` turned off for the run, is on again."""
+    for objective in objectives:
+        keras_bridge.restore_implicit_gradient_reduction(objective.optimizer)
+
+
 def own_gradients(task: Any):
     """The task's own step, `task.gradients`, where its class defines one
     (the base `Task.gradients` is the engine's step); else None."""

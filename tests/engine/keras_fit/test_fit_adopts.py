@@ -92,3 +92,23 @@ def test_which_strategies_are_adopted_and_as_what():
     with pytest.raises(ConfigError, match=r"^fit: the model was built under a object, which fit "
                        r"cannot adopt"):
         adoption.adopted_placement(object())
+
+
+def test_after_fit_the_scripts_optimizer_reduces_as_keras_again(tmp_path):
+    """The engine turns Keras's own gradient reduction off for its run and on
+    again after it: one epoch of tfloop.fit then one of Keras's `model.fit`
+    on the same model trains what two epochs of Keras's fit train (left off,
+    Keras's epoch would apply each replica's gradient alone)."""
+    data = parity.dataset(EXAMPLES, BATCH)
+    strategy = parity.keras_strategy(2)
+    theirs = parity.run_keras(_build, data, epochs=2)
+
+    model = _built_in(strategy)
+    fit(model, data, epochs=1, verbose=0,
+        config=RunConfig(model_dir=str(tmp_path), steps_per_loop=1))
+    optimizer = model.optimizer
+    assert "_all_reduce_sum_gradients" not in vars(optimizer)
+    with strategy.scope():
+        model.fit(data, initial_epoch=1, epochs=2, verbose=0)
+    for (name, a), (_, b) in zip(parity._weights(model), theirs.weights):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=name)

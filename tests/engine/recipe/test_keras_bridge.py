@@ -124,7 +124,11 @@ def test_an_optimizer_made_outside_a_scope_moves_to_the_strategy_as_the_same_ins
     """`place_optimizer`: the same optimizer and `keras.Variable` objects,
     their values kept, their TensorFlow variables now the strategy's, and the
     update through it (a LossScaleOptimizer's inner optimizer too)."""
-    strategy = tf.distribute.MirroredStrategy(cpu_devices[:2])
+    # Reduction to one device: a fresh MirroredStrategy's default collective
+    # ops share instance keys with other strategies of the same test process
+    # (measured: a shape mismatch with another test's all-reduce under xdist).
+    strategy = tf.distribute.MirroredStrategy(
+        cpu_devices[:2], cross_device_ops=tf.distribute.ReductionToOneDevice())
     inner = keras.optimizers.SGD(0.25)
     optimizer = keras.optimizers.LossScaleOptimizer(inner)
     variables = list(optimizer.variables)
