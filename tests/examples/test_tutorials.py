@@ -115,7 +115,10 @@ def test_a_task_py_shaped_like_the_ai_platform_posts_equals_keras_on_two_workers
 
     post = _module(original)
     monkeypatch.chdir(tmp_path)
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    # (reduction to one device: a fresh strategy's default collective ops can
+    # take an instance key another in-process test's all-reduce holds)
+    strategy = tf.distribute.MirroredStrategy(
+        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
     keras.utils.set_random_seed(1)  # as the post, before its model
     with strategy.scope():
         model = post.create_model()
