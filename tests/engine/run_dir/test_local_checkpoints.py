@@ -61,8 +61,14 @@ def test_a_kill_at_157_resumes_from_the_local_150_not_the_durable_100(tmp_path):
     # The durable one at the end; the run finished, so its local folder is gone.
     assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-170")
     assert not os.path.lexists(folder)
+    # The reference in a process of its own too: this one's state (op determinism
+    # another test enabled, say) can change float32 sums in the last bits.
     reference = tmp_path / "uninterrupted"
-    run(RunConfig(**dict(SMALL, model_dir=str(reference), train_steps=170, devices="cpu:0")))
+    uninterrupted = subprocess.run(
+        [sys.executable, "-c", KILL_AT_STEP, json.dumps(dict(
+            SMALL, model_dir=str(reference), train_steps=170, devices="cpu:0")), "-1"],
+        capture_output=True, text=True, timeout=300, env=bin_env(), cwd=REPO)
+    assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
     expected = _weights(reference)
     got = _weights(model_dir)
     for name, value in expected.items():
