@@ -18,7 +18,6 @@ parameter servers) is refused in one line naming the way that works.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
 
 import tensorflow as tf
 
@@ -57,11 +56,7 @@ def adopted_placement(strategy: tf.distribute.Strategy) -> AdoptedPlacement:
 
 def _local_devices(strategy: tf.distribute.Strategy) -> str:
     """This process's replica devices, as `--devices` names them (`cpu:0,cpu:1`)."""
-    return device_names.short_list(_device_names(strategy.extended.worker_devices))
-
-
-def _device_names(devices: Sequence[str]) -> list[str]:
-    return [device_names.short(device) for device in devices]
+    return device_names.short_list(strategy.extended.worker_devices)
 
 
 def check_agrees(placement: AdoptedPlacement, *, strategy: str, devices: str,
