@@ -153,10 +153,29 @@ def test_loader_refusals_are_one_line(tmp_path, data_dir):
     assert "image/class/label [0] is not one label in [1, 1000] (1-based" in error(folder)
     (folder / "synsets.txt").write_text("a\n\nb\n")
     assert "synsets.txt has an empty line" in error(folder)
+    (folder / "synsets.txt").write_text("a\nb\n")
+    _write(folder / "train-00000-of-00003", [_example(encoded=jpeg)])
+    _write(folder / "train-00001-of-00003", [_example(encoded=jpeg)] * 2)
+    with open(folder / "train-00001-of-00003", "r+b") as f:
+        f.truncate(os.path.getsize(folder / "train-00001-of-00003") - 5)
+    assert "train-00001-of-00003 is damaged: record 1 (byte" in error(folder)
     assert "--augment='crop' is not one of: none, inception" in error(data_dir, augment="crop")
     with pytest.raises(InputError, match="--augment=inception applies to --dataset="
                                          "image_folder or imagenet; --dataset=synthetic"):
         inputs.load("synthetic", augment="inception")
+
+
+def test_ilsvrc_shard_counts_give_its_example_counts_unread(tmp_path):
+    """The references hard-code ILSVRC-2012's sizes; a split of its 128
+    validation shards is taken to hold its 50,000 images (a header walk of the
+    real 1.28 M train records would cost every start seconds)."""
+    jpeg = tf.io.encode_jpeg(np.full((20, 30, 3), 90, np.uint8)).numpy()
+    _write(tmp_path / "train-00000-of-00001", [_example(encoded=jpeg)] * 3)
+    for i in range(128):
+        _write(tmp_path / f"validation-{i:05d}-of-00128", [_example(encoded=jpeg)])
+    loaded = inputs.load("imagenet", data_dir=str(tmp_path))
+    assert (len(loaded.train), len(loaded.eval)) == (3, 50_000)
+    assert loaded.input_shape == (224, 224, 3)  # the default --image_size
 
 
 def test_preprocessing_shapes_dtype_and_stateless_randomness():
