@@ -323,7 +323,7 @@ def train_batches(
     (`inputs.exact_epochs`: a partial batch trains as Keras's `fit` trains
     it); resume skips `start_step` whole batches. Without it the passes run
     into each other (the leftovers of one share a batch with the next). Not
-    under `file` sharding, where each worker reads its own files.
+    under `file` sharding over several workers, where each reads its own files.
     """
     _check_image_dtype(image_dtype)
     policy = resolve_shard_policy(split, shard_policy, num_workers)
@@ -333,7 +333,7 @@ def train_batches(
     if positional and policy == "file" and num_workers > 1:
         split, tf_policy = _own_files(split, input_pipeline_id, num_workers), "off"
     ds, decode = _shuffled_source(split, seed)
-    if exact_epochs and policy != "file":
+    if exact_epochs and (policy != "file" or num_workers == 1):
         start = (examples_to_skip // global_batch_size if examples_to_skip is not None
                  else start_step)
         ds = (_exact_epochs_positional(ds, decode, global_batch_size, split.image_shape,

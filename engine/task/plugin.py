@@ -289,8 +289,7 @@ class ClassificationTask(Task):
     def train_examples(self) -> Optional[int]:
         """The train split's size; None where its files were not counted
         (`--dataset=imagenet` on a remote filesystem)."""
-        return getattr(self.splits.train, "count", None) if isinstance(
-            self.splits.train, inputs.ImageNetRecords) else len(self.splits.train)
+        return _examples(self.splits.train)
 
     def build_model(self):
         shape, classes = self.splits.input_shape, self.splits.num_classes
@@ -359,10 +358,15 @@ def check_defines(task: Task) -> None:
                           "defines build_model, train_dataset and loss (or objectives)")
 
 
+def _examples(split) -> Optional[int]:
+    """The split's size; None for ImageNet records not counted (remote)."""
+    return split.count if isinstance(split, inputs.ImageNetRecords) else len(split)
+
+
 def _split_size(split) -> str:
-    files = getattr(split, "files", None)
-    return f"{len(files)} files ({len(split)} examples)" if files is not None else (
-        f"{len(split)} examples")
+    files, count = getattr(split, "files", None), _examples(split)
+    examples = "examples not counted" if count is None else f"{count} examples"
+    return f"{len(files)} files ({examples})" if files is not None else examples
 
 
 def load(reference: str, config: Any, *,

@@ -102,6 +102,25 @@ def test_the_converter_writes_the_layout_and_every_record_reads_back(tree, data_
     assert len(first_shard) > 1
 
 
+def test_a_ram_filesystem_folder_converts_loads_and_batches_as_the_local_one(tree, splits):
+    """Through tf.io.gfile: ram:// here, gs:// for users (not counted there)."""
+    out = imagenet_convert.write(tree, "ram://imagenet_test/out", num_shards=4,
+                                 eval_fraction=0.25)
+    assert tf.io.gfile.listdir("ram://imagenet_test") == ["out"]  # no staging left
+    remote = inputs.load("imagenet", data_dir=out, image_size=SIZE)
+    assert remote.train.count is None and remote.class_names == splits.class_names
+    task = ClassificationTask(dataset="imagenet", data_dir=out, image_size=SIZE)
+    task.prepare()
+    assert task.train_examples is None and "4 files (examples not counted)" in task.describe()
+
+    def first(split):
+        return _take(inputs.train_batches(split, global_batch_size=6, seed=1,
+                                          image_dtype="uint8"), 2)
+    for a, b in zip(first(remote.train), first(splits.train)):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+
+
 def test_labels_are_one_based_in_the_files_and_boxes_are_read():
     jpeg = tf.io.encode_jpeg(np.full((20, 30, 3), 90, np.uint8)).numpy()
     record = _example(label=3, encoded=jpeg, xmin=[0.1], ymin=[0.2], xmax=[0.5], ymax=[0.9])
@@ -234,7 +253,7 @@ def test_augmented_stream_is_seeded_per_position_and_resumes_exactly(splits):
 def test_exact_epochs_of_the_augmented_stream_resume_exactly(splits):
     def stream(start_step=0):
         return inputs.train_batches(splits.train, global_batch_size=4, seed=3,
-                                    image_dtype="uint8", exact_epochs=True, shard_policy="data",
+                                    image_dtype="uint8", exact_epochs=True,
                                     start_step=start_step)
 
     straight = _take(stream(), 10)  # 18 examples: 5 batches an epoch, the last of 2
@@ -324,15 +343,21 @@ def test_bin_converts_then_trains_and_resumes_on_the_imagenet_layout(tree, tmp_p
     done = run_bin("convert_to_tfrecord", "--format=imagenet", "--source=image_folder",
                    f"--data_dir={tree}", f"--output_dir={out}", "--num_shards=2")
     assert done.returncode == 0, done.stderr[-2000:]
-    model_dir = str(tmp_path / "run")
     common = ["--dataset=imagenet", f"--data_dir={out}", f"--image_size={SIZE}", "--model=cnn",
               "--strategy=mirrored", "--devices=cpu:0,cpu:1", "--global_batch_size=4",
               "--steps_per_loop=2", "--checkpoint_interval=2", "--summary_interval=0",
-              f"--model_dir={model_dir}", "--seed=3", "--deterministic"]
-    first = run_bin("train", *common, "--train_steps=2")
-    assert first.returncode == 0, first.stderr[-2000:]
-    second = run_bin("train", *common, "--train_steps=4")
-    assert second.returncode == 0, second.stderr[-2000:]
-    metrics = json.load(open(os.path.join(model_dir, "metrics.json")))
-    assert metrics["step"] == 4 and metrics["start_step"] == 2
-    assert "dataset imagenet: 2 files (19 examples) to train on" in first.stdout, first.stdout
+              "--seed=3", "--deterministic", "--mode=train", "--noexport"]
+    resumed, straight = str(tmp_path / "resumed"), str(tmp_path / "straight")
+    for model_dir, steps in ((resumed, 2), (resumed, 6), (straight, 6)):
+        done = run_bin("train", *common, f"--model_dir={model_dir}", f"--train_steps={steps}")
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "dataset imagenet: 2 files (19 examples) to train on" in done.stdout, done.stdout
+    metrics = json.load(open(os.path.join(resumed, "metrics.json")))
+    assert metrics["step"] == 6 and metrics["start_step"] == 2
+    # Stopped at step 2 and resumed: the crops and flips an uninterrupted run trained on
+    # (19 examples, 4 a step: the stop and the end sit in different epochs).
+    a, b = tf.train.load_checkpoint(resumed), tf.train.load_checkpoint(straight)
+    names = [n for n in a.get_variable_to_shape_map() if n.startswith("model_weights/")]
+    assert names
+    for name in names:
+        np.testing.assert_allclose(a.get_tensor(name), b.get_tensor(name), rtol=1e-6, atol=1e-7)
