@@ -266,18 +266,15 @@ def test_exact_epochs_of_the_augmented_stream_resume_exactly(splits):
             np.testing.assert_array_equal(a, b)
 
 
-def test_two_workers_get_their_own_files_and_resume_exactly(splits):
-    def steps(worker, start_step, count):
+@pytest.mark.parametrize("policy", ["file", "data"])
+def test_two_workers_shard_the_augmented_stream_and_resume_exactly(splits, policy):
+    def steps(worker, start_step, count, workers=2):
         ds = inputs.train_batches(splits.train, global_batch_size=4, seed=4,
-                                  start_step=start_step, shard_policy="file", num_workers=2,
+                                  start_step=start_step, shard_policy=policy, num_workers=workers,
                                   image_dtype="uint8", input_pipeline_id=worker)
-        ds = inputs.with_run_options(ds, "file", True)  # as the engine hands it on: kept
-        assert ds.options().experimental_distribute.auto_shard_policy == (
-            tf.data.experimental.AutoShardPolicy.OFF)  # its own files already
-        return worker_batches(ds, 4, 2, worker, count)
+        ds = inputs.with_run_options(ds, policy, True)  # as the engine hands it on
+        return worker_batches(ds, 4, workers, worker, count)
 
-    labels_of = {path: {f["image/class/label"].int64_list.value[0] for f in _records(path)}
-                 for path in splits.train.files}
     assert inputs.resolve_shard_policy(splits.train, "auto", 2) == "file"
     seen = {}
     for worker in (0, 1):
@@ -285,11 +282,15 @@ def test_two_workers_get_their_own_files_and_resume_exactly(splits):
         for batch, resumed in zip(straight[2:], steps(worker, 2, 4)):
             for a, b in zip(batch, resumed):
                 np.testing.assert_array_equal(a, b)
-        assert all(len(y) == 2 for _, y in straight)
-        seen[worker] = np.concatenate([x for x, _ in straight])
-    # Two workers, disjoint files, distinct crops (positions numbered id, id + 2, ...).
-    assert not {i.tobytes() for i in seen[0]} & {i.tobytes() for i in seen[1]}
-    assert len(labels_of) == 4
+        assert all(len(y) == 2 for _, y in straight)  # half of each global batch of 4
+        seen[worker] = straight
+    if policy == "data":  # both read the whole stream and keep their halves of each batch
+        for (x0, y0), (x1, y1), (x, y) in zip(seen[0], seen[1], steps(0, 0, 6, workers=1)):
+            np.testing.assert_array_equal(np.concatenate([x0, x1]), x)
+            np.testing.assert_array_equal(np.concatenate([y0, y1]), y)
+    else:  # own files (dealt as TensorFlow deals them), positions id, id + 2, ...: no
+        crops = [{i.tobytes() for x, _ in seen[w] for i in x} for w in (0, 1)]  # shared crop
+        assert not crops[0] & crops[1]
 
 
 def test_normalization_in_the_step_and_in_the_export(splits):
@@ -300,6 +301,8 @@ def test_normalization_in_the_step_and_in_the_export(splits):
                 np.array(norm.std)).astype(np.float32)
     np.testing.assert_array_equal(inputs.to_float(pixels, norm).numpy(), expected)
     np.testing.assert_array_equal(tf.function(inputs.to_float)(pixels, norm).numpy(), expected)
+    np.testing.assert_array_equal(tf.function(inputs.to_float, jit_compile=True)(
+        pixels, norm).numpy(), expected)  # a lookup: exact on the device too
     unit = inputs.to_float(pixels).numpy()
     np.testing.assert_allclose(inputs.normalize_unit(unit, norm).numpy(), expected, atol=2e-6)
     task = ClassificationTask(dataset="imagenet", model="mlp")
