@@ -11,13 +11,18 @@ differ::
                                            RecordFiles: sorted file list, shuffled,
                                              interleaved (fixed cycle, deterministic),
                                              then the serialized records shuffled
+                                           ImageNetRecords: as RecordFiles
                                            ImageFiles: (path, label), shuffled
     repeat
+    number (position in the stream)        augmented splits only (`inputs.augment`)
     skip(start_step × examples per step)   exact resume, before any decoding
-    decode (parallel, order kept)          PNG records / image files → uint8
+    decode (parallel, order kept)          PNG records / image files → uint8;
+                                           JPEG records: cropped (at random by
+                                           (seed, position) to train), resized
     batch(global batch, drop remainder)
     cast to float in [0, 1]                with image_dtype="float32" (the default);
-                                           "uint8" leaves it to the step (`to_float`)
+                                           "uint8" leaves it to the step (`to_float`;
+                                           ImageNet's mean/std where the split has it)
 
 A GPU step should get uint8 batches and cast them itself: the host-to-device
 copy is then a quarter of the bytes, and the cast runs on the device inside
@@ -55,7 +60,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from tfloop.inputs import augment, data_errors, exact_epochs, image_folder, imagenet, tfrecord
+from tfloop.inputs import data_errors, exact_epochs, image_folder, imagenet, tfrecord
 from tfloop.inputs.context import examples_per_step
 from tfloop.inputs.errors import InputError
 from tfloop.inputs.splits import (Examples, ImageFiles, ImageNetRecords, Normalization,
@@ -346,7 +351,7 @@ def train_batches(
     ds = ds.repeat()
     if positional:
         first, stride = (input_pipeline_id, num_workers) if policy == "file" else (0, 1)
-        ds = numbered(ds, first=first, stride=stride)
+        ds = _numbered(ds, first=first, stride=stride)
     if examples_to_skip is None:
         examples_to_skip = start_step * examples_per_step(global_batch_size, policy, num_workers)
     if examples_to_skip:
@@ -371,7 +376,7 @@ def _own_files(split: ImageNetRecords, worker: int, workers: int) -> ImageNetRec
     return dataclasses.replace(split, files=split.files[worker::workers], count=None)
 
 
-def numbered(ds: tf.data.Dataset, *, first: int = 0, stride: int = 1) -> tf.data.Dataset:
+def _numbered(ds: tf.data.Dataset, *, first: int = 0, stride: int = 1) -> tf.data.Dataset:
     """(position, *element): positions `first, first + stride, ...` (int64).
 
     TensorFlow's `file` auto-sharding cannot walk through it (nor through
@@ -399,7 +404,7 @@ def _exact_epochs_positional(ds, decode, global_batch_size: int, image_shape, *,
     decoded at position k * global batch + j (unique over the endless stream,
     partial batches included)."""
     size = global_batch_size
-    ds = numbered(ds.batch(size).repeat())
+    ds = _numbered(ds.batch(size).repeat())
     if start_step:
         ds = ds.skip(start_step)
 
