@@ -131,6 +131,21 @@ def test_labels_are_one_based_in_the_files_and_boxes_are_read():
     assert none.shape == (0, 4)
 
 
+def test_the_train_crop_covers_a_tenth_of_the_object_box():
+    """A white 20x20 object in the corner of a black 100x100 image: with its box
+    every crop holds part of it; without, some crops miss it."""
+    image = np.zeros((100, 100, 3), np.uint8)
+    image[75:95, 75:95] = 255
+    jpeg = tf.io.encode_jpeg(image, quality=100)
+    box = tf.constant([[0.75, 0.75, 0.95, 0.95]])  # ymin, xmin, ymax, xmax
+
+    def bright(boxes):
+        return [int((augment.train_image(jpeg, augment.example_seed(0, p), SIZE, boxes)
+                     .numpy() > 128).sum()) for p in range(24)]
+    assert min(bright(box)) > 0
+    assert min(bright(None)) == 0
+
+
 def test_a_label_out_of_range_stops_the_run_naming_the_file_and_record(tmp_path):
     jpeg = tf.io.encode_jpeg(np.full((20, 30, 3), 90, np.uint8)).numpy()
     _write(tmp_path / "train-00000-of-00001",
