@@ -81,7 +81,7 @@ def _write_split(directory: str, name: str, paths, labels, class_names,
         _jpeg, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     writer, current = None, -1
     try:
-        for index, (encoded, height, width) in enumerate(images.as_numpy_iterator()):
+        for index, (encoded, height, width) in enumerate(_named(images, paths, labels)):
             shard = index * num_shards // count
             if shard != current:
                 if writer is not None:
@@ -94,6 +94,19 @@ def _write_split(directory: str, name: str, paths, labels, class_names,
         if writer is not None:
             writer.close()
     return files
+
+
+def _named(images: tf.data.Dataset, paths, labels):
+    """`images` as NumPy; an image that passed the loader's signature check
+    but does not decode stops the conversion with one line naming it
+    (`image_folder.explain`), not a TensorFlow traceback."""
+    try:
+        yield from images.as_numpy_iterator()
+    except tf.errors.OpError as error:
+        named = image_folder.explain(error, ImageFiles(tuple(paths), tuple(labels), (1, 1, 3)))
+        if named is None:
+            raise
+        raise InputError(named.replace("the run stopped", "the conversion stopped")) from None
 
 
 def write(data_dir: str, output_dir: str, *, num_shards: int,

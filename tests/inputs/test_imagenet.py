@@ -102,6 +102,19 @@ def test_the_converter_writes_the_layout_and_every_record_reads_back(tree, data_
     assert len(first_shard) > 1
 
 
+def test_an_image_that_does_not_decode_stops_the_conversion_naming_it(tmp_path):
+    tree = write_jpeg_tree(tmp_path / "photos", per_class=2)
+    broken = os.path.join(tree, "n02", "n02_1.JPEG")
+    with open(broken, "r+b") as f:  # a JPEG signature, then garbage
+        f.seek(40)
+        f.write(b"\x00" * 200)
+        f.truncate(300)
+    with pytest.raises(InputError) as info:
+        imagenet_convert.write(tree, str(tmp_path / "out"), num_shards=1, eval_fraction=0)
+    assert f"{broken} cannot be decoded as an image" in str(info.value)
+    assert "\n" not in str(info.value) and os.listdir(tmp_path) == ["photos"]  # nothing left
+
+
 def test_a_ram_filesystem_folder_converts_loads_and_batches_as_the_local_one(tree, splits):
     """Through tf.io.gfile: ram:// here, gs:// for users (not counted there)."""
     out = imagenet_convert.write(tree, "ram://imagenet_test/out", num_shards=4,
