@@ -91,6 +91,7 @@ class Verdict:
     input_rate: float  # examples/s, the pipeline alone
     step_rate: float  # examples/s, the step alone
     cores: int
+    together: Optional[float] = None  # examples/s, the engine with its input (the `engine` row)
 
     @property
     def per_core(self) -> float:
@@ -114,6 +115,17 @@ class Verdict:
         return max(1, -int(-self.step_rate // self.per_core))
 
     def line(self) -> str:
+        return self._bound_line() + self._together_line()
+
+    def _together_line(self) -> str:
+        """When the two together fall well under the slower alone: they share the cores."""
+        if self.together is None or self.together * CLOSE >= min(self.input_rate, self.step_rate):
+            return ""
+        return (f"; together {self.together:,.0f} examples/s, under either alone: the pipeline "
+                "and the step share this host's cores (a CPU step; on a GPU the step's cores "
+                "are the device's)")
+
+    def _bound_line(self) -> str:
         head = (f"input pipeline alone {self.input_rate:,.0f} examples/s on {self.cores} "
                 f"core(s) ({self.per_core:,.0f} per core); the step alone "
                 f"{self.step_rate:,.0f} examples/s: ")
@@ -134,11 +146,13 @@ class Verdict:
 
 def verdict(rows, cores_used: int) -> Optional[Verdict]:
     """From a benchmark's rows (`VariantRow`s or their dicts): the `input` row
-    against the `step` row; None without both."""
+    against the `step` row (the `engine` row, when there is one, beside them);
+    None without both."""
     rates = {_get(row, "variant"): _get(row, "median") for row in rows}
     if not rates.get("input") or not rates.get("step"):
         return None
-    return Verdict(input_rate=rates["input"], step_rate=rates["step"], cores=cores_used)
+    return Verdict(input_rate=rates["input"], step_rate=rates["step"], cores=cores_used,
+                   together=rates.get("engine"))
 
 
 def _get(row, key):

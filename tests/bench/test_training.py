@@ -82,6 +82,11 @@ def test_the_verdict_names_what_bounds_the_run(input_rate, step_rate, bound, say
     # Without both rows there is nothing to compare (the engine row is the two together).
     assert input_pipeline.verdict(rows[1:], cores_used=2) is None
     assert input_pipeline.verdict([r.__dict__ for r in rows[::2]], cores_used=2) is None
+    # The engine row (1 s for 100: 100/s) under either alone: they share the cores.
+    assert "together 100 examples/s, under either alone" in verdict.line()
+    faster = [rows[0], rows[1], training.VariantRow("engine", "engine", seconds=[100 / min(
+        input_rate, step_rate)], examples_per_rep=100)]
+    assert "together" not in input_pipeline.verdict(faster, cores_used=2).line()
 
 
 def test_the_input_variant_pulls_the_runs_own_pipeline(tmp_path):
