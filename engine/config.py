@@ -403,7 +403,8 @@ class RunConfig:
         "flip, resized; eval on the central 224/256 crop; random per example yet exact on "
         "resume) or none (image_folder: resized whole; imagenet: central crop). Empty: the "
         "dataset's default, none for image_folder, inception for imagenet.",
-        check=one_of(("none", "inception"), "known augmentation", empty_allowed=True), identity=True)
+        check=one_of(("none", "inception"), "known augmentation", empty_allowed=True),
+        identity=True)
     model_dir: str = LOOP.option(
         "runs/default", "Checkpoints, summaries/ and metrics.json; reusing it resumes the run. "
         "On a cluster: gs://... or a volume every task shares. Default on Vertex AI: "

@@ -1,4 +1,4 @@
-"""The standard ImageNet preprocessing: Inception-style random crop + flip to train, central crop to evaluate.
+"""The standard ImageNet preprocessing: Inception-style crop + flip to train, central crop to eval.
 
 As the references define it: tensorflow/models
 `official/legacy/image_classification/preprocessing.py` (`decode_crop_and_flip`,

@@ -1,4 +1,4 @@
-"""The ImageNet-layout converter: a class-per-folder tree of images in, `--dataset=imagenet`'s layout out.
+"""The ImageNet-layout converter: a class-per-folder tree of images in, that layout out.
 
 `bin/convert_to_tfrecord --source=image_folder --format=imagenet` calls
 `write`. It writes what tensorflow/models' `build_imagenet_data.py` writes
