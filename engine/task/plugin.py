@@ -277,7 +277,9 @@ class ClassificationTask(Task):
         splits = self.splits
         evaluated = (f"{_split_size(splits.eval)} to evaluate" if splits.eval is not None
                      else "no eval split")
-        classes = (f", classes {', '.join(splits.class_names)}" if splits.class_names else "")
+        names = splits.class_names
+        classes = ("" if not names else f", classes {', '.join(names)}" if len(names) <= 20
+                   else f", {len(names)} classes ({', '.join(names[:3])}, ..., {names[-1]})")
         return (f"{self.name + ': ' if self.name else ''}dataset {self.dataset}: "
                 f"{_split_size(splits.train)} to train on, {evaluated}{classes}")
 

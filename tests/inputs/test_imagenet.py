@@ -4,6 +4,7 @@ preprocessing (shapes, dtype, stateless per-example randomness, exact resume,
 multi-worker file sharding), ImageNet's normalization in the step and the
 export, and one short `bin/train` run that resumes."""
 
+import dataclasses
 import json
 import os
 
@@ -125,6 +126,10 @@ def test_a_ram_filesystem_folder_converts_loads_and_batches_as_the_local_one(tre
     task = ClassificationTask(dataset="imagenet", data_dir=out, image_size=SIZE)
     task.prepare()
     assert task.train_examples is None and "4 files (examples not counted)" in task.describe()
+    task.splits = dataclasses.replace(task.splits, class_names=tuple(
+        f"n{i:08d}" for i in range(1000)))  # ILSVRC's synsets: one line, not 1000 names
+    assert task.describe().endswith(", 1000 classes (n00000000, n00000001, n00000002, ..., "
+                                    "n00000999)")
 
     def first(split):
         return _take(inputs.train_batches(split, global_batch_size=6, seed=1,
