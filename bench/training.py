@@ -101,6 +101,7 @@ class TrainBenchConfig:
     model: str = "mlp"
     dataset: str = "synthetic"
     data_dir: str = ""
+    augment: str = ""  # the dataset's own default (imagenet: inception)
     devices: tuple[str, ...] = ("/cpu:0",)
     global_batch_size: int = 256
     collective: str = "auto"
@@ -214,7 +215,8 @@ def _splits(config: TrainBenchConfig):
     from tfloop import inputs
 
     return inputs.load(config.dataset, data_dir=config.data_dir, seed=config.seed,
-                       image_size=config.image_size, num_classes=config.num_classes)
+                       image_size=config.image_size, num_classes=config.num_classes,
+                       augment=config.augment)
 
 
 def _train_dataset(config: TrainBenchConfig, image_dtype: str = "float32"):
@@ -243,7 +245,7 @@ def run_config(config: TrainBenchConfig, model_dir: str, **fields) -> RunConfig:
     values = dict(
         strategy="mirrored", devices=device_names.short_list(config.devices),
         collective=config.collective, model=config.model, dataset=config.dataset,
-        data_dir=config.data_dir, model_dir=model_dir,
+        data_dir=config.data_dir, augment=config.augment, model_dir=model_dir,
         image_size=config.image_size, num_classes=config.num_classes,
         synthetic_on_device=config.synthetic_on_device,
         global_batch_size=config.global_batch_size,
