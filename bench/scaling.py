@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from tfloop.bench import cost_fit, cost_model
 from tfloop.bench.cost_model import Topology, Unavailable
@@ -74,17 +74,21 @@ class Compute:
                        f"(global batch split N ways, linear in the batch; {what})")
 
     @staticmethod
-    def shared_host(per_replica: dict[int, float], cores: int, what: str) -> "Compute":
-        """Logical devices of one host: N replicas share `cores` cores, so the
-        step is one replica's measured step at its batch (`per_replica[N]`,
-        measured alone with the threads a replica of N gets), times N / min(N, cores)."""
+    def shared_host(per_replica: Mapping[int, float], parallelism: Mapping[int, float],
+                    what: str) -> "Compute":
+        """Logical devices of one host: N replicas share its cores, so the step
+        is one replica's step at its batch (`per_replica[N]`, timed alone with
+        the threads a replica of N gets) times N / `parallelism[N]`, the
+        speedup N busy processes get on the host (min(N, cores) when the host
+        is otherwise idle; less when other work shares it)."""
         def seconds(n: int) -> float:
-            if n not in per_replica:
-                raise Unavailable(f"no one-device measurement for {n} replicas' batch")
-            return per_replica[n] * n / min(n, cores)
+            if n not in per_replica or n not in parallelism:
+                raise Unavailable(f"no one-replica measurement for {n} replicas")
+            return per_replica[n] * n / parallelism[n]
 
-        return Compute(seconds, f"compute: one replica's step measured alone at batch B/N, "
-                                f"x N/min(N, {cores} cores) ({what})")
+        shown = ", ".join(f"{n}: {p:.2f}" for n, p in sorted(parallelism.items()))
+        return Compute(seconds, f"compute: one replica's step timed alone at batch B/N, "
+                                f"x N / the host's measured parallelism ({shown}) ({what})")
 
 
 # -- what is all-reduced ----------------------------------------------------------------------

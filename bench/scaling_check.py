@@ -2,11 +2,16 @@
 machine measures, in one run.
 
 Logical CPU devices share the host's cores: N replicas compute side by side
-only as far as the cores go. So the prediction for N replicas of a global
-batch B is built from measurements of ONE replica, never of N::
+only as far as the cores go, and on a shared machine only as far as the
+cores other work leaves. So the prediction for N replicas of a global batch
+B is built from measurements of ONE replica and of the host, never of N
+replicas::
 
     compute(N) = (one replica's step, timed alone at batch B/N with the
-                  intra-op threads a replica of N gets) x N / min(N, cores)
+                  intra-op threads a replica of N gets)
+                 x N / P(N)      P(N): what N busy processes get done at once,
+                                 probed (`host_parallelism`) before and after
+                                 the measured runs: min(N, cores) when idle
     comm(N)    = the step's all-reduces as `--collective=auto` routes them,
                  each latency + per_byte * bytes fitted from a
                  bin/bench_collectives sweep on N devices (latencies overlap
@@ -25,6 +30,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import statistics
 import subprocess
 import sys
 from typing import Sequence
@@ -38,6 +44,18 @@ COUNTS = (1, 2, 4)
 SWEEP_SIZES = "1K:16M"  # the mlp's 40 B .. the cnn's 11 MB gradients
 #: One run of a binary; a shared 2-core machine has taken minutes for one.
 RUN_TIMEOUT_S = 1200
+#: The probe of the host's parallelism: float32 matmuls on one BLAS thread,
+#: timed in each of k processes started together (about 0.2 s each here). A
+#: matmul, not a Python loop: the step's work is matmuls and convolutions, and
+#: two hyperthreads of one core share its vector units (a Python loop would
+#: count them as two cores).
+_BUSY = ("import sys, time\nimport numpy as np\na = np.ones((512, 512), np.float32)\n"
+         "b = a @ a\nstart = time.perf_counter()\n"
+         "for _ in range(int(sys.argv[1])): b = a @ a\n"
+         "print(time.perf_counter() - start)\n")
+PROBE_MATMULS = 100
+_ONE_BLAS_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                           "MKL_NUM_THREADS")}
 
 
 def _run(bin_dir: str, binary: str, args: Sequence[str], log: str, progress: Progress) -> None:
@@ -58,6 +76,31 @@ def _run(bin_dir: str, binary: str, args: Sequence[str], log: str, progress: Pro
 
 def _devices(n: int) -> str:
     return ",".join(f"cpu:{i}" for i in range(n))
+
+
+def _busy(k: int) -> float:
+    """Mean seconds of the probe's loop in `k` processes started together."""
+    env = dict(os.environ, **_ONE_BLAS_THREAD)
+    processes = [subprocess.Popen([sys.executable, "-c", _BUSY, str(PROBE_MATMULS)],
+                                  stdout=subprocess.PIPE, text=True, env=env)
+                 for _ in range(k)]
+    times = []
+    for process in processes:
+        out, _ = process.communicate(timeout=120)
+        times.append(float(out))
+    return sum(times) / k
+
+
+def host_parallelism(counts: Sequence[int], repeats: int = 3) -> dict[int, float]:
+    """P(k) = k x t(1) / t(k): how many processes' worth of work k busy
+    processes get done at once on this host now (k up to the free cores on an
+    idle host, fewer while other work shares it); the median of `repeats`."""
+    samples: dict[int, list[float]] = {k: [] for k in counts}
+    for _ in range(repeats):
+        one = _busy(1)
+        for k in counts:
+            samples[k].append(1.0 if k == 1 else k * one / _busy(k))
+    return {k: statistics.median(v) for k, v in samples.items()}
 
 
 def sweep_collectives(out: str, bin_dir: str, progress: Progress) -> list[cost_fit.Fit]:
@@ -83,8 +126,9 @@ def _engine_step(folder: str) -> tuple[float, dict]:
 
 
 def measure_model(model: str, out: str, bin_dir: str, common: Sequence[str],
-                  progress: Progress) -> tuple[dict[int, float], list[dict]]:
-    """One replica alone at each batch B/N, then the N-device sweep measured."""
+                  progress: Progress) -> tuple[dict[int, float], dict[int, float], list[dict]]:
+    """One replica alone at each batch B/N, then the N-device sweep measured
+    with the host's parallelism probed before and after it."""
     from tfloop.engine.runtime import devices as engine_devices
 
     alone = {}
@@ -97,23 +141,28 @@ def measure_model(model: str, out: str, bin_dir: str, common: Sequence[str],
              os.path.join(folder, "log.txt"), progress)
         alone[n], _ = _engine_step(folder)
     folder = os.path.join(out, model, "measured")
+    before = host_parallelism(COUNTS)
     _run(bin_dir, "bench_train",
          [*common, f"--devices={_devices(max(COUNTS))}", f"--global_batch_size={GLOBAL_BATCH}",
           f"--device_counts={','.join(map(str, COUNTS))}", "--noplot", f"--output_dir={folder}"],
          os.path.join(folder, "log.txt"), progress)
+    after = host_parallelism(COUNTS)
+    parallelism = {n: (before[n] + after[n]) / 2 for n in COUNTS}
+    progress(f"  host parallelism around it (1, 2, 4 busy processes): "
+             + ", ".join(f"{parallelism[n]:.2f}" for n in COUNTS))
     measured = [_engine_step(os.path.join(folder, f"{n}dev"))[1] for n in COUNTS]
     alone[1] = _engine_step(os.path.join(folder, "1dev"))[0]  # one device is one replica
-    return alone, measured
+    return alone, parallelism, measured
 
 
-def compare(model: str, alone: dict[int, float], measured: list[dict],
-            fits: Sequence[cost_fit.Fit], cores: int) -> list[dict]:
+def compare(model: str, alone: dict[int, float], parallelism: dict[int, float],
+            measured: list[dict], fits: Sequence[cost_fit.Fit], cores: int) -> list[dict]:
     """Predicted beside measured, per device count."""
     sizes = scaling.travelling_sizes(scaling.model_variable_sizes(model), "float32")
     work = scaling.Workload(
         name=model, sizes=sizes,
-        compute=scaling.Compute.shared_host(alone, cores, "bin/bench_train, engine variant, "
-                                            "median"),
+        compute=scaling.Compute.shared_host(alone, parallelism,
+                                            "bin/bench_train, engine variant, median"),
         examples=lambda n: GLOBAL_BATCH, batch=f"{GLOBAL_BATCH} global",
         device_kind="cpu", in_flight=cores)
     costs = scaling.CostSource(fits)
@@ -128,7 +177,7 @@ def compare(model: str, alone: dict[int, float], measured: list[dict],
                          low=row["low"], high=row["high"],
                          error=predicted / row["median"] - 1,
                          compute_ms=step.compute * 1e3, comm_ms=step.comm * 1e3,
-                         basis=step.basis))
+                         parallelism=parallelism[n], basis=step.basis))
     return rows
 
 
@@ -142,14 +191,17 @@ def _unused_link():
 def table(rows: Sequence[dict], cores: int) -> str:
     """Markdown: predicted vs measured examples/s and the error."""
     lines = ["| model | devices | predicted examples/s | measured (median) | min – max | error "
-             "| compute ms | all-reduce ms |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| compute ms | all-reduce ms | host parallelism |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['model']} | {r['devices']} | {r['predicted']:,.0f} | "
                      f"{r['measured']:,.0f} | {r['low']:,.0f} – {r['high']:,.0f} | "
-                     f"{r['error']:+.1%} | {r['compute_ms']:.3g} | {r['comm_ms']:.3g} |")
+                     f"{r['error']:+.1%} | {r['compute_ms']:.3g} | {r['comm_ms']:.3g} | "
+                     f"{r['parallelism']:.2f} |")
     lines += ["", f"global batch {GLOBAL_BATCH}, --collective=auto, {cores} cores; compute = one "
-              "replica's step timed alone at batch B/N x N/min(N, cores); all-reduce = fitted "
-              "from bin/bench_collectives on N devices (1 device: the measurement itself)"]
+              "replica's step timed alone at batch B/N x N / the host's parallelism (N busy "
+              "processes' speedup, probed before and after the measured runs); all-reduce = "
+              "fitted from bin/bench_collectives on N devices (1 device: the measurement itself)"]
     return "\n".join(lines)
 
 
@@ -168,9 +220,9 @@ def main(*, models: Sequence[str], steps: int, repetitions: int, output_dir: str
     common = ["--variants=engine", f"--steps={steps}", f"--repetitions={repetitions}"]
     rows = []
     for model in models:
-        alone, measured = measure_model(model, out, bin_dir, common + [f"--model={model}"],
-                                        progress)
-        rows += compare(model, alone, measured, fits, cores)
+        alone, parallelism, measured = measure_model(
+            model, out, bin_dir, common + [f"--model={model}"], progress)
+        rows += compare(model, alone, parallelism, measured, fits, cores)
     progress(table(rows, cores))
     progress(f"load average at the end {os.getloadavg()[0]:.2f}")
     path = report.write_json(os.path.join(output_dir, "against_measured.json"), dict(

@@ -187,11 +187,13 @@ def test_step_model_weak_strong_overlap_and_efficiency():
         _workload(sizes, 0.1, overlap="some")
 
 
-def test_shared_host_compute_divides_the_cores_among_replicas():
-    compute = scaling.Compute.shared_host({1: 0.010, 2: 0.006, 4: 0.0035}, cores=2, what="t")
+def test_shared_host_compute_divides_the_hosts_parallelism_among_replicas():
+    compute = scaling.Compute.shared_host({1: 0.010, 2: 0.006, 4: 0.0035},
+                                          {1: 1.0, 2: 2.0, 4: 1.75}, what="t")
     assert compute.seconds(2) == pytest.approx(0.006)  # two replicas side by side
-    assert compute.seconds(4) == pytest.approx(0.007)  # four on two cores: twice one's
-    with pytest.raises(Unavailable, match="no one-device measurement for 8"):
+    assert compute.seconds(4) == pytest.approx(0.008)  # four sharing 1.75 cores' worth
+    assert "parallelism (1: 1.00, 2: 2.00, 4: 1.75)" in compute.assumption
+    with pytest.raises(Unavailable, match="no one-replica measurement for 8"):
         compute.seconds(8)
 
 
@@ -264,3 +266,39 @@ def test_link_presets_name_their_sources():
     for link in (*links.INTRA.values(), *links.INTER.values()):
         assert link.source and link.bandwidth > 1e9 and 0 < link.latency < 1e-4
         assert math.isfinite(link.step_latency_tree)
+
+
+def test_against_measured_builds_the_prediction_from_one_replica_and_the_fits():
+    from tfloop.bench import scaling_check
+
+    [fit2] = cost_fit.fit_rows(_sweep_rows(40e-6, 1e-10, 2, "reduce_to_one_device"),
+                               statistic="best")
+    fits = [fit2] + cost_fit.fit_rows(
+        _sweep_rows(60e-6, 2e-10, 4, "reduce_to_one_device")
+        + _sweep_rows(50e-6, 3e-10, 4, "hierarchical_copy"), statistic="best")
+    measured = [dict(num_devices=n, rows=[dict(variant="engine", median=m, low=m, high=m)])
+                for n, m in ((1, 30_000.0), (2, 40_000.0), (4, 35_000.0))]
+    alone = {1: 256 / 30_000, 2: 0.0045, 4: 0.0025}
+    rows = scaling_check.compare("mlp", alone, {1: 1.0, 2: 1.8, 4: 2.0}, measured, fits, cores=2)
+    assert [r["devices"] for r in rows] == [1, 2, 4]
+    assert rows[0]["predicted"] == pytest.approx(30_000.0) and rows[0]["comm_ms"] == 0
+    # Two replicas: 4.5 ms x 2 / 1.8 of compute; the mlp's 6 gradients through
+    # reduce_to_one_device, latencies two at a time (2 cores).
+    mlp = [784 * 256 * 4, 1024, 256 * 256 * 4, 1024, 2560 * 4, 40]
+    comm2 = 3 * 40e-6 + 1e-10 * sum(mlp)
+    assert rows[1]["predicted"] == pytest.approx(256 / (0.0045 * 2 / 1.8 + comm2))
+    assert rows[1]["error"] == pytest.approx(rows[1]["predicted"] / 40_000 - 1)
+    # Four: auto sends the gradients below 256 KiB through hierarchical copy.
+    # Latencies 60, 60 (reduce to one) and 50 x 4 (hierarchical copy), two at a time:
+    # 60 + 50 + 50.
+    small = [1024, 1024, 2560 * 4, 40]
+    comm4 = 160e-6 + 2e-10 * (784 * 256 * 4 + 256 * 256 * 4) + 3e-10 * sum(small)
+    assert rows[2]["comm_ms"] == pytest.approx(1e3 * comm4)
+    assert "| mlp | 4 |" in scaling_check.table(rows, 2)
+
+
+def test_the_hosts_parallelism_probe():
+    from tfloop.bench import scaling_check
+
+    probed = scaling_check.host_parallelism([1, 2], repeats=1)
+    assert probed[1] == 1.0 and 0 < probed[2] < 2.6  # at most the two cores, and noise
