@@ -209,12 +209,12 @@ def main(*, models: Sequence[str], steps: int, repetitions: int, output_dir: str
          progress: Progress = print) -> list[dict]:
     """Measures, predicts, prints the table; writes `against_measured.json`."""
     from tfloop import models as model_registry
-    from tfloop.launch import threads
+    from tfloop.engine.runtime import devices as engine_devices
 
     for model in models:
         model_registry.check(model)
     out = os.path.join(output_dir, "measured")
-    cores = threads.usable_cores()
+    cores = engine_devices.usable_cores()
     progress(f"measuring on {cores} cores (load average {os.getloadavg()[0]:.2f}) into {out}")
     fits = sweep_collectives(out, bin_dir, progress)
     common = ["--variants=engine", f"--steps={steps}", f"--repetitions={repetitions}"]

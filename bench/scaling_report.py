@@ -78,31 +78,29 @@ def as_json(workload: Workload, predictions: Sequence[Prediction], inputs: dict)
 
 def plot(workload: Workload, predictions: Sequence[Prediction], collectives: Sequence[str],
          path: str) -> str:
-    """examples/s (log-log, with linear scaling) and efficiency against devices."""
+    """Scaling efficiency against devices, one line per collective (its best
+    packing), hosts marked: on log-log examples/s every line hugs linear."""
     from tfloop.bench import report  # its device names import TensorFlow
 
     fig, ax = report._figure()
-    counts = [p.devices for p in predictions]
-    one = predictions[0].examples_per_second / (predictions[0].devices
-                                                 * predictions[0].efficiency)
-    ax.plot(counts, [one * n for n in counts], linestyle=":", color="grey", label="linear")
+    one = predictions[0].examples_per_second  # one device: the compute alone
     for name in collectives:
-        points = [(p.devices, workload.examples(p.devices) / p.by_collective[name].step)
-                  for p in predictions if name in p.by_collective]
+        points = [(p.devices, workload.examples(p.devices) / p.by_collective[name].step
+                   / (p.devices * one)) for p in predictions if name in p.by_collective]
         if points:
             ax.plot(*zip(*points), marker="o", label=name)
+    hosts = next((p.devices for p in predictions if p.hosts > 1), None)
+    if hosts:
+        ax.axvline(hosts, color="grey", linestyle=":", label=f"more than one host ({hosts}+)")
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+    ax.set_ylim(0, 1.05)
     ax.set_xlabel("devices")
-    ax.set_ylabel("examples / second (predicted)")
-    ax.set_title(f"{workload.name}: predicted scaling, batch {workload.batch}")
+    ax.set_ylabel("scaling efficiency (predicted)")
+    last = predictions[-1]
+    ax.set_title(f"{workload.name}, batch {workload.batch}: {last.examples_per_second:,.0f} "
+                 f"examples/s on {last.devices} ({last.best.choice})", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    twin = ax.twinx()
-    twin.plot(counts, [p.efficiency for p in predictions], color="black", linewidth=1,
-              label="efficiency (best)")
-    twin.set_ylim(0, 1.05)
-    twin.set_ylabel("scaling efficiency of the best choice")
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc="lower left")
     return report._save(fig, path)
 
 
