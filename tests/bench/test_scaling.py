@@ -268,32 +268,45 @@ def test_link_presets_name_their_sources():
         assert math.isfinite(link.step_latency_tree)
 
 
+def _engine_result(n, batch, median, high):
+    return dict(num_devices=n, config=dict(global_batch_size=batch),
+                rows=[dict(variant="engine", median=median, low=median / 2, high=high)])
+
+
 def test_against_measured_builds_the_prediction_from_one_replica_and_the_fits():
     from tfloop.bench import scaling_check
 
-    [fit2] = cost_fit.fit_rows(_sweep_rows(40e-6, 1e-10, 2, "reduce_to_one_device"),
-                               statistic="best")
-    fits = [fit2] + cost_fit.fit_rows(
-        _sweep_rows(60e-6, 2e-10, 4, "reduce_to_one_device")
+    fits = cost_fit.fit_rows(
+        _sweep_rows(40e-6, 1e-10, 2, "reduce_to_one_device")
+        + _sweep_rows(60e-6, 2e-10, 4, "reduce_to_one_device")
         + _sweep_rows(50e-6, 3e-10, 4, "hierarchical_copy"), statistic="best")
-    measured = [dict(num_devices=n, rows=[dict(variant="engine", median=m, low=m, high=m)])
+    measured = [_engine_result(n, 256, m, 1.5 * m)
                 for n, m in ((1, 30_000.0), (2, 40_000.0), (4, 35_000.0))]
-    alone = {1: 256 / 30_000, 2: 0.0045, 4: 0.0025}
-    rows = scaling_check.compare("mlp", alone, {1: 1.0, 2: 1.8, 4: 2.0}, measured, fits, cores=2)
+    alone = {1: measured[0], 2: _engine_result(1, 128, 128 / 0.0045, 128 / 0.003),
+             4: _engine_result(1, 64, 64 / 0.0025, 64 / 0.002)}
+    probed = {1: [1.0, 1.0], 2: [1.6, 1.8, 2.0], 4: [1.9, 2.0, 2.1]}
+    rows = scaling_check.compare("mlp", alone, probed, measured,
+                                 {"median": fits, "best": fits}, cores=2)
     assert [r["devices"] for r in rows] == [1, 2, 4]
-    assert rows[0]["predicted"] == pytest.approx(30_000.0) and rows[0]["comm_ms"] == 0
-    # Two replicas: 4.5 ms x 2 / 1.8 of compute; the mlp's 6 gradients through
-    # reduce_to_one_device, latencies two at a time (2 cores).
+    one = rows[0]["median"]
+    assert one["predicted"] == pytest.approx(30_000.0) and one["comm_ms"] == 0
+    # Two replicas, medians: 4.5 ms x 2 / P(2) = 1.8 of compute; the mlp's 6 gradients
+    # through reduce_to_one_device, latencies two at a time (2 cores).
     mlp = [784 * 256 * 4, 1024, 256 * 256 * 4, 1024, 2560 * 4, 40]
     comm2 = 3 * 40e-6 + 1e-10 * sum(mlp)
-    assert rows[1]["predicted"] == pytest.approx(256 / (0.0045 * 2 / 1.8 + comm2))
-    assert rows[1]["error"] == pytest.approx(rows[1]["predicted"] / 40_000 - 1)
-    # Four: auto sends the gradients below 256 KiB through hierarchical copy.
-    # Latencies 60, 60 (reduce to one) and 50 x 4 (hierarchical copy), two at a time:
-    # 60 + 50 + 50.
+    two = rows[1]["median"]
+    assert two["predicted"] == pytest.approx(256 / (0.0045 * 2 / 1.8 + comm2))
+    assert two["error"] == pytest.approx(two["predicted"] / 40_000 - 1)
+    # The best: the fastest repetitions on both sides, the highest P(2).
+    best = rows[1]["best"]
+    assert best["predicted"] == pytest.approx(256 / (0.003 * 2 / 2.0 + comm2))
+    assert best["measured"] == 60_000.0 and best["parallelism"] == 2.0
+    # Four: auto sends the gradients below 256 KiB through hierarchical copy;
+    # latencies 60, 60 (reduce to one) and 50 x 4, two at a time: 60 + 50 + 50.
     small = [1024, 1024, 2560 * 4, 40]
     comm4 = 160e-6 + 2e-10 * (784 * 256 * 4 + 256 * 256 * 4) + 3e-10 * sum(small)
-    assert rows[2]["comm_ms"] == pytest.approx(1e3 * comm4)
+    assert rows[2]["median"]["comm_ms"] == pytest.approx(1e3 * comm4)
+    assert rows[2]["median"]["compute_ms"] == pytest.approx(1e3 * 0.0025 * 4 / 2.0)
     assert "| mlp | 4 |" in scaling_check.table(rows, 2)
 
 
@@ -301,4 +314,4 @@ def test_the_hosts_parallelism_probe():
     from tfloop.bench import scaling_check
 
     probed = scaling_check.host_parallelism([1, 2], repeats=1)
-    assert probed[1] == 1.0 and 0 < probed[2] < 2.6  # at most the two cores, and noise
+    assert probed[1] == [1.0] and 0 < probed[2][0] < 2.6  # at most the two cores, and noise
