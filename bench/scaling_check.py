@@ -9,9 +9,16 @@ replicas::
 
     compute(N) = (one replica's step, timed alone at batch B/N with the
                   intra-op threads a replica of N gets)
-                 x N / P(N)      P(N): what N busy processes get done at once,
-                                 probed (`host_parallelism`) before and after
-                                 the measured runs: min(N, cores) when idle
+                 x N / min(P(N), T(N))
+                   P(N): what N busy processes get done at once, probed
+                         (`host_parallelism`) before and after the measured
+                         runs: min(N, cores) when the host is idle
+                   T(N): the intra-op threads of the N-replica process. TensorFlow
+                         has one intra-op pool per process, and the engine sizes it
+                         cores / replicas (1 here for 2 and 4 replicas): measured,
+                         2 replicas of the cnn took 2.1x one replica alone at
+                         half the batch while the probe said the host could run
+                         two processes at 2.07x (docs/performance.md)
     comm(N)    = the step's all-reduces as `--collective=auto` routes them,
                  each latency + per_byte * bytes fitted from a
                  bin/bench_collectives sweep on N devices (latencies overlap
@@ -103,6 +110,10 @@ def host_parallelism(counts: Sequence[int], repeats: int = 3) -> dict[int, list[
     return samples
 
 
+#: Steps per timed repetition by model, unless --steps says otherwise: about 3-5 s
+#: each here, so that a burst of other work lands inside repetitions, not on one.
+STEPS = {"mlp": 400, "cnn": 50}
+
 #: How a set of samples is summarised, on both sides alike: the median, and
 #: the best (the fastest repetition, the host's parallelism at its highest):
 #: on a shared machine the best is the least disturbed.
@@ -137,20 +148,27 @@ def engine_rate(result: dict, statistic: str) -> float:
     return row["median"] if statistic == "median" else row["high"]
 
 
+def pool_threads(n: int) -> int:
+    """The intra-op threads of a process with `n` CPU replicas, as the engine
+    sizes them (`engine.runtime.devices.intra_op_threads_for`; TF's default, all
+    usable cores, where it leaves the default)."""
+    from tfloop.engine.runtime import devices as engine_devices
+
+    threads = engine_devices.intra_op_threads_for([f"/cpu:{i}" for i in range(n)])
+    return threads or engine_devices.usable_cores()
+
+
 def measure_model(model: str, out: str, bin_dir: str, common: Sequence[str],
                   progress: Progress) -> tuple[dict[int, dict], dict[int, list[float]], list[dict]]:
     """One replica alone at each batch B/N, then the N-device sweep measured
     with the host's parallelism probed before and after it: the alone
     results, the probe's samples, the measured results."""
-    from tfloop.engine.runtime import devices as engine_devices
-
     alone = {}
     for n in COUNTS[1:]:
-        threads = engine_devices.intra_op_threads_for([f"/cpu:{i}" for i in range(n)])
         folder = os.path.join(out, model, f"alone_batch{GLOBAL_BATCH // n}")
         _run(bin_dir, "bench_train",
              [*common, "--devices=cpu:0", f"--global_batch_size={GLOBAL_BATCH // n}",
-              f"--intra_op_threads={threads or 0}", f"--output_dir={folder}"],
+              f"--intra_op_threads={pool_threads(n)}", f"--output_dir={folder}"],
              os.path.join(folder, "log.txt"), progress)
         alone[n] = _engine(folder)
     folder = os.path.join(out, model, "measured")
@@ -170,14 +188,15 @@ def measure_model(model: str, out: str, bin_dir: str, common: Sequence[str],
 
 
 def predict_rate(model: str, n: int, alone: dict[int, dict], probed: dict[int, list[float]],
-                 fits: Sequence[cost_fit.Fit], cores: int, statistic: str
-                 ) -> tuple[float, scaling.StepEstimate, float]:
-    """(examples/s, the step, P(N)) predicted for `n` replicas from one
-    replica's runs, the probe and the fits, every input summarised by `statistic`."""
+                 pools: dict[int, int], fits: Sequence[cost_fit.Fit], cores: int,
+                 statistic: str) -> tuple[float, scaling.StepEstimate, float]:
+    """(examples/s, the step, min(P(N), T(N))) predicted for `n` replicas from
+    one replica's runs, the probe, the processes' intra-op threads `pools` and
+    the fits, every input summarised by `statistic`."""
     summary = STATISTICS[statistic]
     seconds = {k: result["config"]["global_batch_size"] / engine_rate(result, statistic)
                for k, result in alone.items()}
-    parallelism = {k: summary(v) for k, v in probed.items()}
+    parallelism = {k: min(summary(v), pools[k]) for k, v in probed.items()}
     work = scaling.Workload(
         name=model, sizes=scaling.travelling_sizes(scaling.model_variable_sizes(model), "float32"),
         compute=scaling.Compute.shared_host(seconds, parallelism,
@@ -190,16 +209,16 @@ def predict_rate(model: str, n: int, alone: dict[int, dict], probed: dict[int, l
 
 
 def compare(model: str, alone: dict[int, dict], probed: dict[int, list[float]],
-            measured: list[dict], fits: dict[str, Sequence[cost_fit.Fit]], cores: int
-            ) -> list[dict]:
+            pools: dict[int, int], measured: list[dict],
+            fits: dict[str, Sequence[cost_fit.Fit]], cores: int) -> list[dict]:
     """Predicted beside measured, per device count, by both statistics."""
     rows = []
     for result in measured:
         n = result["num_devices"]
         row = dict(model=model, devices=n)
         for statistic in STATISTICS:
-            rate, step, parallelism = predict_rate(model, n, alone, probed, fits[statistic],
-                                                   cores, statistic)
+            rate, step, parallelism = predict_rate(model, n, alone, probed, pools,
+                                                   fits[statistic], cores, statistic)
             got = engine_rate(result, statistic)
             row[statistic] = dict(predicted=rate, measured=got, error=rate / got - 1,
                                   compute_ms=step.compute * 1e3, comm_ms=step.comm * 1e3,
@@ -229,8 +248,9 @@ def table(rows: Sequence[dict], cores: int) -> str:
             f"{best['measured']:,.0f} | {best['error']:+.1%} | {med['compute_ms']:.3g} | "
             f"{med['comm_ms']:.3g} | {med['parallelism']:.2f}/{best['parallelism']:.2f} |")
     lines += ["", f"global batch {GLOBAL_BATCH}, --collective=auto, {cores} cores; compute = one "
-              "replica's step timed alone at batch B/N x N / the host's parallelism P(N) (N busy "
-              "processes' speedup, probed before and after the measured runs); all-reduce = "
+              "replica's step timed alone at batch B/N x N / min(P(N), T(N)): P(N) N busy "
+              "processes' speedup, probed before and after the measured runs, T(N) the "
+              "process's intra-op threads (shown: the min); all-reduce = "
               "fitted from bin/bench_collectives on N devices; 1 device is the measurement "
               "itself. median: every input and the measurement by their medians; best: by "
               "their fastest repetitions (the highest P(N)); compute and all-reduce ms: median"]
@@ -250,12 +270,13 @@ def main(*, models: Sequence[str], steps: int, repetitions: int, output_dir: str
     progress(f"measuring on {cores} cores (load average {os.getloadavg()[0]:.2f}) into {out}")
     files = sweep_collectives(out, bin_dir, progress)
     fits = {statistic: cost_fit.fit_files(files, statistic=statistic) for statistic in STATISTICS}
-    common = ["--variants=engine", f"--steps={steps}", f"--repetitions={repetitions}"]
     rows = []
     for model in models:
-        alone, probed, measured = measure_model(
-            model, out, bin_dir, common + [f"--model={model}"], progress)
-        rows += compare(model, alone, probed, measured, fits, cores)
+        common = ["--variants=engine", f"--steps={steps or STEPS.get(model, 100)}",
+                  f"--repetitions={repetitions}", f"--model={model}"]
+        alone, probed, measured = measure_model(model, out, bin_dir, common, progress)
+        pools = {n: pool_threads(n) for n in COUNTS}
+        rows += compare(model, alone, probed, pools, measured, fits, cores)
     progress(table(rows, cores))
     progress(f"load average at the end {os.getloadavg()[0]:.2f}")
     path = report.write_json(os.path.join(output_dir, "against_measured.json"), dict(

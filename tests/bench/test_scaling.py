@@ -285,7 +285,8 @@ def test_against_measured_builds_the_prediction_from_one_replica_and_the_fits():
     alone = {1: measured[0], 2: _engine_result(1, 128, 128 / 0.0045, 128 / 0.003),
              4: _engine_result(1, 64, 64 / 0.0025, 64 / 0.002)}
     probed = {1: [1.0, 1.0], 2: [1.6, 1.8, 2.0], 4: [1.9, 2.0, 2.1]}
-    rows = scaling_check.compare("mlp", alone, probed, measured,
+    pools = {1: 2, 2: 2, 4: 1}  # the intra-op threads of each process
+    rows = scaling_check.compare("mlp", alone, probed, pools, measured,
                                  {"median": fits, "best": fits}, cores=2)
     assert [r["devices"] for r in rows] == [1, 2, 4]
     one = rows[0]["median"]
@@ -306,7 +307,9 @@ def test_against_measured_builds_the_prediction_from_one_replica_and_the_fits():
     small = [1024, 1024, 2560 * 4, 40]
     comm4 = 160e-6 + 2e-10 * (784 * 256 * 4 + 256 * 256 * 4) + 3e-10 * sum(small)
     assert rows[2]["median"]["comm_ms"] == pytest.approx(1e3 * comm4)
-    assert rows[2]["median"]["compute_ms"] == pytest.approx(1e3 * 0.0025 * 4 / 2.0)
+    # One intra-op thread for the four replicas' kernels: min(P(4), T(4)) = 1.
+    assert rows[2]["median"]["compute_ms"] == pytest.approx(1e3 * 0.0025 * 4 / 1)
+    assert rows[2]["median"]["parallelism"] == 1
     assert "| mlp | 4 |" in scaling_check.table(rows, 2)
 
 
