@@ -25,19 +25,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from typing import Any, Callable, Optional, Sequence
 
 import tensorflow as tf
 
 from tfloop.bench import allreduce, report, timing
+from tfloop.bench.sizes import format_size, parse_size  # noqa: F401  (this module's API too)
 from tfloop.bench.timing import Progress
 from tfloop.collectives import _values, registry
 from tfloop.collectives.interface import Collective, CollectiveError
 from tfloop.engine.runtime import devices as engine_devices
 
-_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-_SIZE_RE = re.compile(r"^(\d+)\s*([KMG]?)(?:I?B)?$", re.IGNORECASE)
 #: Element types the sweep can reduce.
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 #: Unit roundoff per dtype: the relative error of one rounding.
@@ -55,21 +53,6 @@ DEFAULT_MODEL_PACK_BYTES = 256 << 10
 #: a 2-core machine. `--full` is the nccl-tests range, about ten minutes there.
 DEFAULT_SIZES = "4K:4M"
 FULL_SIZES = "4K:256M"
-
-
-def parse_size(text: str) -> int:
-    """"4K" → 4096 ("4KiB", "4kb", "4096" too; K/M/G are powers of 1024)."""
-    match = _SIZE_RE.match(text.strip())
-    if not match:
-        raise ValueError(text)
-    return int(match.group(1)) * _UNITS[match.group(2).upper()]
-
-
-def format_size(num_bytes: int) -> str:
-    for unit in ("G", "M", "K"):
-        if num_bytes >= _UNITS[unit] and num_bytes % _UNITS[unit] == 0:
-            return f"{num_bytes // _UNITS[unit]}{unit}"
-    return str(num_bytes)
 
 
 def parse_sizes(spec: str) -> list[int]:

@@ -38,3 +38,7 @@ def export() -> None:
 
 def gpu_check() -> None:
     _run("gpu_check")
+
+
+def predict_scaling() -> None:
+    _run("predict_scaling")

@@ -27,12 +27,11 @@ as they are.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import tensorflow as tf
 
-from tfloop.collectives import _values, options
+from tfloop.collectives import _values, bucketing, options
 from tfloop.collectives.base import Wrapper
 from tfloop.collectives.interface import Collective, CollectiveError
 
@@ -77,22 +76,9 @@ class Packing(Wrapper):
         buckets = []
         for indices in groups.values():
             sizes = [_values.nbytes(values[i]) for i in indices]
-            if self.pack_bytes:
-                target = self.pack_bytes
-            else:
-                target = max(1, math.ceil(sum(sizes) / self.num_packs))
-            bucket, filled = [], 0
-            for i, size in zip(indices, sizes):
-                if size >= target:  # big enough alone: concatenating it only copies it
-                    buckets.append([i])
-                    continue
-                bucket.append(i)
-                filled += size
-                if filled >= target:
-                    buckets.append(bucket)
-                    bucket, filled = [], 0
-            if bucket:
-                buckets.append(bucket)
+            for bucket in bucketing.plan_buckets(
+                    sizes, num_packs=self.num_packs, pack_bytes=self.pack_bytes):
+                buckets.append([indices[j] for j in bucket])
         buckets.sort(key=lambda b: b[0])
         return buckets, passthrough
 
