@@ -554,7 +554,8 @@ class RunConfig:
         check=seconds)
     startup_timeout: float = CLUSTER.option(
         300.0, "multi_worker: seconds to wait for every task of TF_CONFIG's cluster to come "
-        "up before giving up (0: forever).", check=seconds)
+        "up before giving up, and --data_service: for its dispatcher (0: forever).",
+        check=seconds)
     auto_shard_policy: str = CLUSTER.option(
         "auto", "multi_worker input sharding: auto | file | data | off.",
         check=one_of(SHARD_POLICIES, "policy"))

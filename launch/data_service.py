@@ -95,6 +95,27 @@ def free_ports(n: int) -> list[int]:
             sock.close()
 
 
+def wait_reachable(address: str, timeout_s: float, *, on_wait: Callable[[], None] = lambda: None,
+                   poll_s: float = 1.0) -> bool:
+    """Whether something accepts connections at `grpc://host:port` within
+    `timeout_s` (0: for ever): a trainer pointed at nothing would otherwise
+    wait for the dispatcher forever. `on_wait` runs once, at the first miss."""
+    host, _, port = host_port(address, "--data_service").rpartition(":")
+    host = host.strip("[]")
+    deadline, waited = time.monotonic() + (timeout_s or float("inf")), False
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=min(poll_s, 5.0)):
+                return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            if not waited:
+                on_wait()
+                waited = True
+            time.sleep(poll_s)
+
+
 def die_with_parent() -> None:
     """`preexec_fn` of a child: SIGKILL when the supervisor dies (Linux; a
     no-op elsewhere), so no data worker outlives a killed supervisor."""

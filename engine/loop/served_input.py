@@ -40,6 +40,7 @@ import tensorflow as tf
 from tfloop import inputs
 from tfloop.engine.errors import ConfigError
 from tfloop.inputs import service
+from tfloop.launch import data_service
 
 logger = logging.getLogger(__name__)
 
@@ -71,9 +72,18 @@ def job_name(prefix: str, *, start_step: int, global_batch_size: int) -> str:
 
 
 def serve(dataset: tf.data.Dataset, *, address: str, prefix: str, start_step: int,
-          global_batch_size: int, where: str) -> tf.data.Dataset:
+          global_batch_size: int, where: str, wait_s: float) -> tf.data.Dataset:
     """`dataset` produced by the service at `address`, after the one-line
-    refusals of a pipeline its workers cannot run (`inputs.service`)."""
+    refusals of a pipeline its workers cannot run (`inputs.service`) and of
+    an address where nothing answers within `wait_s` (`--startup_timeout`:
+    a dispatcher pod may start after the trainer's)."""
+    reachable = data_service.wait_reachable(address, wait_s, on_wait=lambda: logger.info(
+        "--data_service=%s: waiting up to %gs for its dispatcher", address, wait_s))
+    if not reachable:
+        raise ConfigError(
+            f"--data_service={address}: no dispatcher answers there (waited {wait_s:g}s, "
+            "--startup_timeout); start one (bin/data_service prints its address) or fix the "
+            "address")
     try:
         service.check_servable(dataset, where)
         job = job_name(prefix, start_step=start_step, global_batch_size=global_batch_size)

@@ -197,7 +197,7 @@ class StrategySpec(abc.ABC):
             train_dataset = served_input.serve(
                 train_dataset, address=plan.inputs.data_service, prefix=plan.inputs.service_job,
                 start_step=start_step, global_batch_size=config.global_batch_size,
-                where=f"{type(task).__name__}.train_dataset")
+                where=f"{type(task).__name__}.train_dataset", wait_s=config.startup_timeout)
         return Trainer(
             strategy=strategy, model=model, objectives=objectives, collective=plan.collective,
             train_dataset=train_dataset,
