@@ -64,7 +64,7 @@ def address_error(text: str, flag: str = "--data_service") -> Optional[str]:
 
 def host_port(text: str, flag: str) -> str:
     """`host:port` from `grpc://host:port` or `host:port`, checked."""
-    address = text if text.startswith(SCHEME) else SCHEME + text
+    address = text if "://" in text else SCHEME + text
     message = address_error(address, flag)
     if message:
         raise ServiceError(message)
