@@ -38,3 +38,7 @@ def export() -> None:
 
 def gpu_check() -> None:
     _run("gpu_check")
+
+
+def data_service() -> None:
+    _run("data_service")

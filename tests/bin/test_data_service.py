@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from tests.helpers import REPO, assert_one_line_error, bin_env, process_alive, run_bin
+from helpers import REPO, assert_one_line_error, bin_env, process_alive, run_bin
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 _WORKER = re.compile(r"data worker (\d+) \(pid (\d+)\)")
