@@ -1,7 +1,8 @@
 """The tf.data service on loopback: bin/data_service and bin/train --data_service.
 
 A run whose train pipeline the service's two data workers prepare trains to
-its end and writes its checkpoints, and both workers did work: the pipeline
+its end and writes its checkpoints (and the same command resumes it, on a
+new pass of the data), and both workers did work: the pipeline
 (tests/bin/served_task.py) leaves a file named after the pid of the process
 that ran it, so the test reads who worked, never how fast. A data worker
 SIGKILLed mid-run stops nothing: the run finishes (exit 0) on the other.
@@ -112,6 +113,12 @@ def test_a_run_trains_on_two_data_workers_and_both_work(service, tmp_path):
     assert {"ckpt-12.index", "ckpt-24.index"} <= set(os.listdir(tmp_path / "run")), output
     worked = _workers_marked(str(marks))
     assert set(worked) == set(service.worker_pids.values()), (worked, service.worker_pids)
+    # The same command resumes, on a new pass (a served pipeline cannot skip exactly).
+    resumed = _train(service, tmp_path / "run", steps=32, marks=str(marks))
+    output, _ = resumed.communicate(timeout=240)
+    assert resumed.returncode == 0, output
+    assert "resumes at step 24 on a new pass" in output and "-step24-batch8" in output, output
+    assert "ckpt-32.index" in os.listdir(tmp_path / "run"), output
     assert service.stop() == 0, service.stderr()
     assert not any(process_alive(pid) for pid in service.pids()), service.stderr()
     assert "stopping the data workers" in service.stderr()
