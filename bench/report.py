@@ -254,6 +254,9 @@ def training_table(results: Sequence[TrainBenchResult | dict]) -> str:
                      f"({peaks or 'unknown'}); measured float32 matmul rate "
                      f"{result['matmul_gflops']:.1f} GFLOP/s, "
                      f"{result['machine'].rsplit(', ', 1)[-1]}")
+    for result in results:
+        if result.get("bound"):
+            lines.append(f"{result['num_devices']} device(s): {result['bound']['line']}")
     return "\n".join(lines)
 
 

@@ -56,13 +56,13 @@ from typing import Any, Callable, Optional, Sequence
 import keras
 import tensorflow as tf
 
-from tfloop.bench import report, sweep, timing
+from tfloop.bench import input_pipeline, report, sweep, timing
 from tfloop.engine.loop import iterators
 from tfloop.engine.loop.replica_step import replica_gradients
 from tfloop.engine.loop.trainer import INPUT_OPTIONS
 from tfloop.engine.observe import step_flops
 from tfloop.bench.timing import Progress
-from tfloop.bench.variants import VARIANTS
+from tfloop.bench.variants import DEFAULT_VARIANTS, VARIANTS
 from tfloop.collectives import device_names
 from tfloop.engine.config import RunConfig
 from tfloop.engine.runtime import devices as engine_devices
@@ -100,6 +100,7 @@ class TrainBenchConfig:
 
     model: str = "mlp"
     dataset: str = "synthetic"
+    data_dir: str = ""
     devices: tuple[str, ...] = ("/cpu:0",)
     global_batch_size: int = 256
     collective: str = "auto"
@@ -113,7 +114,7 @@ class TrainBenchConfig:
     jit_compile: bool = False
     mixed_precision: str = "float32"
     fused_optimizer: bool = RunConfig.fused_optimizer  # the engine's default (the fused update)
-    variants: tuple[str, ...] = VARIANTS
+    variants: tuple[str, ...] = DEFAULT_VARIANTS
     output_dir: str = ""
     seed: int = 0
     image_size: int = 0
@@ -212,8 +213,8 @@ def baseline_strategy(config: TrainBenchConfig) -> tf.distribute.Strategy:
 def _splits(config: TrainBenchConfig):
     from tfloop import inputs
 
-    return inputs.load(config.dataset, seed=config.seed, image_size=config.image_size,
-                       num_classes=config.num_classes)
+    return inputs.load(config.dataset, data_dir=config.data_dir, seed=config.seed,
+                       image_size=config.image_size, num_classes=config.num_classes)
 
 
 def _train_dataset(config: TrainBenchConfig, image_dtype: str = "float32"):
@@ -237,33 +238,49 @@ def _build(config: TrainBenchConfig, splits):
     return model, optimizers.build(config.optimizer, config.learning_rate)
 
 
+def run_config(config: TrainBenchConfig, model_dir: str, **fields) -> RunConfig:
+    """The `RunConfig` bin/train would run for `config` (`fields` override it)."""
+    values = dict(
+        strategy="mirrored", devices=device_names.short_list(config.devices),
+        collective=config.collective, model=config.model, dataset=config.dataset,
+        data_dir=config.data_dir, model_dir=model_dir,
+        image_size=config.image_size, num_classes=config.num_classes,
+        synthetic_on_device=config.synthetic_on_device,
+        global_batch_size=config.global_batch_size,
+        train_steps=config.steps * (config.repetitions + config.warmup),
+        steps_per_loop=config.steps,
+        checkpoint_interval=0, summary_interval=0, mode="train",
+        optimizer=config.optimizer, learning_rate=config.learning_rate, seed=config.seed,
+        # What the process already runs with, as every other variant does.
+        intra_op_threads=tf.config.threading.get_intra_op_parallelism_threads(),
+    )
+    return RunConfig(**dict(values, **fields))
+
+
 def time_engine(config: TrainBenchConfig, **speed_flags) -> list[float]:
     """Seconds per timed repetition of `engine.assembly.run.run`, one loop of `steps` each.
 
-    `speed_flags`: `RunConfig` speed fields to set (`jit_compile`,
-    `mixed_precision`, `fused_optimizer`); the engine's own defaults otherwise."""
+    `speed_flags`: `RunConfig` fields to set (`jit_compile`, `mixed_precision`,
+    `fused_optimizer`; `synthetic_on_device` for the step alone); the
+    engine's own defaults otherwise."""
     from tfloop.engine.assembly.run import run
 
     ends: list[float] = []
     with tempfile.TemporaryDirectory(prefix="bench_train-") as model_dir:
-        run_config = RunConfig(
-            strategy="mirrored", devices=device_names.short_list(config.devices), collective=config.collective,
-            model=config.model, dataset=config.dataset, model_dir=model_dir,
-            image_size=config.image_size, num_classes=config.num_classes,
-            synthetic_on_device=config.synthetic_on_device,
-            global_batch_size=config.global_batch_size,
-            train_steps=config.steps * (config.repetitions + config.warmup),
-            steps_per_loop=config.steps,
-            checkpoint_interval=0, summary_interval=0, mode="train",
-            optimizer=config.optimizer, learning_rate=config.learning_rate, seed=config.seed,
-            **speed_flags,
-            # What the process already runs with, as every other variant does.
-            intra_op_threads=tf.config.threading.get_intra_op_parallelism_threads(),
-        )
-        run(run_config, on_loop_end=lambda step, metrics: ends.append(time.perf_counter()))
+        run(run_config(config, model_dir, **speed_flags),
+            on_loop_end=lambda step, metrics: ends.append(time.perf_counter()))
     # Loop k's seconds: from the end of loop k-1 (the first loop, which
     # traces, has no start here and is always warm-up).
     return [b - a for a, b in zip(ends, ends[1:])][config.warmup - 1:]
+
+
+def time_input(config: TrainBenchConfig) -> list[float]:
+    """Seconds per repetition of `steps` batches of the run's own training
+    pipeline, built anew and pulled alone (`bench.input_pipeline`)."""
+    with tempfile.TemporaryDirectory(prefix="bench_train-") as model_dir:
+        dataset = input_pipeline.run_pipeline(run_config(config, model_dir))
+    return input_pipeline.time_batches(dataset, steps=config.steps,
+                                       repetitions=config.repetitions, warmup=config.warmup)
 
 
 class _EpochTimer(keras.callbacks.Callback):
@@ -346,6 +363,12 @@ class TrainBenchResult:
     machine: str
     #: precision -> the devices' peak (`engine.runtime.hardware.peak`): what mfu divides by.
     peaks: dict = dataclasses.field(default_factory=dict)
+    #: The cores the process could use (the input pipeline's).
+    cores: int = dataclasses.field(default_factory=input_pipeline.cores)
+
+    def verdict(self) -> Optional[input_pipeline.Verdict]:
+        """Input or step: which bounds the run (with the `input` and `step` rows)."""
+        return input_pipeline.verdict(self.rows, self.cores)
 
     def row(self, variant: str) -> Optional[VariantRow]:
         return next((r for r in self.rows if r.variant == variant), None)
@@ -353,7 +376,8 @@ class TrainBenchResult:
     def ratios(self) -> dict[str, dict[str, float]]:
         """{variant: {baseline variant: median / baseline median}}."""
         baselines = [r for r in self.rows if r.variant in ("fit", "fit_tuned", "hand_loop")]
-        return {r.variant: {b.variant: r.median / b.median for b in baselines}
+        return {r.variant: ({b.variant: r.median / b.median for b in baselines}
+                            if r.variant != "input" else {})  # no step: no ratio to a loop
                 for r in self.rows}
 
     def precision(self, row: VariantRow) -> str:
@@ -363,7 +387,7 @@ class TrainBenchResult:
     def mfu(self, row: VariantRow) -> Optional[float]:
         """The engine's mfu (`engine.observe.step_flops.mfu`) of the row's median."""
         peak = self.peaks.get(self.precision(row))
-        if not self.train_flops_per_example or peak is None:
+        if not self.train_flops_per_example or peak is None or row.variant == "input":
             return None
         return step_flops.mfu(self.train_flops_per_example * self.config.global_batch_size,
                               1, self.config.global_batch_size / row.median,
@@ -373,7 +397,8 @@ class TrainBenchResult:
         """Of the float32 matmul rate measured in this run ("of measured matmul");
         none for a row that computed in another dtype (mixed_float16 work over a
         float32 rate read 356% on an H200: the column would mislead)."""
-        if not self.train_flops_per_example or self.precision(row) != "float32":
+        if (not self.train_flops_per_example or self.precision(row) != "float32"
+                or row.variant == "input"):
             return None
         return row.median * self.train_flops_per_example / (self.matmul_gflops * 1e9)
 
@@ -390,7 +415,17 @@ class TrainBenchResult:
             "rows": [dict(dataclasses.asdict(r), mfu=self.mfu(r),
                           peak_fraction=self.peak_fraction(r)) for r in self.rows],
             "ratios": self.ratios(),
+            "cores": self.cores,
+            "bound": _verdict_dict(self.verdict()),
         }
+
+
+def _verdict_dict(verdict: Optional[input_pipeline.Verdict]) -> Optional[dict]:
+    if verdict is None:
+        return None
+    return dict(dataclasses.asdict(verdict), bound=verdict.bound, ratio=verdict.ratio,
+                per_core=verdict.per_core, cores_needed=verdict.cores_needed,
+                line=verdict.line())
 
 
 def _plans(config: TrainBenchConfig) -> dict[str, tuple[str, Callable[[], list[float]]]]:
@@ -408,6 +443,10 @@ def _plans(config: TrainBenchConfig) -> dict[str, tuple[str, Callable[[], list[f
         "fit_tuned": (f"Model.fit (steps_per_execution={spe})", lambda: time_fit(config, spe)),
         "hand_loop": (f"hand-written loop ({config.steps} steps/tf.function)",
                       lambda: time_hand_loop(config)),
+        "input": (f"input pipeline alone ({input_pipeline.cores()} cores, no step)",
+                  lambda: time_input(config)),
+        "step": ("engine, input on the devices (the step alone)",
+                 lambda: time_engine(config, synthetic_on_device=True)),
     }
 
 

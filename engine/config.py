@@ -384,14 +384,16 @@ class RunConfig:
         "mlp", "Model name: mlp | cnn | resnet_small | mobilenet_v2 | resnet50.",
         identity=True)
     dataset: str = MODEL_AND_DATA.option(
-        "synthetic", "Dataset name: synthetic | mnist | tfrecord | image_folder.",
+        "synthetic", "Dataset name: synthetic | mnist | tfrecord | image_folder | imagenet "
+        "(the standard ImageNet TFRecords: train-*-of-*, validation-*-of-*; docs/data.md).",
         identity=True)
     data_dir: str = MODEL_AND_DATA.option(
         "", "Folder with the dataset's files (mnist: mnist.npz; tfrecord: "
         "bin/convert_to_tfrecord's output; image_folder: one sub-folder of JPEG/PNG images "
-        "per class).", check=optional_path, identity=True)
+        "per class; imagenet: local, gs:// or ram://).", check=optional_path, identity=True)
     image_size: int = MODEL_AND_DATA.option(
-        0, "Square image size. image_folder: images are resized to it (0: 224). synthetic: "
+        0, "Square image size. image_folder and imagenet: images are cropped/resized to it "
+        "(0: 224). synthetic: "
         "0 is MNIST-shaped 28x28x1; N makes NxNx3 images (e.g. 224 with --num_classes=1000: "
         "ImageNet-sized, generated as uint8). Others ignore it.",
         check=count(0, MAX_IMAGE_SIZE), identity=True)
@@ -405,6 +407,14 @@ class RunConfig:
     eval_fraction: float = MODEL_AND_DATA.option(
         0.2, "image_folder without a validation/ folder: fraction of images kept for eval.",
         check=fraction, identity=True)
+    augment: str = MODEL_AND_DATA.option(
+        "", "Train-time augmentation of image_folder and imagenet: inception (the standard "
+        "ImageNet recipe: a random crop of 8-100% of the area, aspect 3/4-4/3, a random "
+        "flip, resized; eval on the central 224/256 crop; random per example yet exact on "
+        "resume) or none (image_folder: resized whole; imagenet: central crop). Empty: the "
+        "dataset's default, none for image_folder, inception for imagenet.",
+        check=one_of(("none", "inception"), "known augmentation", empty_allowed=True),
+        identity=True)
     model_dir: str = LOOP.option(
         "runs/default", "Checkpoints, summaries/ and metrics.json; reusing it resumes the run. "
         "On a cluster: gs://... or a volume every task shares. Default on Vertex AI: "

@@ -23,6 +23,7 @@ filesystems there is no such lock and stale staging folders stay.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import glob
 import json
@@ -156,15 +157,15 @@ def _release(staging: str, lock) -> None:
         lock.close()
 
 
-def _move_into_place(staging: str, output_dir: str) -> None:
+def _move_into_place(staging: str, output_dir: str, last: str) -> None:
     if _is_local(output_dir):
         if os.path.isdir(output_dir):
             os.rmdir(output_dir)  # empty, checked before writing
         os.rename(staging, output_dir)
         return
     tf.io.gfile.makedirs(output_dir)
-    names = sorted(tf.io.gfile.listdir(staging), key=lambda n: n == tfrecord.METADATA)
-    for name in names:  # metadata.json last: without it the loader refuses the folder
+    names = sorted(tf.io.gfile.listdir(staging), key=lambda n: n == last)
+    for name in names:  # `last` (metadata.json) last: without it the loader refuses the folder
         tf.io.gfile.rename(f"{staging}/{name}", f"{output_dir}/{name}")
     tf.io.gfile.rmtree(staging)
 
@@ -226,6 +227,29 @@ def _write_split(directory: str, name: str, split: Split, num_shards: int) -> di
     return {"count": count, "files": files, "counts": counts, "bytes": sizes}
 
 
+@contextlib.contextmanager
+def staged(output_dir: str, *, last: str) -> Iterator[tuple[str, str]]:
+    """Writes a dataset folder atomically (module docstring): checks
+    `output_dir` (new or empty), removes stale staging folders, yields
+    (staging folder, checked output path) to write into, and moves the
+    staging folder into place when the block ends without an error (on a
+    remote filesystem file by file, `last` last); on an error it is removed."""
+    output_dir = _check_output_dir(output_dir)
+    if _is_local(output_dir):
+        remove_stale_staging(output_dir)
+    staging, lock = _make_staging(output_dir)
+    try:
+        yield staging, output_dir
+        _release(staging, lock)
+        lock = None
+        _move_into_place(staging, output_dir, last)
+    except BaseException:
+        _remove(staging)
+        if lock is not None:
+            lock.close()
+        raise
+
+
 def write(splits: Splits, output_dir: str, *, num_shards: int, source: str = "") -> str:
     """Writes `splits` as sharded TFRecords + metadata.json into `output_dir`.
 
@@ -245,11 +269,7 @@ def write(splits: Splits, output_dir: str, *, num_shards: int, source: str = "")
             f"--num_shards={num_shards} is more than the {len(splits.train)} train examples; "
             "use fewer shards"
         )
-    output_dir = _check_output_dir(output_dir)
-    if _is_local(output_dir):
-        remove_stale_staging(output_dir)
-    staging, lock = _make_staging(output_dir)
-    try:
+    with staged(output_dir, last=tfrecord.METADATA) as (staging, output_dir):
         meta = {
             "format": tfrecord.FORMAT, "version": tfrecord.VERSION, "source": source,
             "image_shape": [int(d) for d in splits.input_shape],
@@ -264,14 +284,6 @@ def write(splits: Splits, output_dir: str, *, num_shards: int, source: str = "")
                 meta["splits"][name] = _write_split(staging, name, split, num_shards)
         with tf.io.gfile.GFile(os.path.join(staging, tfrecord.METADATA), "w") as f:
             f.write(json.dumps(meta, indent=2) + "\n")
-        _release(staging, lock)
-        lock = None
-        _move_into_place(staging, output_dir)
-    except BaseException:
-        _remove(staging)
-        if lock is not None:
-            lock.close()
-        raise
     logger.info("wrote %s: %s", output_dir, ", ".join(
         f"{name} {entry['count']} examples in {len(entry['files'])} files"
         for name, entry in meta["splits"].items()))

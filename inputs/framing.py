@@ -17,6 +17,8 @@ reads only the 12-byte headers, seeking over the data).
 from __future__ import annotations
 
 import gzip
+import io
+import os
 import struct
 import zlib
 from typing import Optional
@@ -125,15 +127,29 @@ def _skip(stream, raw, compression: str, position: int, count: int) -> bool:
     return True
 
 
+class _LocalFile(io.FileIO):
+    """A local file read with plain system calls: `tf.io.gfile.GFile`'s
+    per-call overhead made a header walk about 100 µs a record (a minute for
+    ImageNet's 1.28 M); `size()` as GFile has it."""
+
+    def size(self) -> int:
+        return os.fstat(self.fileno()).st_size
+
+
+def _open(path: str):
+    return _LocalFile(path, "rb") if "://" not in path else tf.io.gfile.GFile(path, "rb")
+
+
 def count_records(path: str, compression: str = "") -> int:
     """The records of a TFRecord file, by walking its headers (12 bytes read
-    per record; the data is skipped, by seeking when uncompressed).
+    per record; the data is skipped, by seeking when uncompressed; a local
+    file through plain system calls, `_LocalFile`).
 
     Raises:
       Damaged: a header fails its checksum or the file ends inside a frame,
         naming the record index and byte offset.
     """
-    with tf.io.gfile.GFile(path, "rb") as raw:
+    with _open(path) as raw:
         stream, position, index = _stream(raw, compression), 0, 0
         while True:
             header = stream.read(HEADER_BYTES)

@@ -30,6 +30,9 @@ done.
 
 Decoding and resizing (bilinear, to `--image_size` square, RGB) happen in
 `tf.data` with a parallel map, after shuffling and skipping the file names.
+With `augment="inception"` (`--augment`) the train images are cropped at
+random and flipped and the eval images centrally cropped instead, as
+`inputs.augment` does for ImageNet (the default, `none`, resizes whole).
 
 Folders are listed and files read through `tf.io.gfile` (which starts no
 runtime either), so `--data_dir` may be `gs://...` or `ram://...`.
@@ -44,6 +47,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from tfloop.inputs import augment as augmentation
 from tfloop.inputs.errors import InputError
 from tfloop.inputs.splits import ImageFiles, Splits
 
@@ -130,8 +134,11 @@ def _log_skipped(skipped) -> None:
 DEFAULT_SIZE = 224
 
 
-def load(*, data_dir: str, image_size: int, eval_fraction: float) -> Splits:
-    """The `--dataset=image_folder` loader (plain Python: lists and checks files)."""
+def load(*, data_dir: str, image_size: int, eval_fraction: float,
+         augment: str = "none") -> Splits:
+    """The `--dataset=image_folder` loader (plain Python: lists and checks files);
+    `augment`: `none` or `inception` (module docstring)."""
+    augmentation.check(augment)
     if not data_dir:
         raise InputError(
             "--dataset=image_folder needs --data_dir, a folder with one sub-folder of "
@@ -155,8 +162,8 @@ def load(*, data_dir: str, image_size: int, eval_fraction: float) -> Splits:
             )
         _log_skipped(train.skipped + evaluation.skipped)
         return Splits(
-            train=ImageFiles(train.paths, train.labels, shape),
-            eval=ImageFiles(evaluation.paths, evaluation.labels, shape),
+            train=ImageFiles(train.paths, train.labels, shape, augment),
+            eval=ImageFiles(evaluation.paths, evaluation.labels, shape, augment, train=False),
             num_classes=len(train.class_names), class_names=train.class_names,
         )
     found = scan(data_dir)
@@ -167,11 +174,12 @@ def load(*, data_dir: str, image_size: int, eval_fraction: float) -> Splits:
     is_eval = np.zeros(count, bool)
     is_eval[order[count - num_eval:]] = True
 
-    def pick(mask):  # keeps class-then-name order inside each split
+    def pick(mask, train):  # keeps class-then-name order inside each split
         return ImageFiles(tuple(p for p, m in zip(found.paths, mask) if m),
-                          tuple(l for l, m in zip(found.labels, mask) if m), shape)
+                          tuple(l for l, m in zip(found.labels, mask) if m), shape, augment,
+                          train)
 
-    return Splits(train=pick(~is_eval), eval=pick(is_eval) if num_eval else None,
+    return Splits(train=pick(~is_eval, True), eval=pick(is_eval, False) if num_eval else None,
                   num_classes=len(found.class_names), class_names=found.class_names)
 
 
@@ -189,6 +197,24 @@ def decode(path, label, image_shape: tuple[int, int, int]):
     image = tf.cast(tf.clip_by_value(tf.round(image), 0.0, 255.0), tf.uint8)
     image = tf.ensure_shape(image, image_shape)
     return image, tf.cast(label, tf.int64)
+
+
+def decoder(split: ImageFiles, seed, *, random: bool):
+    """The split's decode function inside `tf.data`: `decode` (augment
+    `none`); the central crop (`inception`); or with `random` (the
+    `inception` train stream) `(position, path, label)` → the random crop and
+    flip of `augment.example_seed(seed, position)`."""
+    size = split.image_shape[0]
+    if split.augment == "none":
+        return lambda path, label: decode(path, label, split.image_shape)
+    if not random:
+        return lambda path, label: (augmentation.eval_image(tf.io.read_file(path), size),
+                                    tf.cast(label, tf.int64))
+    seed = augmentation.run_seed(seed)
+    return lambda position, path, label: (
+        augmentation.train_image(tf.io.read_file(path),
+                                 augmentation.example_seed(seed, position), size),
+        tf.cast(label, tf.int64))
 
 
 _DECODE_FAILURES = ("DecodeImage", "JPEG", "PNG", "GIF", "BMP", "Input is empty",

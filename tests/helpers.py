@@ -135,6 +135,51 @@ def write_image_folder(root, classes=("cats", "dogs", "fish"), per_class=4, shap
     return str(root)
 
 
+def worker_batches(ds, global_batch_size: int, workers: int, worker: int, steps: int) -> list:
+    """What `experimental_distribute_dataset` feeds worker `worker` of a
+    `workers`-worker cluster (one replica each) from `ds`, step by step, as
+    NumPy: TF's rebatch and auto-shard rewrite applied as
+    tensorflow/python/distribute/input_lib applies them (private API, used
+    only to check the skip arithmetic and the sharding)."""
+    from tensorflow.python.data.experimental.ops import distribute
+    from tensorflow.python.distribute import input_ops
+
+    ds = ds.rebatch(distribute.batch_sizes_for_worker(global_batch_size, workers, 1, worker))
+    ds = input_ops.auto_shard_dataset(ds, workers, worker, workers)
+    return [tuple(t.numpy() for t in batch) for batch in ds.take(steps)]
+
+
+def write_jpeg_tree(root, classes=("n01", "n02", "n03"), per_class=4,
+                    sizes=((40, 30), (90, 70), (64, 48), (33, 57))) -> str:
+    """Writes `root/<class>/<class>_<i>.JPEG` of varied sizes (cycling through
+    `sizes`, (height, width)), a class-specific colour plus noise; every
+    fourth image a PNG, which the ImageNet converter re-encodes as JPEG."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(1)
+    for label, name in enumerate(classes):
+        os.makedirs(os.path.join(root, name), exist_ok=True)
+        for i in range(per_class):
+            shape = tuple(sizes[(i + label) % len(sizes)]) + (3,)
+            image = np.clip(rng.normal(40 + 80 * label, 30, shape), 0, 255).astype(np.uint8)
+            png = i % 4 == 3
+            encoded = tf.io.encode_png(image) if png else tf.io.encode_jpeg(image, quality=90)
+            tf.io.write_file(os.path.join(root, name, f"{name}_{i}.{'png' if png else 'JPEG'}"),
+                             encoded)
+    return str(root)
+
+
+def write_imagenet_dir(directory, *, num_shards: int = 4, per_class: int = 8,
+                       classes=("n01", "n02", "n03"), eval_fraction: float = 0.25) -> str:
+    """A small folder in the standard ImageNet TFRecord layout (`--dataset=imagenet`),
+    converted from `write_jpeg_tree` by the project's converter."""
+    from tfloop.inputs import imagenet_convert
+
+    tree = write_jpeg_tree(f"{directory}.images", classes=classes, per_class=per_class)
+    return imagenet_convert.write(tree, str(directory), num_shards=num_shards,
+                                  eval_fraction=eval_fraction)
+
+
 #: A watcher process (`python -c KILL_AFTER_FIRST_CHECKPOINT MODEL_DIR PID`):
 #: SIGKILLs PID once MODEL_DIR's first checkpoint is written (exit 1 after 180 s without).
 KILL_AFTER_FIRST_CHECKPOINT = """

@@ -321,9 +321,7 @@ class CompiledClassificationTask(ClassificationTask):
 
     def loss(self, model, batch, *, training: bool) -> LossOutput:
         images, labels, *weight = batch
-        if images.dtype == tf.uint8:
-            images = inputs.to_float(images)
-        return self._compiled(model, images, labels, weight[0] if weight else None,
+        return self._compiled(model, self.scaled(images), labels, weight[0] if weight else None,
                               training=training)
 
 

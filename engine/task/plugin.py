@@ -220,7 +220,7 @@ class ClassificationTask(Task):
 
     Its keyword arguments are the flags of the same names (`--dataset`,
     `--model`, `--data_dir`, `--image_size`, `--num_classes`,
-    `--eval_fraction`, `--seed`), each with the flag's default, so a user
+    `--eval_fraction`, `--augment`, `--seed`), each with the flag's default, so a user
     writes only what they change, as with a Keras layer or callback:
     `ClassificationTask(dataset="mnist", model="cnn")`; `from_config` takes
     them all from a `RunConfig`. `model_fn(input_shape, num_classes)` and
@@ -232,30 +232,35 @@ class ClassificationTask(Task):
     (`inputs.to_float`) inside the step, on the replica's device: a quarter
     of the bytes to copy from the host to a GPU each step. The model, a
     `loss_fn` and the export's `serving_default` still see float32 in [0, 1].
+    A dataset that asks for per-channel normalization (`Splits.normalization`:
+    `--dataset=imagenet`, ImageNet's mean and std) gets it in the same lookup,
+    so the model sees `(pixel - mean) / std`; the export's `serving_default`
+    still takes float32 in [0, 1] and normalizes them before the model
+    (`inputs.normalize_unit`), so a served image and a trained one agree.
     """
 
     def __init__(self, *, dataset: str = "synthetic", model: str = "mlp", data_dir: str = "",
                  image_size: int = 0, num_classes: int = 0, eval_fraction: float = 0.2,
-                 seed: int = 0,
+                 seed: int = 0, augment: str = "",
                  model_fn: Optional[Callable[[tuple, int], Any]] = None,
                  loss_fn: Optional[LossFn] = None, exact_epochs: bool = False):
         self.dataset, self.model_name = dataset, model
         self.exact_epochs = exact_epochs
         self._data = dict(data_dir=data_dir, seed=seed, image_size=image_size,
                           num_classes=num_classes,
-                          eval_fraction=eval_fraction)
+                          eval_fraction=eval_fraction, augment=augment)
         self._model_fn, self._loss_fn = model_fn, loss_fn or classification_loss
         self.splits: Optional[inputs.Splits] = None
 
     @classmethod
     def from_config(cls, config: Any, *, model_fn=None, loss_fn=None) -> "ClassificationTask":
         """`--dataset`, `--data_dir`, `--model`, `--image_size`, `--num_classes`,
-        `--eval_fraction`, `--seed`;
+        `--eval_fraction`, `--augment`, `--seed`;
         `--epochs`: exact epochs (each one pass, every example once:
         `inputs.exact_epochs`)."""
         return cls(dataset=config.dataset, model=config.model, data_dir=config.data_dir,
                    image_size=config.image_size, num_classes=config.num_classes,
-                   eval_fraction=config.eval_fraction,
+                   eval_fraction=config.eval_fraction, augment=config.augment,
                    seed=config.seed, model_fn=model_fn, loss_fn=loss_fn,
                    exact_epochs=bool(config.epochs) and not config.steps_per_epoch)
 
@@ -272,7 +277,9 @@ class ClassificationTask(Task):
         splits = self.splits
         evaluated = (f"{_split_size(splits.eval)} to evaluate" if splits.eval is not None
                      else "no eval split")
-        classes = (f", classes {', '.join(splits.class_names)}" if splits.class_names else "")
+        names = splits.class_names
+        classes = ("" if not names else f", classes {', '.join(names)}" if len(names) <= 20
+                   else f", {len(names)} classes ({', '.join(names[:3])}, ..., {names[-1]})")
         return (f"{self.name + ': ' if self.name else ''}dataset {self.dataset}: "
                 f"{_split_size(splits.train)} to train on, {evaluated}{classes}")
 
@@ -281,8 +288,10 @@ class ClassificationTask(Task):
         return self.splits.eval is not None
 
     @property
-    def train_examples(self) -> int:
-        return len(self.splits.train)
+    def train_examples(self) -> Optional[int]:
+        """The train split's size; None where its files were not counted
+        (`--dataset=imagenet` on a remote filesystem)."""
+        return _examples(self.splits.train)
 
     def build_model(self):
         shape, classes = self.splits.input_shape, self.splits.num_classes
@@ -295,7 +304,8 @@ class ClassificationTask(Task):
             self.splits.train, global_batch_size=context.global_batch_size, seed=context.seed,
             examples_to_skip=context.examples_to_skip, shard_policy=context.shard_policy,
             num_workers=context.num_input_pipelines, deterministic=context.deterministic,
-            image_dtype="uint8", exact_epochs=self.exact_epochs)
+            image_dtype="uint8", exact_epochs=self.exact_epochs,
+            input_pipeline_id=context.input_pipeline_id)
 
     def eval_dataset(self, context: InputContext) -> tf.data.Dataset:
         return inputs.eval_batches(
@@ -305,20 +315,34 @@ class ClassificationTask(Task):
 
     def loss(self, model, batch, *, training: bool) -> LossOutput:
         images, labels, *weight = batch  # exact epochs add a per-example weight
-        if images.dtype == tf.uint8:  # a subclass's own dataset may already be float
-            images = inputs.to_float(images)
-        output = self._loss_fn(model, (images, labels), training=training)
+        output = self._loss_fn(model, (self.scaled(images), labels), training=training)
         if not weight:
             return output
         return LossOutput(per_example_loss=output.per_example_loss * weight[0],
                           metrics={k: tf.cast(v, tf.float32) * weight[0]
                                    for k, v in output.metrics.items()})
 
+    def scaled(self, images: tf.Tensor) -> tf.Tensor:
+        """A batch's uint8 pixels as the model takes them, in the step: [0, 1],
+        or normalized where the dataset asks (`inputs.to_float`); a subclass's
+        own dataset may already be float, and passes unchanged."""
+        if images.dtype != tf.uint8:
+            return images
+        return inputs.to_float(images, self.splits.normalization if self.splits else None)
+
     def serving_spec(self, element_spec: Any) -> Any:
-        """Float32 images in [0, 1], what the model takes (the batches' uint8
-        is scaled inside the step, and the export serves the model)."""
+        """Float32 images in [0, 1] (the batches' uint8 is scaled inside the
+        step; `serve` applies the dataset's normalization, if any)."""
         spec = super().serving_spec(element_spec)
         return tf.TensorSpec(spec.shape, tf.float32) if spec.dtype == tf.uint8 else spec
+
+    def serve(self, model: Any, features: Any) -> Any:
+        """The model on float32 images in [0, 1], normalized first where the
+        dataset normalizes (ImageNet's mean and std)."""
+        normalization = self.splits.normalization if self.splits else None
+        if normalization is not None:
+            features = inputs.normalize_unit(features, normalization)
+        return model(features, training=False)
 
     def resolve_shard_policy(self, requested: str, num_workers: int) -> str:
         return inputs.resolve_shard_policy(self.splits.train, requested, num_workers)
@@ -336,10 +360,15 @@ def check_defines(task: Task) -> None:
                           "defines build_model, train_dataset and loss (or objectives)")
 
 
+def _examples(split) -> Optional[int]:
+    """The split's size; None for ImageNet records not counted (remote)."""
+    return split.count if isinstance(split, inputs.ImageNetRecords) else len(split)
+
+
 def _split_size(split) -> str:
-    files = getattr(split, "files", None)
-    return f"{len(files)} files ({len(split)} examples)" if files is not None else (
-        f"{len(split)} examples")
+    files, count = getattr(split, "files", None), _examples(split)
+    examples = "examples not counted" if count is None else f"{count} examples"
+    return f"{len(files)} files ({examples})" if files is not None else examples
 
 
 def load(reference: str, config: Any, *,

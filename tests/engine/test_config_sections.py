@@ -118,7 +118,7 @@ def test_run_json_remembers_the_fields_declared_identity():
     from tfloop.engine.run_dir import run_identity
 
     assert run_identity.IDENTITY == ("task", "model", "dataset", "data_dir", "image_size",
-                                     "eval_fraction")
+                                     "eval_fraction", "augment")
     assert run_identity.IDENTITY == tuple(
         field.name for field in dataclasses.fields(config.RunConfig)
         if field.metadata["identity"])

@@ -280,7 +280,7 @@ def test_the_built_in_task_takes_the_flags_of_its_names_as_keywords_with_their_d
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters.values())
     mirrored = {name: p.default for name, p in parameters.items() if name in flags}
     assert set(mirrored) == {"dataset", "model", "data_dir", "image_size", "num_classes",
-                             "eval_fraction", "seed"}
+                             "eval_fraction", "augment", "seed"}
     assert mirrored == {name: flags[name] for name in mirrored}
     built = ClassificationTask.from_config(RunConfig(dataset="synthetic", seed=3, image_size=8))
     by_hand = ClassificationTask(seed=3, image_size=8)

@@ -13,7 +13,7 @@ from tfloop import inputs
 from tfloop.engine.config import RunConfig
 from tfloop.engine.assembly.run import run
 from tfloop.inputs import InputError, convert, synthetic, tfrecord
-from helpers import write_tfrecord_dir
+from helpers import worker_batches, write_tfrecord_dir
 
 
 @pytest.fixture(scope="module")
@@ -72,18 +72,10 @@ def test_train_pipeline_covers_each_epoch_once_is_seeded_and_skips_exactly(sourc
 
 
 def _worker_steps(split, policy, worker, *, start_step, steps, batch=8, workers=2):
-    """What `experimental_distribute_dataset` feeds worker `worker` of a
-    `workers`-worker cluster (one replica each), step by step: TF's rebatch
-    and auto-shard rewrite applied as tensorflow/python/distribute/input_lib
-    applies them (private API, used only here to check the skip arithmetic)."""
-    from tensorflow.python.data.experimental.ops import distribute
-    from tensorflow.python.distribute import input_ops
-
     ds = inputs.train_batches(split, global_batch_size=batch, seed=4, start_step=start_step,
                               shard_policy=policy, num_workers=workers)
-    ds = ds.rebatch(distribute.batch_sizes_for_worker(batch, workers, 1, worker))
-    ds = input_ops.auto_shard_dataset(ds, workers, worker, workers)
-    return [(np.round(x.numpy() * 255).astype(np.uint8), y.numpy()) for x, y in ds.take(steps)]
+    return [(np.round(x * 255).astype(np.uint8), y)
+            for x, y in worker_batches(ds, batch, workers, worker, steps)]
 
 
 @pytest.mark.parametrize("policy", ["file", "data", "off"])
