@@ -42,3 +42,7 @@ def gpu_check() -> None:
 
 def predict_scaling() -> None:
     _run("predict_scaling")
+
+
+def data_service() -> None:
+    _run("data_service")

@@ -245,6 +245,16 @@ def factor_or_off(name: str, value: float) -> None:
                           "or a factor above 1 (at most 1000), e.g. 3")
 
 
+def service_address(name: str, value: str) -> None:
+    """`grpc://host:port`, or empty (`inputs.service.parse_address`, without TensorFlow)."""
+    if value:
+        from tfloop.launch import data_service  # the standard library only
+
+        message = data_service.address_error(value, f"--{name}")
+        if message:
+            raise ConfigError(message)
+
+
 def step_range(name: str, value: str) -> None:
     parse_profile_steps(value)
 
@@ -554,10 +564,17 @@ class RunConfig:
         check=seconds)
     startup_timeout: float = CLUSTER.option(
         300.0, "multi_worker: seconds to wait for every task of TF_CONFIG's cluster to come "
-        "up before giving up (0: forever).", check=seconds)
+        "up before giving up, and --data_service: for its dispatcher (0: forever).",
+        check=seconds)
     auto_shard_policy: str = CLUSTER.option(
         "auto", "multi_worker input sharding: auto | file | data | off.",
         check=one_of(SHARD_POLICIES, "policy"))
+    data_service: str = CLUSTER.option(
+        "", "grpc://host:port of a tf.data service dispatcher (bin/data_service starts one with "
+        "its data workers): the train pipeline runs on those workers, dealt out with dynamic "
+        "sharding (each example once per pass, in the order the workers finish; a resumed run "
+        "starts a new pass); evaluation stays here. Empty: the pipeline runs here "
+        "(docs/data.md).", check=service_address)
     cluster_from: str = CLUSTER.option(
         "auto", "Where the cluster comes from: auto (TF_CONFIG, else Vertex AI's CLUSTER_SPEC, "
         "else a JobSet / Indexed Job pod's JOB_COMPLETION_INDEX with TFLOOP_NUM_WORKERS) | "
@@ -615,6 +632,7 @@ class RunConfig:
                               "run on its workers: drop it, or use --strategy=multi_worker")
         self._check_together()
         self._check_gpu_options()
+        self._check_data_service()
 
     def changed(self, *names: str) -> list[str]:
         """`--name=value` for each of `names` not at its default: the flags a
@@ -622,6 +640,31 @@ class RunConfig:
         defaults = {field.name: field.default for field in dataclasses.fields(self)}
         return [f"--{name}={getattr(self, name)}" for name in names
                 if getattr(self, name) != defaults[name]]
+
+    def _check_data_service(self) -> None:
+        """What `--data_service` cannot serve: one line each, with why."""
+        if not self.data_service:
+            return
+        given = f"--data_service={self.data_service}"
+        if self.strategy == "parameter_server":
+            raise ConfigError(
+                f"{given} serves the train pipeline this process distributes, and "
+                "--strategy=parameter_server's workers each build theirs from a function the "
+                "coordinator sends them, which this engine does not hand to the service; use "
+                "--strategy=multi_worker, or drop --data_service")
+        if self.synthetic_on_device:
+            raise ConfigError(f"{given} runs an input pipeline every step, and "
+                              "--synthetic_on_device trains on one batch kept on the devices; "
+                              "give one")
+        if self.mode == "evaluate":
+            raise ConfigError(f"{given} serves the train pipeline, and --mode=evaluate trains "
+                              "nothing (evaluation always reads its data here); drop it")
+        if self.epochs and not self.steps_per_epoch:
+            raise ConfigError(
+                f"{given} with --epochs={self.epochs}: an exact epoch is one pass whose last "
+                "batch is partial, and the service's data workers each end a pass with a "
+                "partial batch of their own; give --steps_per_epoch (epochs as step counts "
+                "over a stream that runs on) or --train_steps")
 
     def _check_gpu_options(self) -> None:
         if not self.gpu_memory_growth:

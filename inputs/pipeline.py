@@ -259,7 +259,9 @@ def _parse_record(split: RecordFiles):
 def _shuffled_source(split: Split, seed: int):
     """(finite dataset of cheap elements, reshuffled every epoch; decode fn or None)."""
     if isinstance(split, Examples):
-        ds = tf.data.Dataset.from_tensor_slices((split.x, split.y)).cache()
+        # No .cache(): the arrays are in memory already, and a cache would make
+        # each tf.data service worker replay its own first share (`inputs.service`).
+        ds = tf.data.Dataset.from_tensor_slices((split.x, split.y))
         return ds.shuffle(min(len(split), _SHUFFLE_BUFFER), seed=seed,
                           reshuffle_each_iteration=True), None
     if isinstance(split, RecordFiles):

@@ -37,7 +37,7 @@ from tfloop.collectives import device_names
 from tfloop.engine.run_dir import (checkpoint_files, layout, local_checkpoints, run_identity,
                                    run_lock, storage)
 from tfloop.engine.runtime import devices
-from tfloop.engine.loop import task_inputs
+from tfloop.engine.loop import served_input, task_inputs
 from tfloop.engine.observe import watchers
 from tfloop.engine.recipe import optimizers, precision
 from tfloop.engine import strategies
@@ -142,7 +142,9 @@ class Plan:
             input_workers=self.input_workers,
             pipeline_index=task_inputs.pipeline_index(self.role), shard_policy=self.shard_policy,
             seed=self.config.seed, deterministic=self.config.deterministic,
-            run_json=self.run_json)
+            run_json=self.run_json, data_service=self.config.data_service,
+            service_job=(served_input.job_prefix(self.config.model_dir, self.role.cluster)
+                         if self.config.data_service else ""))
 
     def describe(self, num_replicas: int) -> str:
         """The start-up line: who runs what, on which devices, reduced how,

@@ -44,6 +44,9 @@ class InputPlacement:
       deterministic: `--deterministic`.
       run_json: `model_dir/run.json` as the plan read it (`Plan.run_json`;
         None for a new run): the batch sizes of earlier ranges of steps.
+      data_service: `--data_service`, the dispatcher the train pipeline is
+        handed to (`engine.loop.served_input`); empty: it runs here.
+      service_job: the run's job name prefix there (`served_input.job_prefix`).
     """
 
     global_batch_size: int
@@ -54,13 +57,19 @@ class InputPlacement:
     seed: Optional[int]
     deterministic: bool
     run_json: Optional[Mapping[str, Any]] = None
+    data_service: str = ""
+    service_job: str = ""
 
 
 def context_for(placement: InputPlacement, *, start_step: int = 0,
-                global_batch_size: Optional[int] = None, seeded: bool = True) -> InputContext:
+                global_batch_size: Optional[int] = None, seeded: bool = True,
+                served: bool = False) -> InputContext:
     """The `InputContext` this process's pipeline gets (`global_batch_size`:
     another than the run's, a parameter-server worker's; `seeded=False`:
-    seed None, each worker draws its own order).
+    seed None, each worker draws its own order; `served`: the train pipeline
+    the tf.data service runs, which starts at step 0 (a skip there would skip
+    in each data worker's share) and which no strategy shards further (the
+    service deals it out: `engine.loop.served_input`)).
 
     A resumed run's context counts the examples already trained on at the
     batch sizes `model_dir/run.json` recorded for each range of steps
@@ -69,6 +78,8 @@ def context_for(placement: InputPlacement, *, start_step: int = 0,
     """
     batch = global_batch_size or placement.global_batch_size
     examples_trained = None
+    shard_policy = "off" if served else placement.shard_policy
+    start_step = 0 if served else start_step
     if start_step:
         examples_trained = run_identity.examples_trained(placement.run_json, start_step, batch)
         if examples_trained != start_step * batch:
@@ -80,7 +91,7 @@ def context_for(placement: InputPlacement, *, start_step: int = 0,
         global_batch_size=batch,
         num_replicas=placement.replicas, num_input_pipelines=placement.input_workers,
         input_pipeline_id=placement.pipeline_index if placement.input_workers > 1 else 0,
-        seed=placement.seed if seeded else None, shard_policy=placement.shard_policy,
+        seed=placement.seed if seeded else None, shard_policy=shard_policy,
         deterministic=placement.deterministic)
 
 

@@ -80,7 +80,8 @@ KEEPS_UP = 2.0
 REMEDIES = ("prefetch (dataset.prefetch(tf.data.AUTOTUNE) last), parallel map "
             "(map(..., num_parallel_calls=tf.data.AUTOTUNE)), cache() what fits in memory "
             "after the expensive steps, or the tf.data service to preprocess on other "
-            "machines (docs/performance.md#where-the-time-goes)")
+            "machines (bin/data_service, --data_service; with it, more data workers) "
+            "(docs/performance.md#where-the-time-goes)")
 
 
 # --- inside the compiled loop of a sampled loop --------------------------------------------

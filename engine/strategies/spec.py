@@ -31,7 +31,7 @@ from typing import Any, ClassVar, Optional, Sequence
 import tensorflow as tf
 
 from tfloop import collectives
-from tfloop.engine.loop import task_inputs
+from tfloop.engine.loop import served_input, task_inputs
 from tfloop.collectives import device_names
 from tfloop.launch import tf_config
 from tfloop.engine.config import RunConfig
@@ -188,15 +188,23 @@ class StrategySpec(abc.ABC):
         config = plan.config
         # --synthetic_on_device trains on one batch kept on the devices: the
         # stream's first, whatever step the run resumes from (exact resume).
+        served = bool(plan.inputs.data_service)
         context = task_inputs.context_for(
-            plan.inputs, start_step=0 if config.synthetic_on_device else start_step)
+            plan.inputs, start_step=0 if config.synthetic_on_device else start_step,
+            served=served)
         train_dataset = task_inputs.train_dataset(task, context)
+        if served:  # --data_service: the pipeline runs on the service's data workers
+            train_dataset = served_input.serve(
+                train_dataset, address=plan.inputs.data_service, prefix=plan.inputs.service_job,
+                start_step=start_step, global_batch_size=config.global_batch_size,
+                where=f"{type(task).__name__}.train_dataset", wait_s=config.startup_timeout)
         return Trainer(
             strategy=strategy, model=model, objectives=objectives, collective=plan.collective,
             train_dataset=train_dataset,
             # Built only if the step-time report asks (an input-bound loop):
             # a pipeline of its own, so the probe takes none of the run's seeds.
-            input_probe=lambda: task_inputs.probe_dataset(
+            # None when served: a local probe would time this host, not the pool.
+            input_probe=lambda: None if served else task_inputs.probe_dataset(
                 task, task_inputs.context_for(plan.inputs), trained_on=train_dataset),
             global_batch_size=config.global_batch_size, global_step=global_step,
             average=average,

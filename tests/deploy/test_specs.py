@@ -330,3 +330,55 @@ def test_bin_launchs_own_folders_get_the_one_path_check(flag):
     result = run_bin("launch", flag, f"--spec={REPO / SPECS['tfjob']}", timeout=60)
     assert result.returncode == exit_codes.USAGE
     assert_one_line_error(result, contains=flag.split("=")[0] + "=")
+
+
+# -- the tf.data service pool (deploy/data_service.yaml) ---------------------------------------
+
+
+def _pool():
+    docs = list(yaml.safe_load_all((REPO / "deploy/data_service.yaml").read_text()))
+    service = next(d for d in docs if d["kind"] == "Service")
+    sets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "StatefulSet"}
+    return service, sets
+
+
+def _args(statefulset):
+    container, = statefulset["spec"]["template"]["spec"]["containers"]
+    flags = dict(arg[2:].split("=", 1) for arg in container["args"])
+    return container, flags
+
+
+def test_the_data_service_pool_and_the_trainers_address_agree():
+    """The dispatcher's stable DNS name and port are what the workers and the
+    trainers (the line the TFJob and JobSet carry) dial; every server's port
+    is its container's and the headless Service's; the journal is a volume."""
+    from tfloop.launch import data_service
+
+    service, sets = _pool()
+    assert service["spec"]["clusterIP"] == "None"
+    ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+    dispatcher, workers = sets["tfloop-data-dispatcher"], sets["tfloop-data-worker"]
+    for statefulset in (dispatcher, workers):
+        assert statefulset["spec"]["serviceName"] == service["metadata"]["name"]
+        labels = statefulset["spec"]["template"]["metadata"]["labels"]
+        assert service["spec"]["selector"].items() <= labels.items()
+    assert dispatcher["spec"]["replicas"] == 1 and workers["spec"]["replicas"] >= 2
+    container, flags = _args(dispatcher)
+    assert container["command"][-1] == "tfloop-data-service"
+    assert flags["role"] == "dispatcher"
+    assert int(flags["port"]) == ports["dispatcher"] == container["ports"][0]["containerPort"]
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert flags["work_dir"] in mounts
+    stable = f"tfloop-data-dispatcher-0.{service['metadata']['name']}:{ports['dispatcher']}"
+    container, flags = _args(workers)
+    assert flags["role"] == "worker" and flags["dispatcher"] == stable
+    assert int(flags["port"]) == ports["worker"] == container["ports"][0]["containerPort"]
+    assert flags["worker_address"] == \
+        f"$(POD_NAME).{service['metadata']['name']}:{ports['worker']}"
+    assert any(e["name"] == "POD_NAME" for e in container["env"])
+    for platform in ("tfjob", "jobset"):
+        text = (REPO / SPECS[platform]).read_text()
+        lines = [line.split("- ", 1)[1] for line in text.splitlines()
+                 if "--data_service=" in line]
+        assert lines == [f"--data_service=grpc://{stable}"], platform
+        assert data_service.address_error(lines[0].split("=", 1)[1]) is None
