@@ -113,4 +113,5 @@ def test_the_entry_point_is_the_programs_the_specs_run(name):
                     re.findall(r"command: (\[.*?\])", spec.read_text())]
         assert commands and all(command[:2] == ["tini", "--"] and command[2] in scripts
                                 for command in commands), (spec.name, commands)
-        assert yaml.safe_load(spec.read_text())  # and it is YAML
+        documents = list(yaml.safe_load_all(spec.read_text()))  # and it is YAML
+        assert documents and all(documents), spec.name  # (data_service.yaml holds several)
