@@ -38,7 +38,7 @@ def test_the_converter_line_writes_into_data_of_a_fresh_folder(tmp_path):
     (home / "data").mkdir(parents=True)
     fresh.mkdir()
     write_digits_npz(str(home / "data"))  # the Keras-layout mnist.npz the line reads
-    line = _tour_line("bin/convert_to_tfrecord")
+    line = _tour_line("bin/convert_to_tfrecord --source=mnist")
     assert "--output_dir=data/mnist_tfr" in line
     result = _run_as_written(line, fresh, home)
     assert result.returncode == 0, result.stderr
