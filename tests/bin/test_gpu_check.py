@@ -185,7 +185,7 @@ def test_the_console_script_is_declared():
     with open(os.path.join(REPO, "pyproject.toml")) as file:
         pyproject = file.read()
     assert 'tfloop-gpu-check = "tfloop.bin:gpu_check"' in pyproject
-    assert '"gpu_check"]' in pyproject  # shipped as package data, as the other binaries
+    assert '"gpu_check",' in pyproject  # shipped as package data, as the other binaries
 
 
 def test_without_pytest_the_gpu_tests_check_names_the_missing_package(monkeypatch):

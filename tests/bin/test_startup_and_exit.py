@@ -182,7 +182,7 @@ def test_the_hook_leaves_every_other_exception_to_the_previous_one(monkeypatch):
 _BINARIES = {  # each binary and one boolean flag of its own
     "train": "verbose", "export": "verbose", "bench_collectives": "plot",
     "bench_train": "plot", "convert_to_tfrecord": "verbose", "gpu_check": "verbose",
-    "launch": "chief",
+    "launch": "chief", "predict_scaling": "plot", "data_service": "verbose",
 }
 
 

@@ -24,7 +24,7 @@ SMALL = dict(train_steps=20, steps_per_loop=10, global_batch_size=32)
 @pytest.mark.parametrize("overrides, error_type, message", [
     (dict(strategy="mirrord"), ConfigError, "--strategy='mirrord' is not a strategy"),
     (dict(model="resnet"), ModelError, "--model='resnet' is not a model"),
-    (dict(dataset="imagenet"), InputError, "--dataset='imagenet' is not a dataset"),
+    (dict(dataset="cifar10"), InputError, "--dataset='cifar10' is not a dataset"),
     (dict(devices="gpu:0"), ConfigError, "gpu:0 does not exist"),
     (dict(devices="cpu:0,cpu:1,cpu:2"), ConfigError, "does not divide by the 3 replicas"),
     (dict(dataset="mnist", data_dir="/nonexistent"), InputError, "mnist.npz does not exist"),
