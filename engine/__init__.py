@@ -1,76 +1,38 @@
-"""An Orbit-style custom-training-loop engine on `tf.distribute`: the public face.
+"""The engine: an Orbit-style custom-training-loop engine on `tf.distribute`.
 
-What a user's script imports::
+The public face is `tfloop` (tfloop/__init__.py): a script imports from
+there. `from tfloop.engine import run, RunConfig, ...` keeps working: those
+names resolve through the same one table (`tfloop._EXPORTS`), so the two can
+never list different things.
 
-    from tfloop.engine import RunConfig, Task, LossOutput, run
+The rooms, each a package with one job (docs/engine.md: who may import whom;
+tests/test_layers.py holds it):
 
-    run(config, task=None, optimizer=None, on_loop_end=None, verbose=False) -> RunResult
-                 the whole run, as bin/train does it (train, evaluate, export)
-    fit(model_fn, train_data, epochs=, callbacks=, config=) -> keras History
-                 a compiled Keras model and its callbacks, as model.fit (docs/keras.md)
-    RunConfig    one run's typed, validated configuration (the flags of bin/train)
-    Task         the user's plug-in: model(s), datasets, per-example loss
-    Objective    one loss + optimizer of a task with several (a GAN's two)
-    LossOutput   what a task's loss returns (per-example values and metrics)
-    ClassificationTask  the built-in --model/--dataset task
-    RunResult    metrics.json's record, with the trained `model` and the `task`
-    export_checkpoint   a kept checkpoint as a SavedModel (bin/export)
-    ConfigError, RunFailure, StopTraining   the errors a caller handles
+    config.py, errors.py   the run's settings record, the errors a caller handles
+    assembly/    the floor on top: the plan, the Runner, run() and export
+    keras_fit/   Keras's front door: fit() over run(), Keras's callbacks
+    loop/        the Controller, the trainers, the evaluator, actions
+    observe/     the clock, summaries to TensorBoard, watchers
+    recipe/      objectives, optimizers, schedules, precision, moving averages
+    run_dir/     everything under --model_dir: checkpoints, run.json, export
+    runtime/     the process: devices, threads, signals, hangs
+    strategies/  tf.distribute strategies by name
+    task/        the user's side: Task, losses, the built-in classification task
 
-and, for full control, the pieces `run` assembles: `Controller` (the outer
-loop), `Trainer` (the replicated step in a compiled tf.while_loop),
-`Evaluator`. Everything else lives in the rooms below (`runtime`, `recipe`,
-`run_dir`, `loop`, `strategies`) and may change without notice.
-
-Names resolve lazily so that importing one module (`tfloop.engine.config` in
-the binaries, before TensorFlow loads) does not pull in every other module.
+Everything in the rooms may change without notice; what a user may rely on
+is the face.
 """
 
-import importlib
-import sys
-import types
+import tfloop as _face  # already imported: this package is tfloop's
 
-_EXPORTS = {
-    "run": "tfloop.engine.assembly.run",
-    "fit": "tfloop.engine.keras_fit.fit",
-    "RunResult": "tfloop.engine.assembly.run",
-    "export_checkpoint": "tfloop.engine.assembly.run",
-    "RunConfig": "tfloop.engine.config",
-    "Task": "tfloop.engine.task",
-    "Objective": "tfloop.engine.task",
-    "ClassificationTask": "tfloop.engine.task",
-    "LossOutput": "tfloop.engine.task.losses",
-    "ConfigError": "tfloop.engine.errors",
-    "RunFailure": "tfloop.engine.errors",
-    "StopTraining": "tfloop.engine.loop.actions",
-    "Controller": "tfloop.engine.loop.controller",
-    "Trainer": "tfloop.engine.loop.trainer",
-    "Evaluator": "tfloop.engine.loop.evaluator",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-class _PublicFace(types.ModuleType):
-    """Keeps the public names the objects above when a submodule of the same
-    name is imported: `import tfloop.engine.assembly.run` would otherwise rebind
-    `tfloop.engine.assembly.run` to the module, and `from tfloop.engine import run`
-    would hand a user the module instead of the function."""
-
-    def __setattr__(self, name, value):
-        if name in _EXPORTS and isinstance(value, types.ModuleType):
-            return  # the module stays in sys.modules under its full name
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _PublicFace
+__all__ = sorted(_face._EXPORTS)
 
 
 def __getattr__(name):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    if name in _face._EXPORTS:
+        return getattr(_face, name)
     raise AttributeError(f"module 'tfloop.engine' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted(set(globals()) | set(_face._EXPORTS))

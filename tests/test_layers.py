@@ -302,16 +302,16 @@ def test_keras_fit_stands_above_the_assembly(tmp_path):
     """fit uses run(); the assembly never imports keras_fit (issue 32: the
     circle they made was invisible while both were filed as one room)."""
     root = _tree(tmp_path, {
-        "engine/assembly/run.py": "from engine.keras_fit import compiled\n",
-        "engine/keras_fit/compiled.py": "",
+        "engine/assembly/run.py": "from engine.keras_fit import fit_task\n",
+        "engine/keras_fit/fit_task.py": "",
         "engine/keras_fit/fit.py": "from engine.assembly.run import run\n",
     })
     problems = room_violations(root)
     assert len(problems) == 1 and problems[0].startswith(
-        "engine/assembly/run.py:1 imports engine.keras_fit.compiled: assembly may import"), problems
+        "engine/assembly/run.py:1 imports engine.keras_fit.fit_task: assembly may import"), problems
     assert room_circles(root) == [
         "import circle between rooms assembly <-> keras_fit (engine/assembly/run.py:1 imports "
-        "engine.keras_fit.compiled; engine/keras_fit/fit.py:1 imports engine.assembly.run)"]
+        "engine.keras_fit.fit_task; engine/keras_fit/fit.py:1 imports engine.assembly.run)"]
 
 
 def test_the_engine_rooms_keep_their_floors():

@@ -27,11 +27,14 @@ What is here (`help(tfloop.RunConfig)` lists every field with its flag's help):
     export_checkpoint                  a kept checkpoint as a SavedModel (bin/export)
     ConfigError, InputError, ModelError, RunFailure, NonFinite, TaskFailure,
     ClusterFailure, Preempted, StopTraining          what a caller may catch
+    Controller, Trainer, Evaluator     for full control: the pieces run() assembles
+
+This is the one public face: `tfloop.engine` answers the same names from
+this same table (`from tfloop.engine import run` still works).
 
 Everything else stays where it lives, reachable and not part of this face:
-`tfloop.engine` (its rooms: `loop`, `recipe`, `run_dir`, `runtime`,
-`strategies`), `tfloop.inputs`, `tfloop.models`, `tfloop.collectives`,
-`tfloop.launch`, `tfloop.bench`, `tfloop.bin`.
+`tfloop.engine` (engine/__init__.py lists its rooms), `tfloop.inputs`,
+`tfloop.models`, `tfloop.collectives`, `tfloop.launch`, `tfloop.bench`, `tfloop.bin`.
 
 Why a folder of its own: the other packages install from the repository's
 top-level folders (`engine/` as `tfloop.engine`, ...: pyproject.toml), and
@@ -75,6 +78,9 @@ _EXPORTS = {
     "StopTraining": "tfloop.engine.loop.actions",
     "fit": "tfloop.engine.keras_fit.fit",
     "use_devices": "tfloop.engine.runtime.devices",
+    "Controller": "tfloop.engine.loop.controller",
+    "Trainer": "tfloop.engine.loop.trainer",
+    "Evaluator": "tfloop.engine.loop.evaluator",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -14,5 +14,5 @@
 `keras_fit` stands above this floor (it calls `run`); nothing here imports
 it. docs/engine.md describes the assembly on one page.
 
-Users reach it through the public face (`from tfloop.engine import run`).
+Users reach it through the public face (`tfloop.run`, also `from tfloop.engine import run`).
 """

@@ -9,7 +9,7 @@ as a smaller step whose loss is the mean over the examples it holds.
 Both hold here. A finite batched dataset of known cardinality C is one epoch
 of C steps; every batch is padded to the global batch B with zero rows,
 and each row carries whether it is real (`weighted_batches`). The
-compiled loss (`engine.keras_fit.compiled`) runs the model on each
+compiled loss (`engine.keras_fit.fit_task`) runs the model on each
 replica's real rows only (BatchNormalization's batch statistics never see
 the padding) and weighs them so that the step is the one Keras's `fit`
 takes under MirroredStrategy: each replica's mean over the examples it

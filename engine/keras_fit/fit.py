@@ -21,7 +21,7 @@ or, as the tutorials write it, the script's own model and strategy:
 trained in place on the strategy it was built under, which the engine adopts
 (`engine.strategies.adoption`). Its compiled
 loss, metrics and optimizer run through the engine's step
-(`engine.keras_fit.compiled`); callbacks run in the engine's loop
+(`engine.keras_fit.fit_task`); callbacks run in the engine's loop
 (`engine.keras_fit.callbacks`). How the training data is given:
 
 - a batched `tf.data.Dataset` of (x, y) or (x, y, sample_weight), finite with
@@ -67,7 +67,7 @@ from tfloop.engine.keras_fit import arrays
 from tfloop.engine.keras_fit import callbacks as callbacks_lib
 from tfloop.engine.keras_fit import epochs as epochs_lib
 from tfloop.engine.keras_fit import keras_state, py_dataset
-from tfloop.engine.keras_fit.compiled import CompiledModelTask
+from tfloop.engine.keras_fit.fit_task import CompiledModelTask
 from tfloop.engine.loop.actions import RunActions, progress_logger
 from tfloop.engine.assembly.run import run
 from tfloop.engine.run_dir import layout

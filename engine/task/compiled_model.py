@@ -3,7 +3,7 @@
 Beside `plugin.Task`, in the user's room: `CompiledLoss` (the compiled
 loss and metrics as a `LossOutput`) and `CompiledClassificationTask`
 (`bin/train --task=module:function`, on the built-in `--dataset`), which the
-assembly builds; `engine.keras_fit.compiled.CompiledModelTask` (`fit`'s task)
+assembly builds; `engine.keras_fit.fit_task.CompiledModelTask` (`fit`'s task)
 is made of the same pieces. The one Keras internal the metrics need (a mean
 metric's per-example function) is handed in by the caller
 (`engine.recipe.keras_bridge.per_example_metric_fn`), and so are the metric

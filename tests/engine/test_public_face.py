@@ -1,5 +1,7 @@
-"""`tfloop.engine`'s public face: what a user's script imports, and only that."""
+"""`tfloop.engine` answers `tfloop`'s one public face, and lists the rooms that exist."""
 
+import os
+import re
 import subprocess
 import sys
 
@@ -29,3 +31,20 @@ def test_importing_the_config_does_not_load_tensorflow():
             "print('tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_the_engine_answers_the_one_face():
+    import tfloop
+
+    assert engine.__all__ == tfloop.__all__
+    assert all(getattr(engine, name) is getattr(tfloop, name) for name in engine.__all__)
+
+
+def test_the_rooms_listed_are_the_rooms_that_exist():
+    """engine/__init__.py's list of rooms went stale once (issue 41): it is
+    held here against the packages on disk."""
+    root = os.path.dirname(engine.__file__)
+    on_disk = {name for name in os.listdir(root)
+               if os.path.isfile(os.path.join(root, name, "__init__.py"))}
+    listed = set(re.findall(r"^    (\w+)/ ", engine.__doc__, re.MULTILINE))
+    assert listed == on_disk

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from tfloop.engine import ConfigError, RunConfig, fit
-from tfloop.engine.keras_fit.compiled import CompiledModelTask
+from tfloop.engine.keras_fit.fit_task import CompiledModelTask
 from tfloop.engine.keras_fit import epochs
 from tfloop.engine.loop import task_inputs
 from tfloop.inputs import InputContext
