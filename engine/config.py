@@ -812,7 +812,7 @@ def _sections() -> dict[str, tuple[str, ...]]:
 
 #: RunConfig's fields by section title, in flag order, from each field's
 #: `option(section=...)`: how docs/flags.md, `help(RunConfig)` and a reader
-#: group them (tests/engine/test_config_sections.py: every field in exactly
+#: group them (tests/engine/config/test_config_sections.py: every field in exactly
 #: one). The flags themselves stay flat (--learning_rate, not
 #: --recipe.learning_rate), as do `RunConfig(...)`'s arguments.
 SECTIONS = _sections()

@@ -39,7 +39,7 @@ def test_every_binary_runs_from_the_python_outside_the_venv(name):
 
 @pytest.mark.parametrize("args, message", [
     # One refusal from the engine (the others are tested in process:
-    # tests/engine/test_run_refusals.py), then mistakes absl finds in the flags.
+    # tests/engine/assembly/test_run_refusals.py), then mistakes absl finds in the flags.
     (["--strategy=mirrord"], "--strategy='mirrord' is not a strategy"),
     (["positional"], "unexpected argument"),
     (["--no_such_flag=1"], "Unknown command line flag 'no_such_flag'"),
@@ -119,7 +119,7 @@ def test_a_signal_saves_a_checkpoint_and_the_same_command_resumes(tmp_path):
     again: each run saves a checkpoint at the step it reached and says so in
     one line, and the second run resumed from the first's checkpoint. One
     chain of two runs proves both signals and the resume (a resumed run that
-    then trains to its end: tests/engine/test_run_and_resume.py)."""
+    then trains to its end: tests/engine/assembly/test_run_and_resume.py)."""
     model_dir = tmp_path / "run"
     command = ["--devices=cpu:0,cpu:1", f"--model_dir={model_dir}", "--global_batch_size=32",
                "--steps_per_loop=20", "--checkpoint_interval=0", "--mode=train",

@@ -1,6 +1,6 @@
 """A task whose weights count which examples each step trained on.
 
-For the elastic-resume tests (tests/engine/test_elastic_resume.py,
+For the elastic-resume tests (tests/engine/assembly/test_elastic_resume.py,
 tests/bin/test_lost_worker.py): the example ids 0..63 come in order, as
 one-hot features; the `counts` kernel's loss is -(global batch) x its output,
 so plain SGD adds the learning rate to an id's weight each time a step trains

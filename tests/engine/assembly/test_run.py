@@ -1,7 +1,7 @@
 """`engine.assembly.run.run`: what one call gives back, and the arguments it refuses.
 
-`run()`'s own contract, apart from what the loop does (tests/engine/test_run_and_resume.py)
-and how each failure ends (tests/engine/test_exit_classes.py, test_run_end.py):
+`run()`'s own contract, apart from what the loop does (tests/engine/assembly/test_run_and_resume.py)
+and how each failure ends (tests/engine/assembly/test_exit_classes.py, test_run_end.py):
 it returns the record `metrics.json` holds, with the trained model (the
 weights of the last checkpoint), the task it ran and every loop and
 evaluation of the call in order; `on_loop_end` sees each train loop's end

@@ -4,7 +4,7 @@
 patched afterwards), metrics.json's progress among them; the hang watch gets
 the Controller when it starts, not a lambda that reads it before it exists.
 In process, one logical CPU, a fake trainer: nothing is trained here (the
-runs themselves: tests/engine/test_run*.py).
+runs themselves: tests/engine/assembly/test_run*.py).
 """
 
 import tensorflow as tf

@@ -4,8 +4,8 @@ The plan's contract: it reads and decides, it never writes (a refused request
 leaves no `model_dir`, an accepted one finds it as it was); it settles the
 replicas, the mode and the checkpoint to resume from once, for everything
 built after it; its `describe` is the run's start-up line. Each refusal of an
-impossible request: tests/engine/test_run_refusals.py; `--epochs` and the
-batch arithmetic: tests/engine/test_run_length.py; which role locks:
+impossible request: tests/engine/assembly/test_run_refusals.py; `--epochs` and the
+batch arithmetic: tests/engine/assembly/test_run_length.py; which role locks:
 tests/engine/run_dir/test_run_lock.py. In process, on the session's 4
 logical CPUs; nothing is trained.
 """

@@ -7,7 +7,7 @@ record read back from `as_dict`) runs the same checks, `check_field` (what
 mistake as the constructor, and the parsed views of text fields
 (`lr_decay_boundaries`, `profile_range`) and `changed` say what the fields
 say. Each field's own range and the combinations refused:
-tests/engine/runtime/test_devices_and_config.py and tests/engine/test_run_length.py.
+tests/engine/runtime/test_devices.py and tests/engine/assembly/test_run_length.py.
 No TensorFlow runtime; milliseconds.
 """
 

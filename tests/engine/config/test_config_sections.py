@@ -19,7 +19,7 @@ import pytest
 from tfloop.engine import config
 from tfloop.engine.errors import ConfigError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 #: Representative fields: a number with a ceiling that run.json remembers
 #: (image_size), a fraction it remembers (eval_fraction), a factor with an
 #: "off" (straggler_threshold), a timeout (hang_timeout), a choice (best_mode)

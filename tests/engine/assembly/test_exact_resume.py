@@ -44,7 +44,7 @@ LOCAL = dict(local_checkpoint_interval=2)
 #: reaches kill_at (0: never), printing how many times it probed its input.
 RUNS = """
 import json, os, signal, sys
-sys.path.insert(0, os.path.join(os.getcwd(), "tests", "engine"))
+sys.path.insert(0, os.path.join(os.getcwd(), "tests", "engine", "assembly"))
 from reshuffled_task import Reshuffled
 from tfloop.engine import run
 from tfloop.engine.config import RunConfig

@@ -24,13 +24,15 @@ from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.assembly.plan import decide_batch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+#: Where `counting_task` lives (tests/engine/, shared with tests/bin/test_lost_worker.py):
+#: the binaries import it from there.
+ENGINE_TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH, STEPS, STOP = 16, 8, 4
 FLAGS = [*counting_task.flags(steps=STEPS), "--steps_per_loop=2", "--checkpoint_interval=2"]
 
 
 def _env():
-    return {"PYTHONPATH": os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")])}
+    return {"PYTHONPATH": os.pathsep.join([ENGINE_TESTS, os.environ.get("PYTHONPATH", "")])}
 
 
 def _weights(model_dir):

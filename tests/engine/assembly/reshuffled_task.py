@@ -1,6 +1,6 @@
 """A task whose input reshuffles every epoch, as the Task docstring teaches.
 
-For the exact-resume tests (tests/engine/test_exact_resume.py): 64 examples
+For the exact-resume tests (tests/engine/assembly/test_exact_resume.py): 64 examples
 in global batches of 8 (8 steps an epoch), `shuffle(seed=context.seed,
 reshuffle_each_iteration=True)`, whose one seed generator every iterator of
 the dataset shares: a second iterator of it (a probe reading the run's own
