@@ -17,7 +17,8 @@ import tensorflow as tf
 
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.assembly.plan import decide_batch, make_plan
+from tfloop.engine.assembly.batching import decide_batch
+from tfloop.engine.assembly.plan import make_plan
 from tfloop.engine.run_dir import run_lock
 from train_only_task import TrainOnly
 
