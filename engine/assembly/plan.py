@@ -12,7 +12,8 @@ only reads::
     devices, replicas, batch divisibility (engine.assembly.batching)
     logical CPUs and thread pools                # before anything else touches TF
     collective, optimizer name, the task (its data, its model name), mode
-    model_dir writable, and not in use (engine.run_dir.run_lock: read-only probe);
+    model_dir writable (engine.run_dir.refusals), and not in use
+      (engine.run_dir.run_lock: read-only probe);
       a warning for an in-memory ram:// one, which the process takes with it
     the newest checkpoint in it that reads (engine.run_dir.checkpoint_files), or
       this run's local one where newer (engine.run_dir.local_checkpoints)
@@ -25,9 +26,7 @@ once, here, and handed down from the plan (`Plan.run_json`) to what needs it.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import logging
-import os
 from typing import Any, Mapping, Optional
 
 import tensorflow as tf
@@ -35,7 +34,7 @@ import tensorflow as tf
 from tfloop import collectives
 from tfloop.collectives import device_names
 from tfloop.engine.assembly.batching import Batching, decide_batch
-from tfloop.engine.run_dir import (checkpoint_files, layout, local_checkpoints, run_identity,
+from tfloop.engine.run_dir import (checkpoint_files, local_checkpoints, refusals, run_identity,
                                    run_lock, storage)
 from tfloop.engine.runtime import devices
 from tfloop.engine.loop import served_input, task_inputs
@@ -245,8 +244,8 @@ def _read_model_dir(config: RunConfig, role: tf_config.Role,
     before run.json is read through it), then reads run.json, the run's one
     read of it. Returns it (None: a new run) and whether the run resumes
     from a checkpoint (in `model_dir`, or this task's `--local_checkpoint_dir`)."""
-    check_model_dir(config.model_dir)
-    check_run_directories(config)
+    refusals.check_model_dir(config.model_dir)
+    refusals.check_run_directories(config)
     local_checkpoints.check(config, asynchronous_cluster=role.in_cluster
                             and not spec.compares_workers and not role.is_evaluator)
     stored = (run_identity.load(config.model_dir) if tf.io.gfile.isdir(config.model_dir)
@@ -271,7 +270,7 @@ def _check_other_paths(config: RunConfig) -> None:
     """The paths besides `model_dir` a run writes or reads, and a warning for
     an in-memory `model_dir`, which the process takes with it."""
     if config.summaries_dir:  # its own folder (Vertex's $AIP_TENSORBOARD_LOG_DIR): checked alike
-        check_directory(config.summaries_dir, "--summaries_dir")
+        refusals.check_directory(config.summaries_dir, "--summaries_dir")
     if config.init_from:  # gs:// out of reach: 138 now, not a traceback at the warm start
         storage.check_reachable(config.init_from, "--init_from")
     if config.model_dir.startswith(IN_MEMORY):
@@ -413,87 +412,3 @@ def _resolve_mode(config: RunConfig, task: Task, role: tf_config.Role) -> str:
             f"--mode={mode} needs an eval split, and {data} has none; "
             "use --mode=train")
     return mode
-
-
-def check_model_dir(path: str) -> None:
-    """`check_directory` for `--model_dir`."""
-    check_directory(path, "--model_dir")
-
-
-def check_directory(path: str, flag: str) -> None:
-    """Refuses a directory the run writes (`flag`: `--model_dir`,
-    `--summaries_dir`) that cannot be written, before anything is created.
-
-    A URL (`gs://...`, `ram://...`: any filesystem TensorFlow has registered)
-    is checked for answering (`storage.check_reachable`: one line, exit 138
-    or 2) and for being a file; writability shows at the first save.
-    """
-    if storage.is_url(path):
-        storage.check_reachable(path, flag)
-        if tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path):
-            raise ConfigError(f"{flag}={path} is a file; name a directory")
-        return
-    path = os.path.abspath(path)
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise ConfigError(f"{flag}={path} is a file; name a directory")
-    existing = path
-    while not os.path.exists(existing):
-        if os.path.islink(existing):  # os.makedirs would fail on it with a traceback
-            raise ConfigError(_broken_link(path, existing, flag))
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(
-            f"{flag}={path} cannot be written ({existing} is not a writable directory); "
-            "choose a directory you can write to")
-    _check_name_lengths(path, existing, flag)
-
-
-def _check_name_lengths(path: str, existing: str, flag: str) -> None:
-    """Refuses a `model_dir` whose missing part has a name longer than the
-    filesystem allows (an `OSError` traceback from `os.makedirs` otherwise),
-    or that leaves no room under PATH_MAX for the run's own files."""
-    try:
-        name_max = os.pathconf(existing, "PC_NAME_MAX")
-        path_max = os.pathconf(existing, "PC_PATH_MAX")
-    except (OSError, ValueError):
-        return
-    for name in os.path.relpath(path, existing).split(os.sep):
-        if len(os.fsencode(name)) > name_max:
-            raise ConfigError(
-                f"{flag}={path} cannot be created: the name {name[:24]}... is "
-                f"{len(os.fsencode(name))} bytes, and names in {existing} may have at most "
-                f"{name_max}; choose a shorter one")
-    room = 256  # summaries/train/events.out.tfevents.<time>.<host>.<pid>.<n>.v2 and the like
-    if len(os.fsencode(path)) + room > path_max:
-        raise ConfigError(
-            f"{flag}={path[:40]}... is {len(os.fsencode(path))} bytes long, which leaves "
-            f"too little of the {path_max} a path may have for the files under it; choose a "
-            "shorter path")
-
-
-def check_run_directories(config: RunConfig) -> None:
-    """Refuses a file where this run will keep a directory (`summaries`,
-    `export` with --export, `best` with --best_metric): it would fail with a
-    traceback at the first summary, or at the export after all of training;
-    and a symbolic link where it keeps any file or folder (`RunDir.kept_paths`)."""
-    run_dir = layout.RunDir(config.model_dir, config.summaries_dir or None)
-    run_dir.refuse_links()  # a run never writes or removes through a link it did not make
-    for where in run_dir.directories(export=config.export, best=bool(config.best_metric)):
-        if tf.io.gfile.exists(where) and not tf.io.gfile.isdir(where):
-            raise ConfigError(f"{where} is a file, where the run keeps a directory; move it "
-                              "away and run again")
-
-
-def _broken_link(model_dir: str, link: str, flag: str) -> str:
-    """Why `model_dir` cannot be created through `link`, a symbolic link
-    that leads nowhere (it dangles, or loops)."""
-    try:
-        os.stat(link)
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            return (f"{flag}={model_dir} cannot be created: {link} is a symbolic link "
-                    f"loop; point {flag} at a directory, or fix the link")
-    target = os.path.join(os.path.dirname(link), os.readlink(link))
-    return (f"{flag}={model_dir} cannot be created: {link} is a symbolic link to "
-            f"{os.path.normpath(target)}, which does not exist; create that directory, or "
-            "remove the link")
