@@ -9,18 +9,21 @@ only reads::
     role    = TF_CONFIG                          # who this process is
     spec    = strategies.get(config.strategy)    # the one place that knows it
     spec.check(config, role); connect (tpu)
-    devices, replicas, batch divisibility (engine.assembly.batching)
+    devices, replicas
     logical CPUs and thread pools                # before anything else touches TF
     collective, optimizer name, the task (its data, its model name), mode
-    model_dir writable (engine.run_dir.refusals), and not in use
-      (engine.run_dir.run_lock: read-only probe);
-      a warning for an in-memory ram:// one, which the process takes with it
-    the newest checkpoint in it that reads (engine.run_dir.checkpoint_files), or
-      this run's local one where newer (engine.run_dir.local_checkpoints)
+    the run directory, read once (engine.run_dir.plan_reading.read_for_plan):
+      model_dir and the other folders writable (engine.run_dir.refusals),
+      run.json, the lock free (engine.run_dir.run_lock: read-only probe), the
+      newest checkpoint that reads, durable or this run's local one
+    the batch (engine.assembly.batching.decide_batch), epochs, input sharding
+    run.json's identity agrees; the cluster port is free
 
 The result, a `Plan`, is all that `engine.assembly.run` needs to build the run.
 It is plain data, and it carries what it read: `model_dir/run.json` is read
 once, here, and handed down from the plan (`Plan.run_json`) to what needs it.
+The batch arithmetic (`engine.assembly.batching`) and the file-system
+refusals (`engine.run_dir.refusals`) live apart; this module decides.
 """
 
 from __future__ import annotations
@@ -34,8 +37,7 @@ import tensorflow as tf
 from tfloop import collectives
 from tfloop.collectives import device_names
 from tfloop.engine.assembly.batching import Batching, decide_batch
-from tfloop.engine.run_dir import (checkpoint_files, local_checkpoints, refusals, run_identity,
-                                   run_lock, storage)
+from tfloop.engine.run_dir import checkpoint_files, plan_reading
 from tfloop.engine.runtime import devices
 from tfloop.engine.loop import served_input, task_inputs
 from tfloop.engine.observe import watchers
@@ -49,9 +51,6 @@ from tfloop.engine.task import ClassificationTask, Task
 from tfloop.launch import tf_config
 
 logger = logging.getLogger(__name__)
-
-#: TensorFlow's in-memory filesystem: fine for tests, gone with the process.
-IN_MEMORY = "ram://"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,23 +176,24 @@ def make_plan(config: RunConfig, task: Optional[Task] = None, *,
     placed = _place(config, role, adopted=adopted)
     config = placed.config
     _prepare_task(config, task)
-    stored, resuming = _read_model_dir(config, role, placed.spec)
-    resumed = run_identity.last_range(stored) if stored and resuming else None
-    batching = decide_batch(config, placed.replicas, resumed=resumed, task=task)
+    mode = _resolve_mode(config, task, role)
+    # The one trip into the run directory (engine.run_dir.plan_reading).
+    found = plan_reading.read_for_plan(config, role, mode,
+                                       compares_workers=placed.spec.compares_workers)
+    batching = decide_batch(config, placed.replicas, resumed=found.resumed, task=task)
     config = _resolve_epochs(batching.apply(config), task)
     input_workers, shard_policy = _shard_input(config, role, placed.spec, task)
-    mode = _resolve_mode(config, task, role)
-    _check_other_paths(config)
-    lock = _check_claims(config, role, mode, stored, task, adopted=adopted)
-    checkpoints, latest = _find_checkpoint(config, role, mode, run_id=run_identity.run_id(stored))
-    run_id = run_identity.run_id(stored) or (run_identity.new_run_id() if role.is_chief else None)
+    found.check_identity(config, task_object=not config.task
+                         and not isinstance(task, ClassificationTask))
+    if role.in_cluster and not role.is_evaluator and not adopted:
+        tf_config.check_port_free(role)  # unless the script's own strategy serves on it
     return Plan(config=config, role=role, spec=placed.spec, devices=placed.devices,
                 replicas=placed.replicas, collective=placed.collective, task=task, mode=mode,
                 input_workers=input_workers, shard_policy=shard_policy,
-                latest_checkpoint=latest, connection=placed.connection,
-                intra_op_threads=placed.intra_op_threads, checkpoints=checkpoints, lock=lock,
-                implementation=placed.implementation, batching=batching, run_json=stored,
-                run_id=run_id)
+                latest_checkpoint=found.latest_checkpoint, connection=placed.connection,
+                intra_op_threads=placed.intra_op_threads, checkpoints=found.checkpoints,
+                lock=found.lock, implementation=placed.implementation, batching=batching,
+                run_json=found.run_json, run_id=found.run_id)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,23 +238,6 @@ def _place(config: RunConfig, role: tf_config.Role, *, adopted: bool = False) ->
         implementation=spec.collective_implementation(config, prepared) if trains else None)
 
 
-def _read_model_dir(config: RunConfig, role: tf_config.Role,
-                    spec: strategies.StrategySpec) -> tuple[Optional[dict], bool]:
-    """Checks `model_dir` and the folders kept in it (a link there is refused
-    before run.json is read through it), then reads run.json, the run's one
-    read of it. Returns it (None: a new run) and whether the run resumes
-    from a checkpoint (in `model_dir`, or this task's `--local_checkpoint_dir`)."""
-    refusals.check_model_dir(config.model_dir)
-    refusals.check_run_directories(config)
-    local_checkpoints.check(config, asynchronous_cluster=role.in_cluster
-                            and not spec.compares_workers and not role.is_evaluator)
-    stored = (run_identity.load(config.model_dir) if tf.io.gfile.isdir(config.model_dir)
-              else None)
-    resuming = checkpoint_files.on_disk(config.model_dir) or local_checkpoints.held(
-        config, role.name if role.in_cluster else "", run_id=run_identity.run_id(stored))
-    return stored, resuming
-
-
 def _shard_input(config: RunConfig, role: tf_config.Role, spec: strategies.StrategySpec,
                  task: Task) -> tuple[int, str]:
     """The processes the input is sharded over, and how (`auto` resolved for the task's data)."""
@@ -264,66 +247,6 @@ def _shard_input(config: RunConfig, role: tf_config.Role, spec: strategies.Strat
         logger.info("%s: input sharded by %s over %d workers", role.name, shard_policy,
                     input_workers)
     return input_workers, shard_policy
-
-
-def _check_other_paths(config: RunConfig) -> None:
-    """The paths besides `model_dir` a run writes or reads, and a warning for
-    an in-memory `model_dir`, which the process takes with it."""
-    if config.summaries_dir:  # its own folder (Vertex's $AIP_TENSORBOARD_LOG_DIR): checked alike
-        refusals.check_directory(config.summaries_dir, "--summaries_dir")
-    if config.init_from:  # gs:// out of reach: 138 now, not a traceback at the warm start
-        storage.check_reachable(config.init_from, "--init_from")
-    if config.model_dir.startswith(IN_MEMORY):
-        logger.warning("--model_dir=%s is in memory: its checkpoints, metrics.json and export "
-                       "vanish when this process ends; use a local path or gs:// to keep them",
-                       config.model_dir)
-
-
-def _check_claims(config: RunConfig, role: tf_config.Role, mode: str,
-                  stored: Optional[dict], task: Task, *, adopted: bool = False) -> Optional[str]:
-    """What this process would take from others: `model_dir`'s lock (free, or
-    refused; returns which one it will hold), the run it continues (run.json's
-    identity and optimizer agree), and its cluster port (free, unless the
-    script's own strategy already serves on it: adopted)."""
-    lock = lock_name(role, mode)
-    if lock:
-        run_lock.check_free(config.model_dir, lock)
-    run_identity.check(config, stored, task_object=not config.task
-                       and not isinstance(task, ClassificationTask))
-    if role.in_cluster and not role.is_evaluator and not adopted:
-        tf_config.check_port_free(role)
-    return lock
-
-
-def _find_checkpoint(config: RunConfig, role: tf_config.Role, mode: str, *,
-                     run_id: Optional[str]) -> tuple[Optional[checkpoint_files.Survey],
-                                                     Optional[str]]:
-    """The survey of `model_dir`'s checkpoints (damaged ones skipped, with a
-    line) and the newest that reads, local or durable: `--local_checkpoint_dir`'s
-    where newer and this run's (`run_id`: run.json's), also when every
-    durable one is damaged (a cluster's is settled across workers in
-    `engine.assembly.run`). The evaluator task surveys nothing: it reads
-    each checkpoint as it appears. `--mode=evaluate` without a checkpoint is
-    refused, and so is a `model_dir` whose checkpoints none reads, with no
-    local one to resume from instead."""
-    if role.is_evaluator:
-        return None, None
-    local = bool(config.local_checkpoint_dir) and mode != "evaluate" and not role.in_cluster
-    checkpoints = checkpoint_files.survey(config.model_dir, strict=not local)
-    latest = checkpoints.newest
-    if local:
-        latest = local_checkpoints.newer(config, latest, run_id=run_id) or latest
-        if latest is None and checkpoints.damaged:
-            raise checkpoint_files.none_reads(checkpoints)
-    skipped = checkpoints.skip_line("evaluating" if mode == "evaluate" else "resuming from",
-                                    instead=latest)
-    if skipped:
-        logger.info(skipped)
-    if mode == "evaluate" and not latest:
-        raise ConfigError(
-            f"--mode=evaluate found no checkpoint in --model_dir={config.model_dir}; "
-            "train first or point --model_dir at a trained run")
-    return checkpoints, latest
 
 
 def renumber_reduce_device(config: RunConfig, renamed: dict) -> RunConfig:
@@ -341,14 +264,6 @@ def renumber_reduce_device(config: RunConfig, renamed: dict) -> RunConfig:
             f"{device_names.short_list(renamed)}: a process sees only the GPUs --devices "
             "names; pick one of them, or a cpu:N")
     return dataclasses.replace(config, reduce_device=device_names.short(by_name[wanted]))
-
-
-def lock_name(role: tf_config.Role, mode: str) -> Optional[str]:
-    """Which `engine.run_dir.run_lock` lock a process of `role` running `mode` holds:
-    the ones that write `model_dir` (a cluster's other workers save elsewhere)."""
-    if role.is_evaluator or (role.is_chief and mode == "evaluate"):
-        return run_lock.EVALUATE
-    return run_lock.TRAIN if role.is_chief else None
 
 
 def _strategy_for(config: RunConfig, role: tf_config.Role):
