@@ -41,7 +41,7 @@ import tensorflow as tf
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError, RunFailure
 from tfloop.engine.run_dir import (checkpoint_files, checkpointing, layout, local_folder,
-                                   run_identity)
+                                   refusals, run_identity)
 
 logger = logging.getLogger(__name__)
 
@@ -68,13 +68,9 @@ def check(config: RunConfig, *, asynchronous_cluster: bool) -> None:
         raise ConfigError(
             f"--local_checkpoint_dir={config.local_checkpoint_dir} is a URL; name a local "
             "folder (a RAM disk such as /dev/shm, or a local SSD)")
-    existing = os.path.abspath(config.local_checkpoint_dir)
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(
-            f"--local_checkpoint_dir={config.local_checkpoint_dir} cannot be written "
-            f"({existing} is not a writable directory); choose a directory you can write to")
+    # The walk --model_dir's check makes: a writable folder at or above it.
+    refusals.writable_ancestor(config.local_checkpoint_dir, "--local_checkpoint_dir",
+                               shown=config.local_checkpoint_dir)
 
 
 def _adoptable(config: RunConfig, task: str, run_id: Optional[str], *,

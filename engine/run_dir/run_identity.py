@@ -17,7 +17,7 @@ A resumed run may change how it trains, explicitly: run.json also holds
                {"from_step": 200, "global_batch_size": 128, "learning_rate": 0.0005, ...}]
 
 A resume on another replica count keeps the global batch where the run
-asked for a per-replica batch (`engine.assembly.plan.decide_batch`); each range
+asked for a per-replica batch (`engine.assembly.batching.decide_batch`); each range
 records its `replicas` (and the micro-batches, `accumulation_steps`), and
 `replica_changes` lists every such change: `{"step": 150, "from": 3, "to": 2,
 "accumulation_steps": [1, 2], "global_batch_size": 12}`.
@@ -245,7 +245,7 @@ def write(config: RunConfig, stored: Optional[Mapping[str, Any]], *, start_step:
           run_id_if_new: Optional[str] = None) -> None:
     """Records the identity of the run in `config.model_dir`, and the recipe
     (and `numerics`, `engine.runtime.devices.numerics`; and the `replicas`
-    and `schedule_replicas` of `batching`, `engine.assembly.plan.Batching`) it trains
+    and `schedule_replicas` of `batching`, `engine.assembly.batching.Batching`) it trains
     with from `start_step` on: a new range when any changed. A resume on
     another replica count is also appended to `replica_changes` (`step`,
     `from`, `to`, the micro-batches before and after).

@@ -8,7 +8,7 @@ code 6 meaning 'Could not resolve hostname' ... when reading metadata of
 gs://.../run.json`), which reached the user as a traceback. `check_reachable`
 is that first call, made on purpose where the engine first touches
 `model_dir` (`run_identity.load`, which `bin/train` calls to read run.json
-and `make_plan` once for the run, and `plan.check_model_dir`, `run()`'s first
+and `make_plan` once for the run, and `refusals.check_model_dir`, `run()`'s first
 check), and says what happened in one line, in the class the exit-code
 table gives it:
 
@@ -29,7 +29,7 @@ The same check serves every path input that may be a URL (`--init_from`,
 `--summaries_dir`, ...: `flag` names it).
 
 A local path is not probed: the operating system answers for it at once,
-and `plan.check_model_dir` checks it in its own terms.
+and `refusals.check_model_dir` checks it in its own terms.
 """
 
 from __future__ import annotations

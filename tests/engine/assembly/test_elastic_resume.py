@@ -1,5 +1,5 @@
 """Resume on another replica count with the same global batch, exactly
-(`engine.assembly.plan.decide_batch`): the accumulation steps rise or fall so that
+(`engine.assembly.batching.decide_batch`): the accumulation steps rise or fall so that
 per-replica batch x replicas x micro-batches is the recorded global batch;
 the learning rate, the step and the data position go on as if uninterrupted.
 
@@ -22,7 +22,7 @@ from helpers import run_bin
 from tfloop.engine import run
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.assembly.plan import decide_batch
+from tfloop.engine.assembly.batching import decide_batch
 
 #: Where `counting_task` lives (tests/engine/, shared with tests/bin/test_lost_worker.py):
 #: the binaries import it from there.

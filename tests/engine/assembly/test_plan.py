@@ -17,7 +17,8 @@ import tensorflow as tf
 
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.assembly.plan import decide_batch, make_plan
+from tfloop.engine.assembly.batching import decide_batch
+from tfloop.engine.assembly.plan import make_plan
 from tfloop.engine.run_dir import run_lock
 from train_only_task import TrainOnly
 
@@ -133,3 +134,20 @@ def test_the_start_up_line_shows_the_batch_as_decided(tmp_path):
     assert decide_batch(RunConfig(global_batch_size=12), 3).describe() == (
         "global batch 12 (4 per replica)")
     assert not (tmp_path / "run").exists()
+
+
+def test_the_plan_decides_and_asks_the_run_directory_once():
+    """Issue 41 item 2: the batch arithmetic (engine.assembly.batching) and
+    the file-system refusals (engine.run_dir.refusals) live apart, and the
+    plan makes one call into engine/run_dir/ (`plan_reading.read_for_plan`),
+    where it made 18; plan.py stays at most 400 lines."""
+    import re
+
+    from tfloop.engine.assembly import plan as plan_lib
+
+    source = open(plan_lib.__file__).read()
+    assert len(source.splitlines()) <= 400
+    run_dir_modules = sorted(name[:-3] for name in os.listdir(
+        os.path.dirname(plan_lib.__file__) + "/../run_dir") if name.endswith(".py"))
+    calls = re.findall(rf"\b({'|'.join(run_dir_modules)})\.[A-Za-z_]+\(", source)
+    assert calls == ["plan_reading"]

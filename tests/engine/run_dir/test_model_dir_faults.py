@@ -14,8 +14,7 @@ import os
 import pytest
 import tensorflow as tf
 
-from tfloop.engine.assembly import plan as plan_lib
-from tfloop.engine.run_dir import layout, run_identity, run_lock
+from tfloop.engine.run_dir import layout, refusals, run_identity, run_lock
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError, RunFailure
 from tfloop.engine.assembly.run import run
@@ -89,7 +88,7 @@ def test_a_symlink_loop_model_dir_is_one_line(tmp_path):
     (tmp_path / "a").symlink_to(tmp_path / "b")
     (tmp_path / "b").symlink_to(tmp_path / "a")
     with pytest.raises(ConfigError, match=r"is a symbolic link loop; point .* at a directory"):
-        plan_lib.check_model_dir(str(tmp_path / "a"))
+        refusals.check_model_dir(str(tmp_path / "a"))
 
 
 def test_a_symlink_to_a_directory_is_a_model_dir_like_any_other(tmp_path):
@@ -243,9 +242,9 @@ def test_a_model_dir_name_too_long_for_the_filesystem_is_one_line(tmp_path):
     model_dir = tmp_path / ("x" * 300) / "run"
     with pytest.raises(ConfigError, match=r"cannot be created: the name x+\.\.\. is 300 bytes, "
                                           r"and names in .* may have at most \d+; choose"):
-        plan_lib.check_model_dir(str(model_dir))
+        refusals.check_model_dir(str(model_dir))
     with pytest.raises(ConfigError, match=r"bytes long, which leaves too little of the \d+"):
-        plan_lib.check_model_dir(str(tmp_path / "/".join(["y" * 200] * 20)))
+        refusals.check_model_dir(str(tmp_path / "/".join(["y" * 200] * 20)))
     assert list(tmp_path.iterdir()) == []
 
 

@@ -11,8 +11,7 @@ import pytest
 import tensorflow as tf
 
 from helpers import REPO, assert_one_line_error, run_bin, start_bin, wait_for_output
-from tfloop.engine.assembly import plan as plan_lib
-from tfloop.engine.run_dir import run_lock
+from tfloop.engine.run_dir import plan_reading, run_lock
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.assembly.run import run
@@ -88,7 +87,7 @@ def test_only_the_processes_that_write_model_dir_take_a_lock(monkeypatch, task, 
             "task": {"type": task[0], "index": task[1]}}))
     else:
         monkeypatch.delenv("TF_CONFIG", raising=False)
-    assert plan_lib.lock_name(tf_config.current_role(), mode) == lock
+    assert plan_reading.lock_name(tf_config.current_role(), mode) == lock
 
 
 def test_a_second_evaluator_task_on_one_model_dir_is_refused(tmp_path, monkeypatch):
