@@ -11,7 +11,7 @@ Apart from `engine.assembly.plan` because it is arithmetic, not a check of
 the machine or the file system: it reads the request, the replica count and
 the range a resumed run recorded (run.json, as the plan read it), and
 nothing else, so it is tested without devices, a task or a `model_dir`
-(tests/engine/test_elastic_resume.py), and the plan's decision stays
+(tests/engine/assembly/test_elastic_resume.py), and the plan's decision stays
 readable apart from the integers of its three batch requests.
 """
 
