@@ -346,12 +346,12 @@ def test_a_room_that_imports_a_room_above_it_fails(tmp_path):
         "engine/errors.py": "",
         "engine/assembly/run.py": "from engine.loop import trainer\n",
         "engine/loop/trainer.py": "from engine.recipe import ema\nfrom engine import errors\n",
-        "engine/recipe/ema.py": "from engine.loop import runner\n",
-        "engine/loop/runner.py": "",
+        "engine/recipe/ema.py": "from engine.loop import contracts\n",
+        "engine/loop/contracts.py": "",
     })
     problems = room_violations(root)
     assert len(problems) == 1 and problems[0].startswith("engine/recipe/ema.py:1 imports "
-                                                         "engine.loop.runner: recipe may import"), problems
+                                                         "engine.loop.contracts: recipe may import"), problems
 
 
 # --- The checker, on synthetic trees. ---

@@ -1,7 +1,7 @@
 """The engine's clock: every loop timed on the host, per-step stamps in sampled loops only.
 
 The trainer (`engine.loop.trainer`) calls its clock at three points and knows
-nothing else about timing (`engine.loop.runner.LoopClock`, whose base times
+nothing else about timing (`engine.loop.contracts.LoopClock`, whose base times
 nothing)::
 
     sampled = clock.begin(start_step)    # loop 2, one in SAMPLE_EVERY after (every loop
@@ -39,7 +39,7 @@ import logging
 import time
 from typing import Optional
 
-from tfloop.engine.loop.runner import LoopClock, Metrics, StepStamps
+from tfloop.engine.loop.contracts import LoopClock, Metrics, StepStamps
 from tfloop.engine.loop.trainer import Trainer
 from tfloop.engine.observe import step_flops, step_time
 from tfloop.engine.runtime.hardware import Peak

@@ -11,7 +11,7 @@ from typing import Any, Optional, Sequence
 import tensorflow as tf
 
 from tfloop.engine.loop import ps_trainer, task_inputs
-from tfloop.engine.loop.runner import AbstractTrainer
+from tfloop.engine.loop.contracts import AbstractTrainer
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.recipe.ema import WeightAverage
 from tfloop.engine.recipe.objectives import BoundObjective

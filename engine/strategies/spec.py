@@ -36,7 +36,7 @@ from tfloop.collectives import device_names
 from tfloop.launch import tf_config
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.loop.runner import AbstractTrainer
+from tfloop.engine.loop.contracts import AbstractTrainer
 from tfloop.engine.loop.trainer import Trainer, TrainerOptions
 from tfloop.engine.recipe.ema import WeightAverage
 from tfloop.engine.recipe.objectives import BoundObjective

@@ -15,7 +15,7 @@ from tfloop.engine.assembly.runner import Hooks, Runner
 from tfloop.engine.config import RunConfig
 from tfloop.engine.loop import actions
 from tfloop.engine.loop.controller import Controller
-from tfloop.engine.loop.runner import AbstractTrainer
+from tfloop.engine.loop.contracts import AbstractTrainer
 
 
 class FakeTrainer(AbstractTrainer):

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from tfloop import collectives
 from tfloop.engine.loop.actions import LoopEnd
-from tfloop.engine.loop.runner import LoopClock
+from tfloop.engine.loop.contracts import LoopClock
 from tfloop.engine.loop.trainer import Trainer, TrainerOptions
 from tfloop.engine.observe import clock as clock_lib
 from tfloop.engine.observe import step_time

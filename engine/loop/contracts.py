@@ -1,4 +1,4 @@
-"""What the Controller drives: a train runner and an eval runner.
+"""The contracts of what the Controller drives: a train runner and an eval runner.
 
 As in Orbit (`orbit/runner.py`), the outer loop knows two methods and
 nothing else about how steps are run::
