@@ -83,7 +83,7 @@ def build_model_and_objectives(plan: Plan, strategy: tf.distribute.Strategy,
                               f"{type(model).__name__}, not a model; return a keras.Model (for "
                               "several models, one keras.Model that holds them)")
         _check_built_in_scope(task, model, strategy)
-        if getattr(model, "compiled", False) and not getattr(task, "uses_compile", False):
+        if getattr(model, "compiled", False) and not task.uses_compile:
             logger.info("the model arrives compile()d: its compiled optimizer, loss and metrics "
                         "are not used; %s's objectives and optimizers train it (fit and "
                         "--task=module:function train with them: docs/keras.md)",
@@ -97,7 +97,7 @@ def build_model_and_objectives(plan: Plan, strategy: tf.distribute.Strategy,
                                          num_replicas=plan.schedule_replicas,
                                          total_steps=config.train_steps,
                                          default_optimizer=optimizer)
-        if getattr(task, "uses_compile", False):
+        if task.uses_compile:
             # The compiled optimizer itself trains (objectives._in_scope); model.optimizer
             # is it, or the engine's LossScaleOptimizer around it (--mixed_precision).
             model.optimizer = objectives[0].optimizer

@@ -264,7 +264,7 @@ class Runner:
             model=parts.model, optimizer=pieces["optimizer"], global_step=parts.global_step,
             directory=write_dir, max_to_keep=config.max_checkpoints if plan.role.is_chief else 1,
             averages=parts.average.averages if parts.average else None,
-            extra=getattr(parts.task, "checkpointed", dict)())
+            extra=parts.task.checkpointed())
         restored = _restore(plan, checkpoint, pieces, parts.average)
         start_step = int(parts.global_step.numpy())
         if restored:

@@ -69,7 +69,7 @@ class ParameterServer(ReducesItself):
                       global_step: tf.Variable, start_step: int, task: Task,
                       average: Optional[WeightAverage] = None) -> AbstractTrainer:
         config = plan.config
-        if getattr(task, "jit_compile", False):  # a compiled Keras model's (fit)
+        if task.jit_compile:  # a compiled Keras model's (fit)
             raise ConfigError("the model was compiled with jit_compile=True, which "
                               "--strategy=parameter_server does not run; compile without it")
         if len(objectives) > 1:

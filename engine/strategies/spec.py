@@ -209,7 +209,7 @@ class StrategySpec(abc.ABC):
             global_batch_size=config.global_batch_size, global_step=global_step,
             average=average,
             options=TrainerOptions(
-                jit_compile=config.jit_compile or getattr(task, "jit_compile", False),
+                jit_compile=config.jit_compile or task.jit_compile,
                 accumulation_steps=config.accumulation_steps, clip_norm=config.clip_norm,
                 nan_policy=config.nan_policy, max_skips=config.nan_max_skips,
                 input_on_device=config.synthetic_on_device,
