@@ -6,7 +6,8 @@ strategy and the parts every mode needs (`engine.assembly.parts`), then::
     Runner(plan, parts, hooks=, lock=).run_mode()
       train, train_and_evaluate:
         checkpoints = build_checkpointing(write_dir)   # the manager; the newest checkpoint restored
-        trainer     = plan.spec.build_trainer(...)     # skips the batches already trained on
+        clock       = build_clock()                    # engine.observe.clock: times the loops
+        trainer     = plan.spec.build_trainer(..., clock=clock)  # skips the batches trained on
         actions     = build_actions(trainer, checkpoints)  # both lists, in their final order
         controller  = build_controller(trainer, checkpoints, actions)
         Controller.train to the last step; export; metrics.json says how it ended
@@ -42,7 +43,7 @@ from tfloop.engine.loop import actions, best, preemption
 from tfloop.engine.loop.controller import Controller
 from tfloop.engine.loop.evaluator import Evaluator
 from tfloop.engine.loop.summaries import SummaryWriter
-from tfloop.engine.observe import step_time
+from tfloop.engine.observe import clock, step_time
 from tfloop.engine.observe.watchers import Watchers
 from tfloop.engine.recipe import objectives as objectives_lib
 from tfloop.engine.run_dir import (checkpointing, layout, local_checkpoints, run_identity,
@@ -211,7 +212,7 @@ class Runner:
         trainer = plan.spec.build_trainer(
             plan.for_trainer, strategy=parts.strategy, model=parts.model, objectives=parts.objectives,
             global_step=parts.global_step, start_step=start_step, task=parts.task,
-            average=parts.average)
+            average=parts.average, clock=self.build_clock())
         objectives_lib.announce(parts.objectives, start_step=start_step,
                                 resumed=bool(checkpoints.restored))
         if self.lock is not None:
@@ -276,6 +277,20 @@ class Runner:
             if parts.average is not None:
                 parts.average.reset()  # the average starts from the weights training starts from
         return Checkpoints(manager=manager, restored=restored, start_step=start_step)
+
+    def build_clock(self) -> Optional[clock.SampledClock]:
+        """The clock that times the trainer's loops (`engine.observe.clock`),
+        handed to `build_trainer`; None where the loops run on other machines
+        (`StrategySpec.loop_runs_here`: parameter_server's). The straggler
+        table compares every loop's own time of each worker: a multi-worker
+        cluster with `--straggler_threshold` samples every loop."""
+        plan = self.plan
+        if not plan.spec.loop_runs_here:
+            return None
+        return clock.for_run(
+            self.parts.strategy, precision=plan.config.mixed_precision,
+            compares_every_loop=bool(plan.spec.compares_workers and plan.role.num_workers > 1
+                                     and plan.config.straggler_threshold))
 
     def build_actions(self, trainer: Optional[Any], checkpoints: Checkpoints) -> LoopActions:
         """Both action lists in their final order (`engine.loop.actions`):

@@ -282,6 +282,22 @@ def test_the_schedule_samples_the_second_loop_then_one_in_n_and_on_request():
                    for _ in range(4))
 
 
+def test_the_runs_clock_samples_every_loop_only_where_the_workers_are_compared(monkeypatch):
+    """`for_run`, the clock the assembly builds and hands to the trainer: the
+    peak rate of the strategy's devices in the run's precision, and every
+    loop sampled where the straggler table compares workers."""
+    asked = []
+    monkeypatch.setattr(clock_lib.hardware, "peak",
+                        lambda devices, precision: asked.append((devices, precision)) or "peak")
+    strategy = tf.distribute.get_strategy()
+    compared = clock_lib.for_run(strategy, precision="mixed_bfloat16", compares_every_loop=True)
+    alone = clock_lib.for_run(strategy, precision="float32", compares_every_loop=False)
+    assert (compared.sample_every, alone.sample_every) == (1, clock_lib.SAMPLE_EVERY)
+    assert (compared.peak, compared.timed) == ("peak", step_time.timestamps_allowed())
+    devices = clock_lib.hardware.local_devices(strategy)
+    assert asked == [(devices, "mixed_bfloat16"), (devices, "float32")]
+
+
 def test_a_sampled_cpu_loop_gives_the_breakdown(cpu_devices, caplog):
     clock = clock_lib.SampledClock(first_samples=2)
     trainer = _trainer(cpu_devices[:2], clock)
