@@ -24,6 +24,7 @@ from tfloop.engine.assembly import serving
 from tfloop.engine.assembly.plan import Plan
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.loop import best, task_inputs
+from tfloop.engine.loop.contracts import AbstractEvaluator
 from tfloop.engine.loop.evaluator import AveragedEvaluator, Evaluator
 from tfloop.engine.recipe import ema, precision
 from tfloop.engine.recipe import objectives as objectives_lib
@@ -45,7 +46,7 @@ class Parts:
     objectives: list
     global_step: tf.Variable
     average: Optional[ema.WeightAverage]
-    evaluator: Optional[Any]
+    evaluator: Optional[AbstractEvaluator]
     best_export: Optional[best.ExportFn]
 
 
@@ -141,7 +142,7 @@ def _build_average(plan: Plan, strategy, model, objectives) -> Optional[ema.Weig
 
 
 def _build_evaluator(plan: Plan, strategy, model, objectives,
-                     average: Optional[ema.WeightAverage]):
+                     average: Optional[ema.WeightAverage]) -> Optional[AbstractEvaluator]:
     if plan.mode == "train":
         return None
     eval_dataset = task_inputs.eval_dataset(plan.task, task_inputs.context_for(plan.inputs))
