@@ -50,6 +50,7 @@ from tfloop.engine.loop.controller import Controller
 from tfloop.engine.loop.summaries import SummaryWriter
 from tfloop.engine.observe import clock, step_time
 from tfloop.engine.observe.watchers import Watchers
+from tfloop.engine.recipe import ema
 from tfloop.engine.recipe import objectives as objectives_lib
 from tfloop.engine.run_dir import (checkpointing, layout, local_checkpoints, run_identity,
                                    run_lock, run_record, warm_start)
@@ -634,7 +635,7 @@ MODES: dict[str, Callable[[Runner], RunResult]] = {
 
 
 def _restore(plan: Plan, path: Optional[str], checkpoint: tf.train.Checkpoint, parts: dict,
-             average: Optional[Any]) -> Optional[str]:
+             average: Optional[ema.WeightAverage]) -> Optional[str]:
     """Restores checkpoint `path`, if any, whether or not it holds the
     moving averages this run keeps."""
     model_dir = plan.config.model_dir
