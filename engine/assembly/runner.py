@@ -125,6 +125,8 @@ class LoopActions:
     watchers: Optional[Watchers] = None
     keep_best: Optional[best.KeepBest] = None
     progress: Optional[actions.RecordProgress] = None
+    #: The local checkpoints' saver (`--local_checkpoint_dir`), which a finished training removes.
+    local_saver: Optional[local_checkpoints.Saver] = None
 
     def close(self, controller: Controller) -> None:
         """The signal handlers back, the watchers stopped, the writers closed."""
@@ -191,8 +193,6 @@ class Runner:
                  lock: Optional[run_lock.RunLock] = None):
         self.plan, self.parts, self.hooks, self.lock = plan, parts, hooks, lock
         self.run_dir = layout.RunDir(plan.config.model_dir, plan.config.summaries_dir or None)
-        #: The local checkpoints' saver (`_save_local`), which a finished training removes.
-        self.local_saver: Optional[local_checkpoints.Saver] = None
         #: RunResult.history: filled by the History actions.
         self.history: list = []
 
@@ -240,7 +240,7 @@ class Runner:
         with data_errors.naming():
             record = self.run_loops(
                 None, checkpoints,
-                drive=lambda controller: controller.evaluate(self.plan.config.eval_steps))
+                drive=lambda controller, _: controller.evaluate(self.plan.config.eval_steps))
         return self._result(record)
 
     def continuous_evaluate(self) -> RunResult:
@@ -353,6 +353,7 @@ class Runner:
                              start_step=checkpoints.start_step, run_dir=self.run_dir)
                     if trainer is not None else None)
         extra = self._caller_actions(trainer)
+        local_saver = self._local_saver(trainer, checkpoints)
         train = [
             *([progress] if progress else []),
             actions.History("train", self.history),
@@ -367,7 +368,9 @@ class Runner:
             *([actions.OnLoopEnd(self.hooks.on_loop_end)] if self.hooks.on_loop_end else []),
             *extra.train,
             *(watchers.actions if watchers else []),
-            *self._save_local(trainer, checkpoints),
+            *([actions.SaveLocal(saver=local_saver, interval=config.local_checkpoint_interval,
+                                 durable_interval=config.checkpoint_interval)]
+              if local_saver is not None else []),
             *([actions.StopOnSignal(request=stop_request, checkpoint_manager=checkpoints.manager)]
               if stop_request is not None else []),
         ]
@@ -377,7 +380,7 @@ class Runner:
             *([keep_best] if keep_best else [])]
         return LoopActions(train=train, eval=evaluations, stop_request=stop_request,
                            writers=writers, watchers=watchers, keep_best=keep_best,
-                           progress=progress)
+                           progress=progress, local_saver=local_saver)
 
     def build_controller(self, trainer: Optional[AbstractTrainer], checkpoints: Checkpoints,
                          loop: LoopActions) -> Controller:
@@ -392,9 +395,9 @@ class Runner:
     # --- Running the loops. ---
 
     def run_loops(self, trainer: Optional[AbstractTrainer], checkpoints: Checkpoints, *,
-                  drive: Callable[[Controller], Any],
+                  drive: Callable[[Controller, LoopActions], Any],
                   export_final: Optional[Callable[[], Optional[str]]] = None) -> dict:
-        """Runs the loops (`drive(controller)`: the mode's train or evaluate
+        """Runs the loops (`drive(controller, actions)`: the mode's train or evaluate
         calls; `trainer` None for a run that only evaluates), then
         `export_final` (the end-of-training export). metrics.json says
         "running" (the step of the last checkpoint) until it says how the run
@@ -413,7 +416,7 @@ class Runner:
             with exit_class(self.plan, step=lambda: controller.step,
                             checkpoint=lambda: tf.train.latest_checkpoint(
                                 self.plan.config.model_dir), running=controller.phase):
-                drive(controller)
+                drive(controller, loop)
                 if export_final is not None:
                     self._export_at_the_end(controller, loop, export_final, ending)
             ending.status = "stopped_early" if controller.stopped_early else "finished"
@@ -460,9 +463,10 @@ class Runner:
                                failing=ending.status not in ("finished", "stopped_early"))
         return summary
 
-    def _train_to_the_end(self, controller: Controller) -> None:
+    def _train_to_the_end(self, controller: Controller, loop: LoopActions) -> None:
         """The train modes' loops: to the last step, evaluating every
-        `--eval_interval` steps in `train_and_evaluate`."""
+        `--eval_interval` steps in `train_and_evaluate`; then the local
+        checkpoints are removed (`loop.local_saver`)."""
         config, start_step = self.plan.config, controller.step
         if start_step >= config.train_steps and start_step == 0:
             logger.info("train_steps=0: nothing to train")
@@ -481,8 +485,8 @@ class Runner:
             eval_interval=(config.eval_interval or config.train_steps)
             if self.plan.mode == "train_and_evaluate" else 0,
             eval_steps=config.eval_steps)
-        if self.local_saver is not None:  # trained to the end, the final checkpoint saved
-            self.local_saver.finish()
+        if loop.local_saver is not None:  # trained to the end, the final checkpoint saved
+            loop.local_saver.finish()
 
     # --- Small pieces of the steps. ---
 
@@ -545,20 +549,15 @@ class Runner:
                                        interval=self.plan.config.summary_interval)
         return [report] if report is not None else []
 
-    def _save_local(self, trainer: Optional[AbstractTrainer],
-                    checkpoints: Checkpoints) -> list[actions.Action]:
+    def _local_saver(self, trainer: Optional[AbstractTrainer],
+                     checkpoints: Checkpoints) -> Optional[local_checkpoints.Saver]:
         """Fast local checkpoints (`--local_checkpoint_dir`), for a run that trains."""
         config, role, manager = self.plan.config, self.plan.role, checkpoints.manager
-        local = (local_checkpoints.create(config, manager.checkpoint, self.parts.global_step,
-                                          role.name if role.in_cluster else "",
-                                          run_id=self.plan.run_id)
-                 if trainer is not None and manager is not None else None)
-        if local is None:
-            return []
-        self.local_saver = local
-        return [actions.SaveLocal(saver=local,
-                                  interval=config.local_checkpoint_interval,
-                                  durable_interval=config.checkpoint_interval)]
+        if trainer is None or manager is None:
+            return None
+        return local_checkpoints.create(config, manager.checkpoint, self.parts.global_step,
+                                        role.name if role.in_cluster else "",
+                                        run_id=self.plan.run_id)
 
     def _record_evaluations(
             self, trainer: Optional[AbstractTrainer]) -> Optional[actions.RecordEvaluation]:

@@ -65,6 +65,7 @@ def test_build_actions_gives_both_lists_in_their_final_order(tmp_path):
                              "TrainSummaries", "OnLoopEnd"], train
         assert train[6] == "Mine" and train[-2:] == ["SaveLocal", "StopOnSignal"], train
         assert "_LoopEnded" in train[7:-2]  # the hang watch's, among the watchers'
+        assert loop.train[-2].saver is loop.local_saver is not None  # what a finished run removes
         assert _names(loop.eval) == ["History", "EvalProgress", "EvalSummaries", "Mine",
                                      "KeepBest"]
         controller = runner.build_controller(trainer, checkpoints, loop)
