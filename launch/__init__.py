@@ -10,6 +10,8 @@
     exit_codes  the exit-code contract: which statuses a restart can fix
     threads     each process's share of the cores (TF_NUM_INTRAOP_THREADS),
                 which the launcher deals out and the engine reads
+    environment the names of the other variables the launcher sets and the
+                engine reads (TFLOOP_DIAGNOSTICS_DIR)
 
 Standard library only, so `bin/launch` starts at once and the engine can read
 its role before TensorFlow does.

@@ -70,12 +70,9 @@ import time
 from typing import IO, Callable, Mapping, Optional, Sequence
 
 from tfloop.launch import exit_codes, gpus, guardian, threads
+from tfloop.launch.environment import DIAGNOSTICS_ENV
 from tfloop.launch.tf_config import (CHIEF, CLUSTER_JOBS, EVALUATOR, PS, WORKER, Role, cluster_spec,
                               tf_config_for)
-
-#: Where each task writes its hang dumps (`engine.runtime.hang`): the
-#: launcher's diagnostics folder, so one place gathers every task's.
-DIAGNOSTICS_ENV = "TFLOOP_DIAGNOSTICS_DIR"
 
 #: Exit status when the evaluator outlives `evaluator_timeout_s`, or the
 #: launch its `timeout_s` (as timeout(1)).

@@ -5,8 +5,9 @@
     engine                       ->  collectives, models, inputs, launch
       inside it, rooms on floors (each imports only the floors below it):
         base (config, errors, task/) < runtime < recipe, run_dir < loop
-        < observe < strategies < assembly/ < keras_fit/ (Keras's front door,
-        a user of the assembly) < the public face (engine/__init__.py)
+        < observe, strategies (neither imports the other) < assembly/
+        < keras_fit/ (Keras's front door, a user of the assembly)
+        < the public face (engine/__init__.py)
     bench                        ->  engine, collectives, models, inputs
     bin                          ->  imported by no one
 
@@ -207,7 +208,9 @@ ENGINE_FLOORS: Mapping[str, frozenset[str]] = {
     "run_dir": frozenset({"base", "runtime"}),
     "loop": frozenset({"base", "runtime", "recipe", "run_dir"}),
     "observe": frozenset({"base", "runtime", "recipe", "run_dir", "loop"}),
-    "strategies": frozenset({"base", "runtime", "recipe", "run_dir", "loop", "observe"}),
+    # Beside observe, not above it: the assembly builds the clock the trainer
+    # times its loops with (issue 41), so a strategy reads nothing of observe.
+    "strategies": frozenset({"base", "runtime", "recipe", "run_dir", "loop"}),
     "assembly": frozenset({"base", "runtime", "recipe", "run_dir", "loop", "observe",
                            "strategies"}),
     "keras_fit": frozenset({"base", "runtime", "recipe", "run_dir", "loop", "observe",
@@ -346,12 +349,27 @@ def test_a_room_that_imports_a_room_above_it_fails(tmp_path):
         "engine/errors.py": "",
         "engine/assembly/run.py": "from engine.loop import trainer\n",
         "engine/loop/trainer.py": "from engine.recipe import ema\nfrom engine import errors\n",
-        "engine/recipe/ema.py": "from engine.loop import runner\n",
-        "engine/loop/runner.py": "",
+        "engine/recipe/ema.py": "from engine.loop import contracts\n",
+        "engine/loop/contracts.py": "",
     })
     problems = room_violations(root)
     assert len(problems) == 1 and problems[0].startswith("engine/recipe/ema.py:1 imports "
-                                                         "engine.loop.runner: recipe may import"), problems
+                                                         "engine.loop.contracts: recipe may import"), problems
+
+
+def test_a_strategy_that_imports_observe_fails(tmp_path):
+    """The assembly builds the clock and hands it to the trainer: a strategy
+    that builds one (imports observe) breaks the rule."""
+    root = _tree(tmp_path, {
+        "engine/errors.py": "",
+        "engine/strategies/spec.py": "from engine.observe import clock\nfrom engine.loop import trainer\n",
+        "engine/observe/clock.py": "from engine.loop import contracts\n",
+        "engine/loop/trainer.py": "",
+        "engine/loop/contracts.py": "",
+    })
+    problems = room_violations(root)
+    assert len(problems) == 1 and problems[0].startswith(
+        "engine/strategies/spec.py:1 imports engine.observe.clock: strategies may import"), problems
 
 
 # --- The checker, on synthetic trees. ---

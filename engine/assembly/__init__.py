@@ -4,8 +4,9 @@
   the decisions made once (devices, strategy, global batch);
 - `parts`: what every mode runs with (model, objectives, moving average,
   evaluator), built once under the strategy's scope;
-- `runner`: `Runner`, the run in four steps (`build_checkpointing`,
-  `build_actions`, `build_controller`, `run_mode`), as Model Garden's
+- `runner`: `Runner`, every mode (the evaluator task's too) built by the
+  same steps (`build_checkpointing`, `build_clock`, `build_actions`,
+  `build_controller`) and run by `run_mode`, as Model Garden's
   `OrbitExperimentRunner`;
 - `run`: the public functions, thin: `run(config)` (plan, strategy, lock,
   parts, runner) and `export_checkpoint`;

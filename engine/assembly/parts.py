@@ -24,6 +24,7 @@ from tfloop.engine.assembly import serving
 from tfloop.engine.assembly.plan import Plan
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.loop import best, task_inputs
+from tfloop.engine.loop.contracts import AbstractEvaluator
 from tfloop.engine.loop.evaluator import AveragedEvaluator, Evaluator
 from tfloop.engine.recipe import ema, precision
 from tfloop.engine.recipe import objectives as objectives_lib
@@ -45,7 +46,7 @@ class Parts:
     objectives: list
     global_step: tf.Variable
     average: Optional[ema.WeightAverage]
-    evaluator: Optional[Any]
+    evaluator: Optional[AbstractEvaluator]
     best_export: Optional[best.ExportFn]
 
 
@@ -83,7 +84,7 @@ def build_model_and_objectives(plan: Plan, strategy: tf.distribute.Strategy,
                               f"{type(model).__name__}, not a model; return a keras.Model (for "
                               "several models, one keras.Model that holds them)")
         _check_built_in_scope(task, model, strategy)
-        if getattr(model, "compiled", False) and not getattr(task, "uses_compile", False):
+        if getattr(model, "compiled", False) and not task.uses_compile:
             logger.info("the model arrives compile()d: its compiled optimizer, loss and metrics "
                         "are not used; %s's objectives and optimizers train it (fit and "
                         "--task=module:function train with them: docs/keras.md)",
@@ -97,7 +98,7 @@ def build_model_and_objectives(plan: Plan, strategy: tf.distribute.Strategy,
                                          num_replicas=plan.schedule_replicas,
                                          total_steps=config.train_steps,
                                          default_optimizer=optimizer)
-        if getattr(task, "uses_compile", False):
+        if task.uses_compile:
             # The compiled optimizer itself trains (objectives._in_scope); model.optimizer
             # is it, or the engine's LossScaleOptimizer around it (--mixed_precision).
             model.optimizer = objectives[0].optimizer
@@ -141,7 +142,7 @@ def _build_average(plan: Plan, strategy, model, objectives) -> Optional[ema.Weig
 
 
 def _build_evaluator(plan: Plan, strategy, model, objectives,
-                     average: Optional[ema.WeightAverage]):
+                     average: Optional[ema.WeightAverage]) -> Optional[AbstractEvaluator]:
     if plan.mode == "train":
         return None
     eval_dataset = task_inputs.eval_dataset(plan.task, task_inputs.context_for(plan.inputs))

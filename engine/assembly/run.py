@@ -13,8 +13,9 @@ so created) before anything is written to it::
                stale export/.<step>.tmp-*/ removed  # engine.run_dir.export
     with strategy.scope(): task.build_model(), objectives and optimizers, global_step
                                                  # engine.assembly.parts
-    Runner(plan, parts).run_mode()               # engine.assembly.runner: the four steps
-      build_checkpointing, build_actions, build_controller, then the mode:
+    Runner(plan, parts).run_mode()               # engine.assembly.runner: its build steps
+      build_checkpointing, (build_clock, the trainer,) build_actions,
+      build_controller, the same for every mode, then the mode:
       train, train_and_evaluate   restore or warm-start; trainer (skipping the batches
                                   already trained on); Controller.train; export
       evaluate                    restore; Controller.evaluate once (reads only)
@@ -42,8 +43,7 @@ from tfloop.engine import task as task_lib
 from tfloop.engine.strategies import adoption
 from tfloop.engine.assembly import parts, serving
 from tfloop.engine.assembly.plan import Plan, make_plan
-from tfloop.engine.assembly.runner import (Hooks, Runner, RunResult, evaluate_each_checkpoint,
-                                           exit_class)
+from tfloop.engine.assembly.runner import Hooks, Runner, RunResult, exit_class
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError, ExportFailure
 from tfloop.engine.loop import actions
@@ -56,7 +56,7 @@ from tfloop.engine.task import compiled_model
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RunResult", "evaluate_each_checkpoint", "export_checkpoint", "run"]
+__all__ = ["RunResult", "export_checkpoint", "run"]
 
 
 def run(

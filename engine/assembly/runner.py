@@ -6,12 +6,19 @@ strategy and the parts every mode needs (`engine.assembly.parts`), then::
     Runner(plan, parts, hooks=, lock=).run_mode()
       train, train_and_evaluate:
         checkpoints = build_checkpointing(write_dir)   # the manager; the newest checkpoint restored
-        trainer     = plan.spec.build_trainer(...)     # skips the batches already trained on
+        clock       = build_clock()                    # engine.observe.clock: times the loops
+        trainer     = plan.spec.build_trainer(..., clock=clock)  # skips the batches trained on
         actions     = build_actions(trainer, checkpoints)  # both lists, in their final order
         controller  = build_controller(trainer, checkpoints, actions)
         Controller.train to the last step; export; metrics.json says how it ended
-      evaluate: build_checkpointing(None) (reads only); Controller.evaluate once
-      continuous_evaluate: the evaluator task, each new checkpoint as it appears
+      evaluate: build_checkpointing(None, the newest) (reads only); Controller.evaluate once
+      continuous_evaluate (the evaluator task): the same three steps, for its
+        role (a checkpoint of the model and step, no manager, no stop
+        request: a signal stops it at once); each new checkpoint as it appears
+
+The checkpoint a run restores is handed to `build_checkpointing` as a value:
+the plan's, or in a cluster with `--local_checkpoint_dir` the newer local
+one every worker holds (`_agreed_checkpoint`, a collective).
 
 Each step builds its piece whole: nothing is patched after it is built, and
 no piece reads one that does not exist yet (the hang watch gets the
@@ -36,14 +43,14 @@ import tensorflow as tf
 from tfloop.engine.assembly import serving
 from tfloop.engine.assembly.parts import Parts
 from tfloop.engine.assembly.plan import Plan
-from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ExportFailure
 from tfloop.engine.loop import actions, best, preemption
+from tfloop.engine.loop.contracts import AbstractTrainer
 from tfloop.engine.loop.controller import Controller
-from tfloop.engine.loop.evaluator import Evaluator
 from tfloop.engine.loop.summaries import SummaryWriter
-from tfloop.engine.observe import step_time
+from tfloop.engine.observe import clock, step_time
 from tfloop.engine.observe.watchers import Watchers
+from tfloop.engine.recipe import ema
 from tfloop.engine.recipe import objectives as objectives_lib
 from tfloop.engine.run_dir import (checkpointing, layout, local_checkpoints, run_identity,
                                    run_lock, run_record, warm_start)
@@ -96,9 +103,11 @@ class Hooks:
 
 @dataclasses.dataclass(frozen=True)
 class Checkpoints:
-    """What `build_checkpointing` makes: the manager (None: the run only
-    reads), the checkpoint restored (None: none) and the step the run starts from."""
+    """What `build_checkpointing` makes: the run's checkpoint, its manager
+    (None: the run only reads), the checkpoint restored (None: none) and the
+    step the run starts from."""
 
+    checkpoint: tf.train.Checkpoint
     manager: Optional[checkpointing.Manager]
     restored: Optional[str]
     start_step: int
@@ -109,17 +118,20 @@ class LoopActions:
     """What `build_actions` makes: the Controller's two lists in their final
     order, and the pieces the run starts, reads back or closes."""
 
-    train: list
-    eval: list
-    stop_request: preemption.StopRequest
-    writers: tuple
+    train: list[actions.Action]
+    eval: list[actions.Action]
+    stop_request: Optional[preemption.StopRequest]
+    writers: tuple[Optional[SummaryWriter], Optional[SummaryWriter]]
     watchers: Optional[Watchers] = None
     keep_best: Optional[best.KeepBest] = None
     progress: Optional[actions.RecordProgress] = None
+    #: The local checkpoints' saver (`--local_checkpoint_dir`), which a finished training removes.
+    local_saver: Optional[local_checkpoints.Saver] = None
 
     def close(self, controller: Controller) -> None:
         """The signal handlers back, the watchers stopped, the writers closed."""
-        self.stop_request.uninstall()
+        if self.stop_request is not None:
+            self.stop_request.uninstall()
         if self.watchers is not None:
             self.watchers.finish(controller)
         for writer in self.writers:
@@ -167,7 +179,8 @@ def exit_class(plan: Plan, *, step: Optional[Callable[[], int]] = None,
 
 class Runner:
     """One run's assembly: the plan, its parts and the caller's hooks, built
-    in four steps and run in the plan's mode (see the module docstring).
+    by the same steps for every mode and run in the plan's mode (see the
+    module docstring).
 
     Args:
       plan: the checked request (`engine.assembly.plan.make_plan`).
@@ -180,8 +193,6 @@ class Runner:
                  lock: Optional[run_lock.RunLock] = None):
         self.plan, self.parts, self.hooks, self.lock = plan, parts, hooks, lock
         self.run_dir = layout.RunDir(plan.config.model_dir, plan.config.summaries_dir or None)
-        #: The local checkpoints' saver (`_save_local`), which a finished training removes.
-        self.local_saver: Optional[local_checkpoints.Saver] = None
         #: RunResult.history: filled by the History actions.
         self.history: list = []
 
@@ -194,24 +205,17 @@ class Runner:
     def train(self) -> RunResult:
         """`train` and `train_and_evaluate`: resume or warm-start, train to the
         last step (evaluating between loops in the latter), export."""
-        config, role, parts = self.plan.config, self.plan.role, self.parts
+        plan, parts = self.plan, self.parts
+        config, role = plan.config, plan.role
         # Workers other than the chief take part in saving, into a directory of their own.
         write_dir = (config.model_dir if role.is_chief
                      else checkpointing.worker_save_dir(config.model_dir, role.name))
-        if role.in_cluster and config.local_checkpoint_dir:
-            # Agreed by every worker: the newest local checkpoint all of them hold.
-            self.plan = dataclasses.replace(
-                self.plan, latest_checkpoint=local_checkpoints.newer_on_every_worker(
-                    config, role.name, parts.strategy, self.plan.latest_checkpoint,
-                    run_id=run_identity.run_id(self.plan.run_json))
-                or self.plan.latest_checkpoint)
-        plan = self.plan
-        checkpoints = self.build_checkpointing(write_dir)
+        checkpoints = self.build_checkpointing(write_dir, self._agreed_checkpoint())
         start_step = checkpoints.start_step
         trainer = plan.spec.build_trainer(
             plan.for_trainer, strategy=parts.strategy, model=parts.model, objectives=parts.objectives,
             global_step=parts.global_step, start_step=start_step, task=parts.task,
-            average=parts.average)
+            average=parts.average, clock=self.build_clock())
         objectives_lib.announce(parts.objectives, start_step=start_step,
                                 resumed=bool(checkpoints.restored))
         if self.lock is not None:
@@ -230,42 +234,73 @@ class Runner:
     def evaluate(self) -> RunResult:
         """`--mode=evaluate`: the newest checkpoint, evaluated once; reads only
         (no checkpoint manager), and adds to evaluations.json."""
-        checkpoints = self.build_checkpointing(None)
+        checkpoints = self.build_checkpointing(None, self.plan.latest_checkpoint)
         if self.lock is not None:
             self.lock.keep()
         with data_errors.naming():
             record = self.run_loops(
                 None, checkpoints,
-                drive=lambda controller: controller.evaluate(self.plan.config.eval_steps))
+                drive=lambda controller, _: controller.evaluate(self.plan.config.eval_steps))
         return self._result(record)
 
     def continuous_evaluate(self) -> RunResult:
-        """The evaluator task of a cluster: every new checkpoint as it appears."""
-        parts = self.parts
+        """The evaluator task of a cluster (the sidecar evaluator): evaluates
+        every new checkpoint in `model_dir` as it appears, writes
+        `summaries/eval` beside the chief's and adds to evaluations.json, and
+        returns after the checkpoint of step `train_steps` (or after
+        `eval_timeout` seconds with no new checkpoint). With `--best_metric`
+        it keeps the best in `model_dir/best/` (the model and the step: an
+        evaluator restores no optimizer). Its eval data failing mid-run is
+        one line (`engine.task.failures`). Built by the same steps as every
+        mode; its record is the last evaluation's, not metrics.json's."""
+        config, parts = self.plan.config, self.parts
         if self.lock is not None:
             self.lock.keep()
-        return RunResult(
-            evaluate_each_checkpoint(self.plan.config, strategy=parts.strategy, model=parts.model,
-                                     global_step=parts.global_step, evaluator=parts.evaluator,
-                                     best_export=parts.best_export, task=parts.task),
-            model=parts.model, task=parts.task)
+        checkpoints = self.build_checkpointing(None, None)  # each one restored as it appears
+        loop = self.build_actions(None, checkpoints)
+        controller = self.build_controller(None, checkpoints, loop)
+        try:
+            with task_failures.exit_class(
+                    "evaluator", step=lambda: controller.step,
+                    checkpoint=lambda: tf.train.latest_checkpoint(config.model_dir),
+                    explain_task=task_failures.explainer(parts.task, controller.phase,
+                                                         config.model_dir)):
+                last = controller.evaluate_continuously(
+                    config.eval_steps, timeout=config.eval_timeout, last_step=config.train_steps,
+                    restore=functools.partial(_restore_averages_if_any, parts.model,
+                                              parts.global_step),
+                    directory=config.model_dir)
+        finally:
+            loop.close(controller)
+        return RunResult({"step": controller.step, **{f"eval/{k}": v for k, v in last.items()},
+                          "best": loop.keep_best.record if loop.keep_best else None},
+                         model=parts.model, task=parts.task, history=self.history)
 
-    # --- The four steps. ---
+    # --- The build steps, the same for every mode. ---
 
-    def build_checkpointing(self, write_dir: Optional[str]) -> Checkpoints:
+    def build_checkpointing(self, write_dir: Optional[str],
+                            restore_from: Optional[str]) -> Checkpoints:
         """The checkpoint and its manager saving into `write_dir` (None: the
-        run reads only), the newest checkpoint restored (or, for a fresh
-        run, `--init_from`'s weights): the plan's `latest_checkpoint`."""
+        run reads only), `restore_from` restored (or, for a fresh run,
+        `--init_from`'s weights). The evaluator task's checkpoint holds the
+        model and the step only (an evaluator restores no optimizer), each
+        checkpoint restored as it appears: nothing restored here."""
         plan, parts = self.plan, self.parts
         config = plan.config
+        if plan.role.is_evaluator:
+            return Checkpoints(
+                checkpoint=tf.train.Checkpoint(
+                    model=parts.model, global_step=parts.global_step,
+                    model_weights=checkpointing.named_weights(parts.model)),
+                manager=None, restored=None, start_step=int(parts.global_step.numpy()))
         pieces = checkpointing.parts(parts.model, objectives_lib.checkpointed(parts.objectives),
                                    parts.global_step)
         checkpoint, manager = checkpointing.create(
             model=parts.model, optimizer=pieces["optimizer"], global_step=parts.global_step,
             directory=write_dir, max_to_keep=config.max_checkpoints if plan.role.is_chief else 1,
             averages=parts.average.averages if parts.average else None,
-            extra=getattr(parts.task, "checkpointed", dict)())
-        restored = _restore(plan, checkpoint, pieces, parts.average)
+            extra=parts.task.checkpointed())
+        restored = _restore(plan, restore_from, checkpoint, pieces, parts.average)
         start_step = int(parts.global_step.numpy())
         if restored:
             logger.info("resuming from %s at step %d%s", restored, start_step,
@@ -275,9 +310,25 @@ class Runner:
                 parts.model, config.init_from, skip_mismatch=config.init_from_skip_mismatch))
             if parts.average is not None:
                 parts.average.reset()  # the average starts from the weights training starts from
-        return Checkpoints(manager=manager, restored=restored, start_step=start_step)
+        return Checkpoints(checkpoint=checkpoint, manager=manager, restored=restored,
+                           start_step=start_step)
 
-    def build_actions(self, trainer: Optional[Any], checkpoints: Checkpoints) -> LoopActions:
+    def build_clock(self) -> Optional[clock.SampledClock]:
+        """The clock that times the trainer's loops (`engine.observe.clock`),
+        handed to `build_trainer`; None where the loops run on other machines
+        (`StrategySpec.loop_runs_here`: parameter_server's). The straggler
+        table compares every loop's own time of each worker: a multi-worker
+        cluster with `--straggler_threshold` samples every loop."""
+        plan = self.plan
+        if not plan.spec.loop_runs_here:
+            return None
+        return clock.for_run(
+            self.parts.strategy, precision=plan.config.mixed_precision,
+            compares_every_loop=bool(plan.spec.compares_workers and plan.role.num_workers > 1
+                                     and plan.config.straggler_threshold))
+
+    def build_actions(self, trainer: Optional[AbstractTrainer],
+                      checkpoints: Checkpoints) -> LoopActions:
         """Both action lists in their final order (`engine.loop.actions`):
 
             train: metrics.json progress, History, Profile, TrainProgress,
@@ -288,22 +339,21 @@ class Runner:
 
         History first, so a loop that stops the run is in the history; the
         stop request last, so a stopping run has logged its last loop; the
-        best checkpoint last, as it may stop training."""
+        best checkpoint last, as it may stop training. The chief writes the
+        summaries, the evaluator task its `summaries/eval`."""
         plan, config, role = self.plan, self.plan.config, self.plan.role
         chief = role.is_chief
         writers = (SummaryWriter(self.run_dir.summaries("train")) if chief else None,
-                   SummaryWriter(self.run_dir.summaries("eval")) if chief else None)
-        # One process stops at the step a signal arrives in; a cluster at a loop's end, agreed.
-        stop_request = (preemption.StopRequest(self.parts.strategy) if plan.spec.agrees_to_stop
-                        else preemption.StopRequest(
-                            stop_step=trainer.request_stop if trainer is not None else None)
-                        ).install()
+                   SummaryWriter(self.run_dir.summaries("eval"))
+                   if chief or role.is_evaluator else None)
+        stop_request = self._stop_request(trainer)
         progress = self._progress(checkpoints) if chief and trainer is not None else None
         watchers = (Watchers(run=plan.watched, strategy=self.parts.strategy, trainer=trainer,
                              train_summaries=writers[0], eval_summaries=writers[1],
                              start_step=checkpoints.start_step, run_dir=self.run_dir)
                     if trainer is not None else None)
         extra = self._caller_actions(trainer)
+        local_saver = self._local_saver(trainer, checkpoints)
         train = [
             *([progress] if progress else []),
             actions.History("train", self.history),
@@ -318,8 +368,11 @@ class Runner:
             *([actions.OnLoopEnd(self.hooks.on_loop_end)] if self.hooks.on_loop_end else []),
             *extra.train,
             *(watchers.actions if watchers else []),
-            *self._save_local(trainer, checkpoints),
-            actions.StopOnSignal(request=stop_request, checkpoint_manager=checkpoints.manager),
+            *([actions.SaveLocal(saver=local_saver, interval=config.local_checkpoint_interval,
+                                 durable_interval=config.checkpoint_interval)]
+              if local_saver is not None else []),
+            *([actions.StopOnSignal(request=stop_request, checkpoint_manager=checkpoints.manager)]
+              if stop_request is not None else []),
         ]
         keep_best = self._keep_best(checkpoints)
         evaluations = [actions.History("eval", self.history), *actions.for_evaluation(
@@ -327,9 +380,9 @@ class Runner:
             *([keep_best] if keep_best else [])]
         return LoopActions(train=train, eval=evaluations, stop_request=stop_request,
                            writers=writers, watchers=watchers, keep_best=keep_best,
-                           progress=progress)
+                           progress=progress, local_saver=local_saver)
 
-    def build_controller(self, trainer: Optional[Any], checkpoints: Checkpoints,
+    def build_controller(self, trainer: Optional[AbstractTrainer], checkpoints: Checkpoints,
                          loop: LoopActions) -> Controller:
         """The outer loop over the trainer, the evaluator and the actions."""
         config = self.plan.config
@@ -341,10 +394,10 @@ class Runner:
 
     # --- Running the loops. ---
 
-    def run_loops(self, trainer: Optional[Any], checkpoints: Checkpoints, *,
-                  drive: Callable[[Controller], Any],
+    def run_loops(self, trainer: Optional[AbstractTrainer], checkpoints: Checkpoints, *,
+                  drive: Callable[[Controller, LoopActions], Any],
                   export_final: Optional[Callable[[], Optional[str]]] = None) -> dict:
-        """Runs the loops (`drive(controller)`: the mode's train or evaluate
+        """Runs the loops (`drive(controller, actions)`: the mode's train or evaluate
         calls; `trainer` None for a run that only evaluates), then
         `export_final` (the end-of-training export). metrics.json says
         "running" (the step of the last checkpoint) until it says how the run
@@ -363,7 +416,7 @@ class Runner:
             with exit_class(self.plan, step=lambda: controller.step,
                             checkpoint=lambda: tf.train.latest_checkpoint(
                                 self.plan.config.model_dir), running=controller.phase):
-                drive(controller)
+                drive(controller, loop)
                 if export_final is not None:
                     self._export_at_the_end(controller, loop, export_final, ending)
             ending.status = "stopped_early" if controller.stopped_early else "finished"
@@ -410,9 +463,10 @@ class Runner:
                                failing=ending.status not in ("finished", "stopped_early"))
         return summary
 
-    def _train_to_the_end(self, controller: Controller) -> None:
+    def _train_to_the_end(self, controller: Controller, loop: LoopActions) -> None:
         """The train modes' loops: to the last step, evaluating every
-        `--eval_interval` steps in `train_and_evaluate`."""
+        `--eval_interval` steps in `train_and_evaluate`; then the local
+        checkpoints are removed (`loop.local_saver`)."""
         config, start_step = self.plan.config, controller.step
         if start_step >= config.train_steps and start_step == 0:
             logger.info("train_steps=0: nothing to train")
@@ -431,8 +485,8 @@ class Runner:
             eval_interval=(config.eval_interval or config.train_steps)
             if self.plan.mode == "train_and_evaluate" else 0,
             eval_steps=config.eval_steps)
-        if self.local_saver is not None:  # trained to the end, the final checkpoint saved
-            self.local_saver.finish()
+        if loop.local_saver is not None:  # trained to the end, the final checkpoint saved
+            loop.local_saver.finish()
 
     # --- Small pieces of the steps. ---
 
@@ -450,6 +504,18 @@ class Runner:
         run_identity.write(config, plan.run_json, start_step=start_step, numerics=numerics,
                            batching=plan.batching, run_id_if_new=plan.run_id)
 
+    def _agreed_checkpoint(self) -> Optional[str]:
+        """The checkpoint a training run restores: the plan's newest durable
+        one, or in a cluster with `--local_checkpoint_dir` the newer local
+        checkpoint every worker holds (agreed: every worker calls it)."""
+        plan = self.plan
+        config, role = plan.config, plan.role
+        if not (role.in_cluster and config.local_checkpoint_dir):
+            return plan.latest_checkpoint
+        return local_checkpoints.newer_on_every_worker(
+            config, role.name, self.parts.strategy, plan.latest_checkpoint,
+            run_id=run_identity.run_id(plan.run_json)) or plan.latest_checkpoint
+
     def _progress(self, checkpoints: Checkpoints) -> actions.RecordProgress:
         record = functools.partial(run_record.running, self.plan,
                                    start_step=checkpoints.start_step,
@@ -459,42 +525,55 @@ class Runner:
             record=lambda step, checkpoint: record(step=step, checkpoint=checkpoint),
             step=checkpoints.start_step, checkpoint=checkpoints.restored)
 
-    def _caller_actions(self, trainer: Optional[Any]) -> actions.RunActions:
+    def _stop_request(self, trainer: Optional[AbstractTrainer]) -> Optional[preemption.StopRequest]:
+        """What a signal asks of the loops, installed: one process stops at the
+        step it arrives in, a cluster at a loop's end, agreed. None for the
+        evaluator task, which a signal stops at once (it saves nothing)."""
+        if self.plan.role.is_evaluator:
+            return None
+        return (preemption.StopRequest(self.parts.strategy) if self.plan.spec.agrees_to_stop
+                else preemption.StopRequest(
+                    stop_step=trainer.request_stop if trainer is not None else None)).install()
+
+    def _caller_actions(self, trainer: Optional[AbstractTrainer]) -> actions.RunActions:
         """The caller's own actions (`Hooks.add_actions`), for a run that trains."""
         if self.hooks.add_actions is None or trainer is None:
             return actions.RunActions(train=[], eval=[])
         return self.hooks.add_actions(plan=self.plan, strategy=self.parts.strategy,
                                       model=self.parts.model)
 
-    def _step_time(self, trainer: Optional[Any], writer: Optional[SummaryWriter]) -> list:
+    def _step_time(self, trainer: Optional[AbstractTrainer],
+                   writer: Optional[SummaryWriter]) -> list[actions.Action]:
         """Where the time goes (`engine.observe.step_time`), where the trainer's clock times."""
         report = step_time.for_trainer(trainer, writer=writer,
                                        interval=self.plan.config.summary_interval)
         return [report] if report is not None else []
 
-    def _save_local(self, trainer: Optional[Any], checkpoints: Checkpoints) -> list:
+    def _local_saver(self, trainer: Optional[AbstractTrainer],
+                     checkpoints: Checkpoints) -> Optional[local_checkpoints.Saver]:
         """Fast local checkpoints (`--local_checkpoint_dir`), for a run that trains."""
         config, role, manager = self.plan.config, self.plan.role, checkpoints.manager
-        local = (local_checkpoints.create(config, manager.checkpoint, self.parts.global_step,
-                                          role.name if role.in_cluster else "",
-                                          run_id=self.plan.run_id)
-                 if trainer is not None and manager is not None else None)
-        if local is None:
-            return []
-        self.local_saver = local
-        return [actions.SaveLocal(saver=local,
-                                  interval=config.local_checkpoint_interval,
-                                  durable_interval=config.checkpoint_interval)]
-
-    def _record_evaluations(self, trainer: Optional[Any]) -> Optional[actions.RecordEvaluation]:
-        """A run that only evaluates adds to evaluations.json, beside the training record."""
-        if not self.plan.role.is_chief or trainer is not None:
+        if trainer is None or manager is None:
             return None
-        return actions.RecordEvaluation(path=self.run_dir.evaluations_json, by="--mode=evaluate")
+        return local_checkpoints.create(config, manager.checkpoint, self.parts.global_step,
+                                        role.name if role.in_cluster else "",
+                                        run_id=self.plan.run_id)
+
+    def _record_evaluations(
+            self, trainer: Optional[AbstractTrainer]) -> Optional[actions.RecordEvaluation]:
+        """A run that only evaluates adds to evaluations.json, beside the
+        training record: `--mode=evaluate`'s chief, and the evaluator task."""
+        role = self.plan.role
+        if trainer is not None or not (role.is_chief or role.is_evaluator):
+            return None
+        return actions.RecordEvaluation(path=self.run_dir.evaluations_json,
+                                        by="evaluator" if role.is_evaluator else "--mode=evaluate")
 
     def _keep_best(self, checkpoints: Checkpoints) -> Optional[best.KeepBest]:
         """The best checkpoint's action where this process evaluates while it
-        trains (`best.check_request` refused the rest)."""
+        trains, or is the evaluator task (`best.check_request` refused the
+        rest). The evaluator's keeps the model and the step it evaluated, and
+        stops nothing (no patience: it trains nothing)."""
         config, plan = self.plan.config, self.plan
         if not config.best_metric:
             return None
@@ -503,6 +582,10 @@ class Runner:
                         config.best_metric)
             return None
         mode = best.resolve_mode(config.best_metric, config.best_mode)
+        if plan.role.is_evaluator:
+            return best.KeepBest(metric=config.best_metric, mode=mode,
+                                 checkpoint=checkpoints.checkpoint, model_dir=config.model_dir,
+                                 export_fn=self.parts.best_export)
         logger.info("keeping the best checkpoint by %s (%s%s) in %s%s", config.best_metric, mode,
                     ", by --best_mode=auto" if config.best_mode == "auto" else "",
                     best.best_dir(config.model_dir),
@@ -550,11 +633,11 @@ MODES: dict[str, Callable[[Runner], RunResult]] = {
     "continuous_evaluate": Runner.continuous_evaluate}
 
 
-def _restore(plan: Plan, checkpoint: tf.train.Checkpoint, parts: dict,
-             average: Optional[Any]) -> Optional[str]:
-    """Restores the newest checkpoint, if any, whether or not it holds the
+def _restore(plan: Plan, path: Optional[str], checkpoint: tf.train.Checkpoint, parts: dict,
+             average: Optional[ema.WeightAverage]) -> Optional[str]:
+    """Restores checkpoint `path`, if any, whether or not it holds the
     moving averages this run keeps."""
-    path, model_dir = plan.latest_checkpoint, plan.config.model_dir
+    model_dir = plan.config.model_dir
     holds_averages = checkpointing.holds(path, checkpointing.AVERAGES)
     if path and average is not None and not holds_averages:
         restored = checkpointing.restore(tf.train.Checkpoint(**parts), path, model_dir)
@@ -571,40 +654,3 @@ def _restore_averages_if_any(model: Any, global_step: tf.Variable, path: str) ->
     """The evaluator task's restore: the moving averages where a checkpoint holds them."""
     if checkpointing.restore_for_inference(model, global_step, path):
         logger.info("%s holds moving averages of the weights: evaluating those", path)
-
-
-def evaluate_each_checkpoint(
-    config: RunConfig, *, strategy, model, global_step: tf.Variable, evaluator: Evaluator,
-    best_export: Optional[best.ExportFn] = None, task: Optional[Task] = None,
-) -> dict:
-    """The sidecar evaluator: evaluates every new checkpoint in `model_dir` as it
-    appears, writes `summaries/eval` beside the chief's, and returns after the
-    checkpoint of step `train_steps` (or after `eval_timeout` seconds with no
-    new checkpoint). With `--best_metric` it keeps the best in `model_dir/best/`
-    (the model and the step: an evaluator restores no optimizer). With the
-    `task`, its eval data failing mid-run is one line (`engine.task.failures`)."""
-    checkpoint = tf.train.Checkpoint(model=model, global_step=global_step,
-                                     model_weights=checkpointing.named_weights(model))
-    run_dir = layout.RunDir(config.model_dir, config.summaries_dir or None)
-    writer = SummaryWriter(run_dir.summaries("eval"))
-    keep_best = best.KeepBest(
-        metric=config.best_metric, mode=best.resolve_mode(config.best_metric, config.best_mode),
-        checkpoint=checkpoint, model_dir=config.model_dir, export_fn=best_export,
-    ) if config.best_metric else None
-    controller = Controller(global_step=global_step, evaluator=evaluator,
-                            eval_actions=actions.for_evaluation(writer, actions.RecordEvaluation(
-                                path=run_dir.evaluations_json, by="evaluator"), keep_best))
-    explain = task_failures.explainer(task, controller.phase,
-                                      config.model_dir) if task is not None else None
-    try:
-        with task_failures.exit_class("evaluator", step=lambda: controller.step,
-                                      checkpoint=lambda: tf.train.latest_checkpoint(
-                                          config.model_dir), explain_task=explain):
-            last = controller.evaluate_continuously(
-                config.eval_steps, timeout=config.eval_timeout, last_step=config.train_steps,
-                restore=functools.partial(_restore_averages_if_any, model, global_step),
-                directory=config.model_dir)
-    finally:
-        writer.close()
-    return {"step": controller.step, **{f"eval/{k}": v for k, v in last.items()},
-            "best": keep_best.record if keep_best else None}

@@ -47,7 +47,7 @@ from tfloop.engine.loop.preemption import Preempted
 from tfloop.engine.loop.actions import Action, LoopEnd, StopTraining, crossed, next_multiple
 from tfloop.engine.config import INT32_MAX
 from tfloop.engine.errors import NonFinite
-from tfloop.engine.loop.runner import AbstractEvaluator, AbstractTrainer, LoopClock, Metrics
+from tfloop.engine.loop.contracts import AbstractEvaluator, AbstractTrainer, LoopClock, Metrics
 
 logger = logging.getLogger(__name__)
 
@@ -98,9 +98,9 @@ class Controller:
         eval_actions: Sequence[Action] = (),
     ):
         _check_instance("global_step", global_step, tf.Variable, "a tf.Variable", optional=False)
-        _check_instance("trainer", trainer, AbstractTrainer, "an engine.loop.runner.AbstractTrainer")
+        _check_instance("trainer", trainer, AbstractTrainer, "an engine.loop.contracts.AbstractTrainer")
         _check_instance("evaluator", evaluator, AbstractEvaluator,
-                        "an engine.loop.runner.AbstractEvaluator")
+                        "an engine.loop.contracts.AbstractEvaluator")
         if trainer is None and evaluator is None:
             raise ValueError("`trainer` and `evaluator` are both None; give at least one")
         if not isinstance(steps_per_loop, int) or not 1 <= steps_per_loop <= INT32_MAX:

@@ -23,7 +23,7 @@ from tfloop.engine.recipe.ema import WeightAverage
 from tfloop.engine.task.losses import LossFn, classification_loss
 from tfloop.engine.loop.replica_step import metric_names
 from tfloop.engine.loop.replica_sums import ReplicaSums
-from tfloop.engine.loop.runner import AbstractEvaluator, Metrics
+from tfloop.engine.loop.contracts import AbstractEvaluator, Metrics
 
 
 class Evaluator(AbstractEvaluator):

@@ -52,7 +52,7 @@ from tfloop.engine.recipe.objectives import BoundObjective
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.loop.replica_step import metric_names, replica_gradients
 from tfloop.engine.loop.replica_sums import EXAMPLES
-from tfloop.engine.loop.runner import AbstractTrainer, Metrics
+from tfloop.engine.loop.contracts import AbstractTrainer, Metrics
 from tfloop.launch import tf_config
 
 logger = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ def serve(role: tf_config.Role) -> dict:
 class ParameterServerTrainer(AbstractTrainer):
     """The chief's train loop: `train(n)` runs `n` steps spread over the workers.
 
-    An `engine.loop.runner.AbstractTrainer`, as `engine.loop.trainer.Trainer` is.
+    An `engine.loop.contracts.AbstractTrainer`, as `engine.loop.trainer.Trainer` is.
 
     Args:
       strategy: the `ParameterServerStrategy` model and optimizer were built under.

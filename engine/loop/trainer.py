@@ -120,7 +120,7 @@ from tfloop.engine.recipe.objectives import BoundObjective
 from tfloop.engine.loop.replica_sums import EXAMPLES, ReplicaSums
 from tfloop.engine.loop.step_phase import StepPhase
 from tfloop.engine.loop.trainer_options import TrainerOptions
-from tfloop.engine.loop.runner import AbstractTrainer, LoopClock, Metrics, StepStamps
+from tfloop.engine.loop.contracts import AbstractTrainer, LoopClock, Metrics, StepStamps
 from tfloop.engine.runtime import hardware
 
 logger = logging.getLogger(__name__)
@@ -205,7 +205,7 @@ class Trainer(AbstractTrainer):
         classification).
       average: the weights' moving average (`engine.recipe.ema`), updated after
         every step; None: off.
-      clock: times the loops (`engine.loop.runner.LoopClock`; the engine's
+      clock: times the loops (`engine.loop.contracts.LoopClock`; the engine's
         is `engine.observe.clock.SampledClock`: wall time per loop, per-step
         stamps in sampled loops, `mfu`); None: nothing is timed.
       options: how each step runs (`TrainerOptions`: XLA, accumulation,

@@ -1,7 +1,7 @@
 """The engine's clock: every loop timed on the host, per-step stamps in sampled loops only.
 
 The trainer (`engine.loop.trainer`) calls its clock at three points and knows
-nothing else about timing (`engine.loop.runner.LoopClock`, whose base times
+nothing else about timing (`engine.loop.contracts.LoopClock`, whose base times
 nothing)::
 
     sampled = clock.begin(start_step)    # loop 2, one in SAMPLE_EVERY after (every loop
@@ -19,6 +19,12 @@ counted from its graph (`engine.observe.step_flops`), and the sampled loop
 function is traced and run for 0 steps (`trainer.warm_sampled()`) so the
 first sampled loop does not trace or instantiate it either. The devices' peak rate (`engine.runtime.hardware.peak`)
 comes with the clock, probed before the trainer is built.
+
+Who calls what: the assembly builds the clock (`for_run`, from
+`engine.assembly.runner.Runner.build_clock`) and hands it to the strategy's
+`build_trainer`, which gives it to the trainer; the trainer calls `begin`,
+`stamps` and `end`; the step-time report (`engine.observe.step_time`) reads
+`last` and calls `ask` on SIGUSR1; the straggler table reads `last`.
 
 Why sample: a stamp is a host op, and one per step that waits on device
 tensors makes the host wait for the device every step
@@ -39,9 +45,10 @@ import logging
 import time
 from typing import Optional
 
-from tfloop.engine.loop.runner import LoopClock, Metrics, StepStamps
+from tfloop.engine.loop.contracts import LoopClock, Metrics, StepStamps
 from tfloop.engine.loop.trainer import Trainer
 from tfloop.engine.observe import step_flops, step_time
+from tfloop.engine.runtime import hardware
 from tfloop.engine.runtime.hardware import Peak
 
 logger = logging.getLogger(__name__)
@@ -49,6 +56,21 @@ logger = logging.getLogger(__name__)
 #: After the first loop (which traces and compiles) and the first samples,
 #: one loop in this many is sampled.
 SAMPLE_EVERY = 10
+
+
+def for_run(strategy, *, precision: str, compares_every_loop: bool) -> "SampledClock":
+    """The run's clock, built once by the assembly before the trainer:
+
+    Args:
+      strategy: the run's strategy; the peak rate is its local replicas' devices'.
+      precision: `--mixed_precision`: the compute dtype the peak rate is of.
+      compares_every_loop: the straggler table compares every loop's own
+        time of each worker (a multi-worker cluster with
+        `--straggler_threshold`): every loop is sampled.
+    """
+    return SampledClock(peak=hardware.peak(hardware.local_devices(strategy), precision),
+                        timed=step_time.timestamps_allowed(),
+                        sample_every=1 if compares_every_loop else SAMPLE_EVERY)
 
 
 class SampledClock(LoopClock):

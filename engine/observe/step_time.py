@@ -10,7 +10,7 @@ and the all-reduce held until its `ready` stamp makes the device wait for
 the host, every step (on one H200, cnn at batch 256, that cost 0.64x the
 hand-written loop's speed). An unsampled loop's graph holds no `Timestamp`
 and no `held_until` identity: the trainer traces two loop functions, with
-and without the stamps (`Stamps` / the do-nothing `engine.loop.runner.StepStamps`).
+and without the stamps (`Stamps` / the do-nothing `engine.loop.contracts.StepStamps`).
 
 A sampled loop takes them at three points of each step::
 
@@ -64,7 +64,7 @@ from typing import Callable, Optional, Sequence
 import tensorflow as tf
 
 from tfloop.engine.loop.actions import Action, LoopEnd, crossed
-from tfloop.engine.loop.runner import StepStamps
+from tfloop.engine.loop.contracts import StepStamps
 from tfloop.engine.loop.summaries import SummaryWriter
 from tfloop.engine.observe.step_flops import MFU
 from tfloop.engine.runtime import hardware, signals
@@ -123,7 +123,7 @@ def zero() -> tf.Tensor:
 
 class Stamps(StepStamps):
     """The stamps of a sampled loop (see the module docstring): the trainer
-    calls them where `engine.loop.runner.StepStamps` says."""
+    calls them where `engine.loop.contracts.StepStamps` says."""
 
     def start(self) -> dict:
         began = now()

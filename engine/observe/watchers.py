@@ -22,7 +22,7 @@ from tfloop.engine.observe.clock import SampledClock
 from tfloop.engine.config import RunConfig
 from tfloop.engine.loop.actions import Action, LoopEnd
 from tfloop.engine.loop.controller import Controller
-from tfloop.engine.loop.runner import AbstractTrainer
+from tfloop.engine.loop.contracts import AbstractTrainer
 from tfloop.engine.observe.stragglers import Stragglers
 from tfloop.engine.loop.summaries import SummaryWriter
 from tfloop.engine.run_dir import layout

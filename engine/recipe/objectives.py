@@ -140,7 +140,7 @@ def bind(task: Task, model: Any, config: RunConfig, *, num_replicas: int, total_
     own_step = own_gradients(task)
     if own_step is not None:
         bound = [dataclasses.replace(b, gradients=own_step) for b in bound]
-    whole_step = getattr(task, "train_step", None)
+    whole_step = task.train_step
     if whole_step is not None:
         _check_whole_step(task, whole_step, bound, config)
         bound = [dataclasses.replace(b, train_step=whole_step) for b in bound]
@@ -157,7 +157,7 @@ _INSIDE_THE_STEP = (
 )
 
 
-def _check_whole_step(task: Any, step: Any, bound: Sequence[BoundObjective],
+def _check_whole_step(task: Task, step: Any, bound: Sequence[BoundObjective],
                       config: RunConfig) -> None:
     """Refuses, in one line, what a whole step cannot run with: the options
     the engine applies inside its own step (skipping a non-finite update,
@@ -172,7 +172,7 @@ def _check_whole_step(task: Any, step: Any, bound: Sequence[BoundObjective],
         if on(config):
             raise ConfigError(f"{flag} acts inside the engine's own step, and {where} runs "
                               "whole in its place (its update included); drop the flag")
-    if getattr(task, "jit_compile", False):
+    if task.jit_compile:
         raise ConfigError(f"compile(jit_compile=True) with {where}: XLA cannot compile the "
                           "all-reduce inside the replicas' step, which the engine runs whole; "
                           "compile without it (jit_compile=False)")

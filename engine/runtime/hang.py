@@ -57,7 +57,7 @@ from typing import Callable, Optional
 import tensorflow as tf
 
 from tfloop.engine.runtime import files, signals
-from tfloop.launch.launcher import DIAGNOSTICS_ENV
+from tfloop.launch.environment import DIAGNOSTICS_ENV
 
 logger = logging.getLogger(__name__)
 

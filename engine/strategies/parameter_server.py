@@ -11,7 +11,7 @@ from typing import Any, Optional, Sequence
 import tensorflow as tf
 
 from tfloop.engine.loop import ps_trainer, task_inputs
-from tfloop.engine.loop.runner import AbstractTrainer
+from tfloop.engine.loop.contracts import AbstractTrainer, LoopClock
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.recipe.ema import WeightAverage
 from tfloop.engine.recipe.objectives import BoundObjective
@@ -67,9 +67,12 @@ class ParameterServer(ReducesItself):
     def build_trainer(self, plan: TrainerPlan, *, strategy: tf.distribute.Strategy,
                       model: Any, objectives: Sequence[BoundObjective],
                       global_step: tf.Variable, start_step: int, task: Task,
-                      average: Optional[WeightAverage] = None) -> AbstractTrainer:
+                      average: Optional[WeightAverage] = None,
+                      clock: Optional[LoopClock] = None) -> AbstractTrainer:
+        """The coordinator's trainer; its steps run on the workers, so nothing
+        here times them (`loop_runs_here` is False: the assembly builds no clock)."""
         config = plan.config
-        if getattr(task, "jit_compile", False):  # a compiled Keras model's (fit)
+        if task.jit_compile:  # a compiled Keras model's (fit)
             raise ConfigError("the model was compiled with jit_compile=True, which "
                               "--strategy=parameter_server does not run; compile without it")
         if len(objectives) > 1:

@@ -12,7 +12,7 @@ which strategy it has. The engine calls a spec in this order::
     spec.describe_collective(collective, config, devices, implementation)  # the start-up line
     ... devices are set up, nothing has been written ...
     strategy = spec.build(devices, config=config, role=role, connection=connection)
-    trainer = spec.build_trainer(plan.for_trainer, strategy=..., model=..., ...)
+    trainer = spec.build_trainer(plan.for_trainer, strategy=..., model=..., clock=..., ...)
     StopRequest(strategy if spec.agrees_to_stop else None)
     except spec.lost_peer_errors: a peer died (one line, exit 138: restart every task)
     except spec.unrecoverable_errors: no restart can help (one line, exit 3)
@@ -36,13 +36,11 @@ from tfloop.collectives import device_names
 from tfloop.launch import tf_config
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
-from tfloop.engine.loop.runner import AbstractTrainer
+from tfloop.engine.loop.contracts import AbstractTrainer, LoopClock
 from tfloop.engine.loop.trainer import Trainer, TrainerOptions
 from tfloop.engine.recipe.ema import WeightAverage
 from tfloop.engine.recipe.objectives import BoundObjective
 from tfloop.engine.task import Task
-from tfloop.engine.observe import clock, step_time
-from tfloop.engine.runtime import hardware
 
 logger = logging.getLogger(__name__)
 
@@ -104,8 +102,9 @@ class StrategySpec(abc.ABC):
     #: Synchronous workers, each with its own loop: their own times can be
     #: compared once per loop to name a straggler (engine.observe.stragglers).
     compares_workers: ClassVar[bool] = False
-    #: The train loop's functions run in this process, so its graph can be
-    #: traced for TensorBoard (engine.observe.board); not where they run on
+    #: The train loop's functions run in this process, so its loops are timed
+    #: (the assembly builds the run's clock for its trainer) and its graph can
+    #: be traced for TensorBoard (engine.observe.board); not where they run on
     #: other machines, whose loss would turn the trace's export into an error.
     loop_runs_here: ClassVar[bool] = True
 
@@ -180,10 +179,13 @@ class StrategySpec(abc.ABC):
     def build_trainer(self, plan: TrainerPlan, *, strategy: tf.distribute.Strategy,
                       model: Any, objectives: Sequence[BoundObjective], global_step: tf.Variable,
                       start_step: int, task: Task,
-                      average: Optional[WeightAverage] = None) -> AbstractTrainer:
+                      average: Optional[WeightAverage] = None,
+                      clock: Optional[LoopClock] = None) -> AbstractTrainer:
         """The train loop: the engine's replicated step over the task's distributed input.
 
         `average`: the weights' moving average (`engine.recipe.ema`), or None.
+        `clock`: what times its loops (the assembly builds the engine's,
+        `engine.observe.clock.for_run`, where `loop_runs_here`); None: untimed.
         """
         config = plan.config
         # --synthetic_on_device trains on one batch kept on the devices: the
@@ -209,17 +211,12 @@ class StrategySpec(abc.ABC):
             global_batch_size=config.global_batch_size, global_step=global_step,
             average=average,
             options=TrainerOptions(
-                jit_compile=config.jit_compile or getattr(task, "jit_compile", False),
+                jit_compile=config.jit_compile or task.jit_compile,
                 accumulation_steps=config.accumulation_steps, clip_norm=config.clip_norm,
                 nan_policy=config.nan_policy, max_skips=config.nan_max_skips,
                 input_on_device=config.synthetic_on_device,
                 stops_at_any_step=not self.agrees_to_stop),
-            clock=clock.SampledClock(
-                peak=hardware.peak(hardware.local_devices(strategy), config.mixed_precision),
-                timed=step_time.timestamps_allowed(),
-                # The straggler table compares every loop's own time of each worker.
-                sample_every=1 if (self.compares_workers and plan.role.num_workers > 1
-                                   and config.straggler_threshold) else clock.SAMPLE_EVERY))
+            clock=clock)
 
 
 def announce_open_server(role: tf_config.Role) -> None:

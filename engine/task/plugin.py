@@ -23,7 +23,10 @@ Optional: `eval_dataset(context)` (one pass, last batch may be partial),
 `build_optimizer()` (else `--optimizer`/`--learning_rate`), `objectives(model)`
 (several losses with their own variables and optimizers: a GAN),
 `serving_spec(element_spec)` and `serve(model, features)` (what the export's
-`serving_default` signature takes and returns).
+`serving_default` signature takes and returns). What a task may declare of
+itself has its default here, and the engine reads it as an attribute:
+`train_step` (a whole step of its own), `uses_compile` and `jit_compile` (a
+compiled Keras model's), `checkpointed()` (more for the checkpoints to hold).
 
 The dataset builders get an `InputContext` (`inputs.context`): global and
 per-replica batch size, input pipelines and this one's index, the seed, and
@@ -177,6 +180,22 @@ class Task:
     #: --strategy=parameter_server are refused with it. Evaluation still runs
     #: `loss`.
     train_step: Optional[Callable[[Any, Any, Any], LossOutput]] = None
+
+    # --- What a task may declare of itself (the engine reads these, never `getattr`). ---
+
+    #: The run trains with what the model's `compile()` gave it: its
+    #: optimizer trains (`model.optimizer` is it), and the start-up notice
+    #: that a compiled model's optimizer, loss and metrics go unused is not
+    #: said. True for a compiled Keras model's tasks (`fit`'s and
+    #: `--task=module:function`'s); False here.
+    uses_compile: bool = False
+
+    #: The model asks for XLA (`compile(jit_compile=True)`): the engine's
+    #: step compiles with it, as `--jit_compile` does; refused by
+    #: `--strategy=parameter_server` and with a whole `train_step`. Read
+    #: once `build_model` has run (a compiled model's task sets it there);
+    #: False here.
+    jit_compile: bool = False
 
     def serving_spec(self, element_spec: Any) -> Any:
         """What the export's `serving_default` takes: by default the features

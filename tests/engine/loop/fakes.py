@@ -8,7 +8,7 @@ from typing import Callable, Optional
 import tensorflow as tf
 
 from tfloop.engine.loop.actions import Action, LoopEnd, Profile
-from tfloop.engine.loop.runner import AbstractEvaluator, AbstractTrainer
+from tfloop.engine.loop.contracts import AbstractEvaluator, AbstractTrainer
 
 
 def step_variable(value: int = 0) -> tf.Variable:

@@ -28,7 +28,7 @@ from tfloop.engine.config import RunConfig
 from tfloop.engine.loop.controller import Controller
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.assembly.run import run
-from tfloop.engine.loop.runner import AbstractEvaluator
+from tfloop.engine.loop.contracts import AbstractEvaluator
 from fakes import FakeTrainer, Recorder, step_variable
 from helpers import REPO, run_bin
 

@@ -117,7 +117,7 @@ def _hook(step, metrics):
 
 @pytest.mark.parametrize("overrides,says", [
     (dict(global_step=5), "`global_step` (5) must be a tf.Variable"),
-    (dict(trainer="fit"), "`trainer` ('fit') must be an engine.loop.runner.AbstractTrainer"),
+    (dict(trainer="fit"), "`trainer` ('fit') must be an engine.loop.contracts.AbstractTrainer"),
     (dict(evaluator=object), "`evaluator` (<class 'object'>) must be an"),
     (dict(trainer=None), "`trainer` and `evaluator` are both None"),
     (dict(steps_per_loop=0), "`steps_per_loop` (0) must be a positive integer"),

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from tfloop import collectives
 from tfloop.engine.loop.actions import LoopEnd
-from tfloop.engine.loop.runner import LoopClock
+from tfloop.engine.loop.contracts import LoopClock
 from tfloop.engine.loop.trainer import Trainer, TrainerOptions
 from tfloop.engine.observe import clock as clock_lib
 from tfloop.engine.observe import step_time
@@ -280,6 +280,22 @@ def test_the_schedule_samples_the_second_loop_then_one_in_n_and_on_request():
     untimed = clock_lib.SampledClock(timed=False)
     assert not any(untimed.begin(0) or untimed.end(fake, start=0, steps=1, stamped={})
                    for _ in range(4))
+
+
+def test_the_runs_clock_samples_every_loop_only_where_the_workers_are_compared(monkeypatch):
+    """`for_run`, the clock the assembly builds and hands to the trainer: the
+    peak rate of the strategy's devices in the run's precision, and every
+    loop sampled where the straggler table compares workers."""
+    asked = []
+    monkeypatch.setattr(clock_lib.hardware, "peak",
+                        lambda devices, precision: asked.append((devices, precision)) or "peak")
+    strategy = tf.distribute.get_strategy()
+    compared = clock_lib.for_run(strategy, precision="mixed_bfloat16", compares_every_loop=True)
+    alone = clock_lib.for_run(strategy, precision="float32", compares_every_loop=False)
+    assert (compared.sample_every, alone.sample_every) == (1, clock_lib.SAMPLE_EVERY)
+    assert (compared.peak, compared.timed) == ("peak", step_time.timestamps_allowed())
+    devices = clock_lib.hardware.local_devices(strategy)
+    assert asked == [(devices, "mixed_bfloat16"), (devices, "float32")]
 
 
 def test_a_sampled_cpu_loop_gives_the_breakdown(cpu_devices, caplog):

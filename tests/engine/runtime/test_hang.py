@@ -129,3 +129,23 @@ def test_a_planted_fallback_folder_is_refused(tmp_path, monkeypatch, caplog):
     assert _listing(victim) == before and stat.S_IMODE(victim.stat().st_mode) == mode
     assert any("no directory was writable for the dump" in r.getMessage() and
                "why: asked" in r.getMessage() for r in caplog.records)
+
+
+def test_the_folder_bin_launch_names_is_read_without_the_launcher(tmp_path, monkeypatch):
+    """The variable's name lives in `launch/environment.py`, which the
+    launcher sets and hang.py reads: hang.py imports nothing of the launcher."""
+    import ast
+    from pathlib import Path
+
+    from tfloop.engine.runtime import hang
+    from tfloop.launch import environment, launcher
+
+    assert launcher.DIAGNOSTICS_ENV is environment.DIAGNOSTICS_ENV == "TFLOOP_DIAGNOSTICS_DIR"
+    monkeypatch.setenv(environment.DIAGNOSTICS_ENV, str(tmp_path / "launch"))
+    assert hang.directory_for(str(tmp_path / "run")) == str(tmp_path / "launch")
+    monkeypatch.delenv(environment.DIAGNOSTICS_ENV)
+    assert hang.directory_for(str(tmp_path / "run")) == str(tmp_path / "run")
+    tree = ast.parse(Path(hang.__file__).read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert "tfloop.launch.environment" in imported
+    assert not {name for name in imported if name and name.startswith("tfloop.launch.launcher")}

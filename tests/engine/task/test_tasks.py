@@ -286,3 +286,27 @@ def test_the_built_in_task_takes_the_flags_of_its_names_as_keywords_with_their_d
     by_hand = ClassificationTask(seed=3, image_size=8)
     assert (built.dataset, built.model_name, built._data, built.exact_epochs) == (
         by_hand.dataset, by_hand.model_name, by_hand._data, by_hand.exact_epochs)
+
+
+def test_the_tasks_optional_capabilities_are_declared_on_task_and_never_read_by_getattr():
+    """What a task may declare of itself has its default on `Task`, so the
+    engine reads it as an attribute: no `getattr(task, "<name>", default)`
+    anywhere in the engine (a capability read that way is invisible to a
+    type checker and to the task's author)."""
+    import ast
+    from pathlib import Path
+
+    task = Task()
+    assert (task.uses_compile, task.jit_compile, task.train_step, task.checkpointed()) == (
+        False, False, None, {})
+    engine = Path(__file__).resolve().parents[2] / "engine"
+    reads = []
+    for path in sorted(engine.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id == "getattr" and len(node.args) >= 2
+                    and isinstance(node.args[1], ast.Constant)
+                    and ast.unparse(node.args[0]).split(".")[-1] == "task"):
+                reads.append(f"{path.relative_to(engine.parent)}:{node.lineno}: "
+                             f"{ast.unparse(node)}")
+    assert reads == []

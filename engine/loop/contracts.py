@@ -1,4 +1,4 @@
-"""What the Controller drives: a train runner and an eval runner.
+"""The contracts of what the Controller drives: a train runner and an eval runner.
 
 As in Orbit (`orbit/runner.py`), the outer loop knows two methods and
 nothing else about how steps are run::
@@ -16,7 +16,7 @@ construction instead of failing at the first loop.
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 if TYPE_CHECKING:  # annotations only: this contract module imports no TensorFlow
     from tfloop.engine.loop.step_phase import StepPhase
@@ -67,7 +67,15 @@ class AbstractTrainer(abc.ABC):
 
 
 class AbstractEvaluator(abc.ABC):
-    """Evaluates the model as it stands; the Controller calls `evaluate` once per evaluation."""
+    """Evaluates the model as it stands; the Controller calls `evaluate` once per evaluation.
+
+    The engine's evaluators (`engine.loop.evaluator`) also say what they
+    report, which the best checkpoint's request is checked against:
+
+      metric_names   what `evaluate` reports besides `examples` (`loss` first)
+    """
+
+    metric_names: Sequence[str]
 
     @abc.abstractmethod
     def evaluate(self, num_steps: int = -1) -> Metrics:

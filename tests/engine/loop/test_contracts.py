@@ -4,7 +4,7 @@ import pytest
 
 from tfloop.engine.loop.evaluator import Evaluator
 from tfloop.engine.loop.ps_trainer import ParameterServerTrainer
-from tfloop.engine.loop.runner import AbstractEvaluator, AbstractTrainer
+from tfloop.engine.loop.contracts import AbstractEvaluator, AbstractTrainer
 from tfloop.engine.loop.trainer import Trainer
 
 
