@@ -17,7 +17,17 @@ Standard library only, so `bin/launch` starts at once and the engine can read
 its role before TensorFlow does.
 """
 
-from tfloop.launch.launcher import LaunchConfig, Launcher, LaunchError
-from tfloop.launch.tf_config import Role, TFConfigError
+import importlib as _importlib
 
-__all__ = ["LaunchConfig", "LaunchError", "Launcher", "Role", "TFConfigError"]
+#: Each name and its module, resolved on first use: a module of this package
+#: (tf_config, environment, ...) loads without the 800-line launcher.
+_EXPORTS = {"LaunchConfig": "launcher", "Launcher": "launcher", "LaunchError": "launcher",
+            "Role": "tf_config", "TFConfigError": "tf_config"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(_importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

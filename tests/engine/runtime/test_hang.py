@@ -3,6 +3,8 @@
 import os
 import signal
 import stat
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -149,3 +151,15 @@ def test_the_folder_bin_launch_names_is_read_without_the_launcher(tmp_path, monk
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert "tfloop.launch.environment" in imported
     assert not {name for name in imported if name and name.startswith("tfloop.launch.launcher")}
+
+
+def test_the_launch_package_loads_its_launcher_only_when_asked():
+    """`tfloop.launch`'s names resolve on first use: reading an environment
+    variable's name (hang.py, the engine's start) does not load the launcher."""
+    code = ("import sys; import tfloop.launch.environment; "
+            "print('tfloop.launch.launcher' in sys.modules); "
+            "from tfloop.launch import Launcher, TFConfigError; "
+            "print('tfloop.launch.launcher' in sys.modules, Launcher.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.split() == ["False", "True", "Launcher"], out.stderr
