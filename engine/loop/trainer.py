@@ -109,7 +109,7 @@ from tfloop.collectives.interface import Collective
 from tfloop.engine.loop import finite, iterators
 from tfloop.engine.recipe import precision, schedules
 from tfloop.engine.recipe import objectives as objectives_lib
-from tfloop.engine.config import INT32_MAX
+from tfloop.engine.option import INT32_MAX
 from tfloop.engine.recipe.ema import WeightAverage
 from tfloop.engine.errors import NonFinite, steps_text
 from tfloop.engine.task.losses import LossFn, classification_loss

@@ -22,14 +22,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import keras
 import tensorflow as tf
 
 from tfloop.engine.recipe import keras_bridge, optimizers, precision, schedules
 from tfloop.engine.task import failures as task_failures
-from tfloop.engine.config import RunConfig
+if TYPE_CHECKING:  # annotations only: engine.config sits above this room
+    from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.task.losses import LossFn, LossOutput
 from tfloop.engine.recipe.schedules import LearningRate

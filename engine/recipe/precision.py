@@ -32,12 +32,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import keras
 import tensorflow as tf
 
-from tfloop.engine.config import PRECISIONS, RunConfig
+from tfloop.engine.runtime.settings import PRECISIONS
+if TYPE_CHECKING:  # annotations only: engine.config sits above this room
+    from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
 
 logger = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import logging
-from typing import Any, ClassVar, Optional, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence
 
 import tensorflow as tf
 
@@ -34,7 +34,8 @@ from tfloop import collectives
 from tfloop.engine.loop import served_input, task_inputs
 from tfloop.collectives import device_names
 from tfloop.launch import tf_config
-from tfloop.engine.config import RunConfig
+if TYPE_CHECKING:  # annotations only: engine.config sits above this room
+    from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.loop.runner import AbstractTrainer
 from tfloop.engine.loop.trainer import Trainer, TrainerOptions

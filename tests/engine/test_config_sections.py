@@ -1,12 +1,13 @@
-"""RunConfig's declarations: each field written once, with its section, its
-own check and whether run.json remembers it; everything else derived.
+"""RunConfig's declarations: each field written once, in the section of the
+room that reads it, with its own check and whether run.json remembers it;
+everything else derived.
 
-Adding a flag is one edit (its `SECTION.option(...)` line in engine/config.py,
-plus its use): `SECTIONS`, `check_field`, `run_identity.IDENTITY` and
-`run_identity.RECIPE`, the typed
-section views, `bin/train`'s flags and docs/flags.md all come from it. The
-count below is what proves it: a field's name appears in engine/ and bin/ in
-one declaration and no list of names.
+Adding a flag is one edit (its `option(...)` line in its room's
+settings.py, plus its use): `SECTIONS`, `check_field`, `IDENTITY`,
+`PER_RANGE`, `RunConfig`'s flat fields, `bin/train`'s flags and
+docs/flags.md all come from it. The count below is what proves it: a
+field's name appears in engine/ and bin/ in one declaration and no list of
+names.
 """
 
 import ast
@@ -36,6 +37,14 @@ USES = {
                    "gradients it counts (no dataset)"},
     "eval_fraction": {"bin/convert_to_tfrecord": "its own --eval_fraction"},
     "summaries_dir": {"bin/flag_defs.py": "Vertex AI's AIP_TENSORBOARD_LOG_DIR is its default"},
+}
+#: Where each representative field is declared: its room's section.
+DECLARED_IN = {
+    "image_size": "engine/task/settings.py", "eval_fraction": "engine/task/settings.py",
+    "straggler_threshold": "engine/strategies/settings.py",
+    "hang_timeout": "engine/strategies/settings.py", "best_mode": "engine/run_dir/settings.py",
+    "summaries_dir": "engine/loop/settings.py", "end_learning_rate": "engine/recipe/settings.py",
+    "nan_policy": "engine/loop/settings.py",
 }
 #: Where a field of the same name is declared again, and why that is another
 #: option, not a copy of the flag: a lower room's typed options object for its
@@ -72,7 +81,7 @@ def test_a_field_is_named_once_in_engine_and_bin(name):
                 for path, text in _sources().items() if _declarations(text, name)}
     listed = sorted(path.relative_to(REPO).as_posix()
                     for path, text in _sources().items() if as_text.search(text))
-    assert declared == {"engine/config.py": 1, **{path: 1 for path in ALSO_DECLARED.get(name, {})}}
+    assert declared == {DECLARED_IN[name]: 1, **{path: 1 for path in ALSO_DECLARED.get(name, {})}}
     assert listed == sorted(USES.get(name, {})), (
         f"{name!r} is listed by name in {listed}: derive the list from its option")
 
@@ -83,6 +92,43 @@ def test_every_field_is_in_exactly_one_section_in_flag_order():
     for field in dataclasses.fields(config.RunConfig):
         assert set(field.metadata) == {"help", "section", "check", "identity",
                                        "per_range"}, field.name
+    assert list(config.SECTIONS) == ["Distribution", "Model and data", "The loop", "The recipe",
+                                     "The step", "Keeping and stopping", "Cluster",
+                                     "Speed and reproducibility"]
+    # The step's flags, declared once in the loop's room (issue 41: they were
+    # spread over four sections and declared again by TrainerOptions).
+    assert config.SECTIONS["The step"] == ("clip_norm", "accumulation_steps", "nan_policy",
+                                           "nan_max_skips", "jit_compile",
+                                           "synthetic_on_device")
+
+
+def test_each_section_is_declared_in_the_room_that_reads_it():
+    rooms = {title: section.__module__ for title, section in config.SECTION_TYPES.items()}
+    assert rooms == {
+        "Distribution": "tfloop.engine.strategies.settings",
+        "Model and data": "tfloop.engine.task.settings",
+        "The loop": "tfloop.engine.loop.settings",
+        "The recipe": "tfloop.engine.recipe.settings",
+        "The step": "tfloop.engine.loop.settings",
+        "Keeping and stopping": "tfloop.engine.run_dir.settings",
+        "Cluster": "tfloop.engine.strategies.settings",
+        "Speed and reproducibility": "tfloop.engine.runtime.settings",
+    }
+
+
+def test_importing_the_config_imports_no_tensorflow():
+    """bin/train defines its flags from RunConfig before TensorFlow loads:
+    the sections' rooms (strategies/, task/) load their TensorFlow modules
+    on first use, not when their settings are imported."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import tfloop.engine.config, tfloop.engine.strategies, "
+            "tfloop.engine.task; print(sorted(m for m in sys.modules if m == 'tensorflow' "
+            "or m.startswith(('keras', 'tfloop.collectives'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    assert out.strip() == "[]", out
 
 
 def test_a_section_reads_as_a_dict_and_the_flags_stay_flat():
@@ -95,17 +141,21 @@ def test_a_section_reads_as_a_dict_and_the_flags_stay_flat():
     assert "learning_rate" in run_config.as_dict()  # metrics.json and run.json keep flat names
 
 
-def test_each_section_is_a_typed_frozen_view_of_the_flat_record():
+def test_each_section_is_a_typed_frozen_part_of_the_flat_record():
     """`config.recipe` is what a module that needs the recipe is handed
-    (`schedules.from_config`): the section's fields, typed as RunConfig
-    declares them, frozen, equal to the flat record's values."""
+    (`schedules.from_config`): the section its room declares, frozen, equal
+    to the flat record's values; the flat fields are the sections'."""
     run_config = config.RunConfig(learning_rate=0.5, lr_schedule="step",
                                   lr_decay_steps="10,20", hang_timeout=60.0)
-    for title, view in config.VIEWS.items():
-        fields = dataclasses.fields(view)
-        assert tuple(field.name for field in fields) == config.SECTIONS[title]
-        declared = {field.name: field.type for field in dataclasses.fields(config.RunConfig)}
-        assert all(field.type == declared[field.name] for field in fields)
+    declared = {field.name: field for field in dataclasses.fields(config.RunConfig)}
+    for attribute, section in config.COMPOSED:
+        fields = dataclasses.fields(section)
+        assert tuple(field.name for field in fields) == config.SECTIONS[section.TITLE]
+        assert all(field.type == declared[field.name].type
+                   and field.default == declared[field.name].default for field in fields)
+        assert isinstance(getattr(run_config, attribute), section)
+        assert dataclasses.asdict(getattr(run_config, attribute)) == run_config.section(
+            section.TITLE)
     recipe = run_config.recipe
     assert isinstance(recipe, config.Recipe)
     assert dataclasses.asdict(recipe) == run_config.section("The recipe")
@@ -127,19 +177,19 @@ def test_run_json_remembers_the_fields_declared_identity():
 
 
 def test_run_json_records_per_range_the_fields_declared_per_range():
-    """`run_identity.RECIPE` (what a resumed run may change, one entry per
+    """`RunConfig.PER_RANGE` (what a resumed run may change, one entry per
     range of steps) is derived from `option(per_range=True)`, not listed:
     the eleven fields it held as a hand-written list, in flag order."""
     from tfloop.engine.run_dir import run_identity
 
-    assert run_identity.RECIPE == config.PER_RANGE == tuple(
+    assert config.RunConfig.PER_RANGE == config.PER_RANGE == tuple(
         field.name for field in dataclasses.fields(config.RunConfig)
         if field.metadata["per_range"])
-    assert set(run_identity.RECIPE) == {
+    assert set(config.PER_RANGE) == {
         "global_batch_size", "optimizer", "learning_rate", "lr_schedule", "warmup_steps",
         "end_learning_rate", "weight_decay", "clip_norm", "accumulation_steps",
         "mixed_precision", "nan_policy"}
-    assert not set(run_identity.RECIPE) & set(run_identity.IDENTITY)
+    assert not set(config.PER_RANGE) & set(run_identity.IDENTITY)
 
 
 def test_one_check_serves_every_field_that_declares_it():
