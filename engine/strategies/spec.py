@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # annotations only: engine.config sits above this room
     from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.loop.runner import AbstractTrainer
-from tfloop.engine.loop.trainer import Trainer, TrainerOptions
+from tfloop.engine.loop.trainer import Trainer
 from tfloop.engine.recipe.ema import WeightAverage
 from tfloop.engine.recipe.objectives import BoundObjective
 from tfloop.engine.task import Task
@@ -209,12 +209,9 @@ class StrategySpec(abc.ABC):
                 task, task_inputs.context_for(plan.inputs), trained_on=train_dataset),
             global_batch_size=config.global_batch_size, global_step=global_step,
             average=average,
-            options=TrainerOptions(
-                jit_compile=config.jit_compile or getattr(task, "jit_compile", False),
-                accumulation_steps=config.accumulation_steps, clip_norm=config.clip_norm,
-                nan_policy=config.nan_policy, max_skips=config.nan_max_skips,
-                input_on_device=config.synthetic_on_device,
-                stops_at_any_step=not self.agrees_to_stop),
+            options=dataclasses.replace(  # the run's step section, as the task compiles
+                config.step, jit_compile=config.jit_compile or getattr(task, "jit_compile", False)),
+            stops_at_any_step=not self.agrees_to_stop,
             clock=clock.SampledClock(
                 peak=hardware.peak(hardware.local_devices(strategy), config.mixed_precision),
                 timed=step_time.timestamps_allowed(),

@@ -47,12 +47,9 @@ DECLARED_IN = {
     "nan_policy": "engine/loop/settings.py",
 }
 #: Where a field of the same name is declared again, and why that is another
-#: option, not a copy of the flag: a lower room's typed options object for its
-#: own public constructor.
-ALSO_DECLARED = {
-    "nan_policy": {"engine/loop/trainer_options.py": "Trainer(options=TrainerOptions(...)), "
-                   "the step's options for a loop built by hand (engine/loop/, below config)"},
-}
+#: option, not a copy of the flag (none since TrainerOptions became `Step`,
+#: the flags' own section, issue 41).
+ALSO_DECLARED: dict = {}
 
 
 def _sources() -> dict[Path, str]:
