@@ -199,3 +199,35 @@ def test_one_check_serves_every_field_that_declares_it():
     with pytest.raises(ConfigError, match=r"^--image_size=8193 must be 0 or more, at most 8192$"):
         config.RunConfig(image_size=8193)
     config.check_field("image_size", 8192)
+
+
+#: The engine modules that read the whole RunConfig (docs/engine.md, "Who
+#: reads the whole config": 18 before issue 41). A module that needs a part
+#: of the run takes its section (`config.recipe`); one added here is a
+#: deliberate edit.
+WHOLE_CONFIG_READERS = (
+    "engine/assembly/plan.py", "engine/assembly/run.py", "engine/assembly/runner.py",
+    "engine/keras_fit/fit.py", "engine/observe/watchers.py",
+    "engine/run_dir/local_checkpoints.py", "engine/run_dir/run_identity.py",
+    "engine/strategies/multi_worker.py", "engine/strategies/parameter_server.py",
+    "engine/strategies/spec.py", "engine/strategies/tpu.py", "engine/task/compiled_model.py",
+    "engine/task/plugin.py",
+)
+
+
+def _reads_the_whole_config(source: str) -> bool:
+    """Imports RunConfig (for an annotation too), or takes a parameter named
+    `config` or annotated `RunConfig` (docs/engine.md's count)."""
+    return any(
+        isinstance(node, ast.ImportFrom) and any(a.name == "RunConfig" for a in node.names)
+        or isinstance(node, ast.arg) and (node.arg == "config" or "RunConfig" in ast.unparse(
+            node.annotation or ast.Constant(0)))
+        for node in ast.walk(ast.parse(source)))
+
+
+def test_the_modules_that_read_the_whole_config_are_these():
+    readers = sorted(path.relative_to(REPO).as_posix()
+                     for path in (REPO / "engine").rglob("*.py")
+                     if _reads_the_whole_config(path.read_text()))
+    assert readers == sorted(WHOLE_CONFIG_READERS), (
+        "a module reads the whole RunConfig: hand it the section it reads (config.<section>)")
