@@ -1,10 +1,11 @@
 """Flags written once, for every binary that takes them.
 
 A flag that sets a `RunConfig` field takes its default and help from the field
-(`engine.config.option`), so `bin/train`, `bin/bench_train` and
-`bin/bench_collectives` cannot drift apart on `--devices`, `--seed` or
-`--intra_op_threads`. A binary may give another default where its job differs
-(the benchmarks default to four logical CPUs) and add a sentence to the help.
+(`engine.option.option`, in the section of the room that reads it), so
+`bin/train`, `bin/bench_train` and `bin/bench_collectives` cannot drift apart
+on `--devices`, `--seed` or `--intra_op_threads`. A binary may give another
+default where its job differs (the benchmarks default to four logical CPUs)
+and add a sentence to the help.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ GUIDES = {
     "Model and data": "[data.md](data.md), [your_task.md](your_task.md)",
     "The loop": "[model_dir.md](model_dir.md), [recipes.md](recipes.md)",
     "The recipe": "[recipes.md](recipes.md)",
+    "The step": "[recipes.md](recipes.md), [reliability.md](reliability.md#numbers-nan-and-inf-never-reach-a-checkpoint), [performance.md](performance.md#the-speed-flags-bintrain)",
     "Keeping and stopping": "[reliability.md](reliability.md#numbers-nan-and-inf-never-reach-a-checkpoint), [model_dir.md](model_dir.md)",
     "Cluster": "[clusters.md](clusters.md)",
     "Speed and reproducibility": "[performance.md](performance.md#the-speed-flags-bintrain)",

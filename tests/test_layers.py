@@ -4,10 +4,11 @@
     launch                       ->  nothing of the project, and the standard library only
     engine                       ->  collectives, models, inputs, launch
       inside it, rooms on floors (each imports only the floors below it):
-        base (config, errors, task/) < runtime < recipe, run_dir < loop
-        < observe, strategies (neither imports the other) < assembly/
-        < keras_fit/ (Keras's front door, a user of the assembly)
-        < the public face (engine/__init__.py)
+        base (option, errors, task/) < runtime < recipe, run_dir < loop
+        < observe, strategies (neither imports the other) < config
+        (RunConfig: every room's settings composed) < assembly/ < keras_fit/
+        (Keras's front door, a user of the assembly) < the public face
+        (tfloop/__init__.py, which engine/__init__.py answers for)
     bench                        ->  engine, collectives, models, inputs
     bin                          ->  imported by no one
 
@@ -200,7 +201,7 @@ def test_the_repository_check_sees_every_library():
 
 
 #: engine's rooms, bottom up: each may import its own room and those listed.
-ENGINE_BASE = frozenset({"config", "errors", "task"})
+ENGINE_BASE = frozenset({"option", "errors", "task"})
 ENGINE_FLOORS: Mapping[str, frozenset[str]] = {
     "base": frozenset(),
     "runtime": frozenset({"base"}),
@@ -211,17 +212,19 @@ ENGINE_FLOORS: Mapping[str, frozenset[str]] = {
     # Beside observe, not above it: the assembly builds the clock the trainer
     # times its loops with (issue 41), so a strategy reads nothing of observe.
     "strategies": frozenset({"base", "runtime", "recipe", "run_dir", "loop"}),
+    "config": frozenset({"base", "runtime", "recipe", "run_dir", "loop", "observe",
+                         "strategies"}),
     "assembly": frozenset({"base", "runtime", "recipe", "run_dir", "loop", "observe",
-                           "strategies"}),
+                           "strategies", "config"}),
     "keras_fit": frozenset({"base", "runtime", "recipe", "run_dir", "loop", "observe",
-                            "strategies", "assembly"}),
+                            "strategies", "config", "assembly"}),
     "face": frozenset({"base", "runtime", "recipe", "run_dir", "loop", "observe",
-                       "strategies", "assembly", "keras_fit"}),
+                       "strategies", "config", "assembly", "keras_fit"}),
 }
 
 
 def _room(module: str) -> str:
-    """engine.loop.trainer -> loop; engine.config, engine.task.plugin -> base;
+    """engine.loop.trainer -> loop; engine.option, engine.task.plugin -> base;
     engine.assembly.run -> assembly; engine.keras_fit.fit -> keras_fit."""
     parts = module.split(".")
     if len(parts) < 2:
@@ -286,19 +289,19 @@ def test_no_import_circle_between_the_engine_rooms():
 
 
 def test_a_circle_between_two_rooms_on_one_floor_fails(tmp_path):
-    """config and task/ share the base floor, so no floor rule sees a circle
+    """option and task/ share the base floor, so no floor rule sees a circle
     between them; the room rule does, even through a lazy import and
     modules that make no circle of their own."""
     root = _tree(tmp_path, {
-        "engine/config.py": "def load():\n    from engine.task import losses\n",
+        "engine/option.py": "def load():\n    from engine.task import losses\n",
         "engine/task/losses.py": "",
-        "engine/task/plugin.py": "from engine import config\n",
+        "engine/task/plugin.py": "from engine import option\n",
         "engine/loop/trainer.py": "from engine.task import plugin\n",
     })
     assert room_violations(root) == [] and layer_violations(root) == []
     circles = room_circles(root)
-    assert circles == ["import circle between rooms config <-> task (engine/config.py:2 imports "
-                       "engine.task.losses; engine/task/plugin.py:1 imports engine.config)"], circles
+    assert circles == ["import circle between rooms option <-> task (engine/option.py:2 imports "
+                       "engine.task.losses; engine/task/plugin.py:1 imports engine.option)"], circles
 
 
 def test_keras_fit_stands_above_the_assembly(tmp_path):
@@ -324,14 +327,15 @@ def test_the_engine_rooms_keep_their_floors():
 
 
 def test_the_engine_has_its_rooms_and_a_short_top_level():
-    """A newcomer finds the room for a change from the tree: at most a dozen
-    entries at engine/'s top: the six rooms, the base (config, errors and task/:
-    the request and the user's plug-in), the assembly (plan, parts, runner,
-    run, serving) and keras_fit/ above it (Keras's front door)."""
+    """A newcomer finds the room for a change from the tree: at most 13
+    entries at engine/'s top: the six rooms, the base (option, errors and
+    task/: how a setting is declared, the errors, the user's plug-in),
+    config (every room's settings composed: RunConfig), the assembly (plan,
+    parts, runner, run, serving) and keras_fit/ above it (Keras's front door)."""
     entries = sorted(p.name for p in (REPO / "engine").iterdir() if p.name != "__pycache__")
-    assert len(entries) <= 12, entries
+    assert len(entries) <= 13, entries
     for room in ENGINE_FLOORS:
-        if room not in ("base", "face"):
+        if room not in ("base", "config", "face"):
             assert (REPO / "engine" / room / "__init__.py").is_file(), room
 
 

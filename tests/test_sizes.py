@@ -24,9 +24,9 @@ BEING_SHRUNK: frozenset = frozenset()
 #: "path:Class.__init__" or "path:function" -> why it may stay over, for now.
 ALLOWED = {
     "engine/loop/best.py:KeepBest.__init__": "9 parameters, each a setting of the best checkpoint",
-    "engine/loop/trainer.py:Trainer.__init__": "12 parameters: the pieces a step runs (strategy, "
+    "engine/loop/trainer.py:Trainer.__init__": "13 parameters: the pieces a step runs (strategy, "
     "model, objectives, collective, dataset, step, average, clock, ...); its step options are "
-    "one typed TrainerOptions",
+    "the run's typed step section (Step), and stops_at_any_step the strategy's",
     "engine/task/plugin.py:ClassificationTask.__init__": "10 parameters: the built-in task's "
     "model and data flags, public API (ClassificationTask(model=..., dataset=...))",
 }

@@ -58,10 +58,10 @@ def build_parts(plan: Plan, strategy: tf.distribute.Strategy,
     model, objectives, global_step = build_model_and_objectives(plan, strategy, optimizer)
     average = _build_average(plan, strategy, model, objectives)
     evaluator = _build_evaluator(plan, strategy, model, objectives, average)
-    best.check_request(config, mode=plan.mode, in_cluster=plan.role.in_cluster,
+    best.check_request(config.keeping, config.loop, mode=plan.mode, in_cluster=plan.role.in_cluster,
                        available=evaluator.metric_names if evaluator else None)
     if evaluator is not None:
-        best.check_evaluation_not_empty(config, evaluator)
+        best.check_evaluation_not_empty(config.keeping, evaluator)
     best_export = (_best_export(plan, strategy, model, global_step, average)
                    if config.best_metric and config.export else None)
     return Parts(task=plan.task, strategy=strategy, model=model, objectives=objectives,
@@ -94,7 +94,7 @@ def build_model_and_objectives(plan: Plan, strategy: tf.distribute.Strategy,
         if optimizer is None:
             with task_failures.calling(task, "build_optimizer"):
                 optimizer = task.build_optimizer()
-        objectives = objectives_lib.bind(task, model, config,
+        objectives = objectives_lib.bind(task, model, config.recipe, config.step, config.speed,
                                          num_replicas=plan.schedule_replicas,
                                          total_steps=config.train_steps,
                                          default_optimizer=optimizer)

@@ -170,7 +170,7 @@ def make_plan(config: RunConfig, task: Optional[Task] = None, *,
     task = task or ClassificationTask.from_config(config)
     # The precision trained in: --mixed_precision, else Keras's global policy
     # (set by the script, or by --task's module, imported by now).
-    config = precision.with_global_policy(config)
+    config = dataclasses.replace(config, mixed_precision=precision.global_policy(config.speed))
     # --cluster_from: which source; logs it, the task and its peers; TF reads what it read
     role = tf_config.adopt(source=config.cluster_from)
     placed = _place(config, role, adopted=adopted)

@@ -53,6 +53,8 @@ from tfloop.engine.run_dir import layout
 from tfloop.engine.runtime import files
 from tfloop.engine.loop.actions import Action, LoopEnd, StopTraining
 from tfloop.engine.errors import ConfigError
+from tfloop.engine.loop.settings import Loop
+from tfloop.engine.run_dir.settings import Keeping
 
 logger = logging.getLogger(__name__)
 
@@ -86,20 +88,22 @@ def load_record(model_dir: str) -> Optional[dict]:
     return layout.read_json(layout.RunDir(model_dir).best.best_json)
 
 
-def check_request(config, *, mode: str, in_cluster: bool,
+def check_request(keeping: Keeping, loop: Loop, *, mode: str, in_cluster: bool,
                   available: Optional[Sequence[str]]) -> None:
     """Refuses, in one line, a `--best_metric` / `--early_stopping_patience`
     that cannot work; reads `model_dir` at most, writes nothing.
 
     Args:
-      config: the run's `RunConfig`.
+      keeping: the run's `Keeping` section (`--best_metric`, `--best_mode`,
+        `--early_stopping_patience`).
+      loop: the run's `Loop` section (`--eval_interval`, `--model_dir`).
       mode: the plan's mode (`continuous_evaluate`: the evaluator task).
       in_cluster: a `TF_CONFIG` task, where `--mode=train` leaves the
         evaluating to the evaluator task.
       available: the metric names the evaluator reports (`loss`, ...), or
         None where this process does not evaluate.
     """
-    metric, patience = config.best_metric, config.early_stopping_patience
+    metric, patience = keeping.best_metric, keeping.early_stopping_patience
     if not metric:
         return
     if patience and mode == "continuous_evaluate":
@@ -116,7 +120,7 @@ def check_request(config, *, mode: str, in_cluster: bool,
         raise ConfigError(
             f"--best_metric={metric} keeps the best of the evaluations made while training, "
             f"and --mode={mode} makes none; use --mode=train_and_evaluate")
-    if patience and mode == "train_and_evaluate" and not config.eval_interval:
+    if patience and mode == "train_and_evaluate" and not loop.eval_interval:
         raise ConfigError(
             f"--early_stopping_patience={patience} counts evaluations, and --eval_interval=0 "
             "evaluates once, at the end; set --eval_interval (steps between evaluations)")
@@ -125,17 +129,17 @@ def check_request(config, *, mode: str, in_cluster: bool,
         raise ConfigError(
             f"--best_metric={metric} is not a metric the evaluation reports; choose one of: "
             + ", ".join(f"eval/{n}" for n in available))
-    stored = load_record(config.model_dir) if tf.io.gfile.isdir(config.model_dir) else None
-    wanted = resolve_mode(metric, config.best_mode)
+    stored = load_record(loop.model_dir) if tf.io.gfile.isdir(loop.model_dir) else None
+    wanted = resolve_mode(metric, keeping.best_mode)
     if stored and (stored.get("metric"), stored.get("mode")) != (metric, wanted):
         raise ConfigError(
-            f"--model_dir={config.model_dir} keeps its best checkpoint by {stored.get('metric')} "
+            f"--model_dir={loop.model_dir} keeps its best checkpoint by {stored.get('metric')} "
             f"({stored.get('mode')}) in {BEST_DIR}/, not {metric} ({wanted}); use "
             f"--best_metric={stored.get('metric')} --best_mode={stored.get('mode')}, or move "
             f"{BEST_DIR}/ away to start a new one")
 
 
-def check_evaluation_not_empty(config, evaluator) -> None:
+def check_evaluation_not_empty(keeping: Keeping, evaluator) -> None:
     """Refuses `--best_metric` (and so `--early_stopping_patience`) in one
     line when the evaluation dataset is empty: an evaluation of no example is
     no result, so none would ever be compared.
@@ -145,11 +149,11 @@ def check_evaluation_not_empty(config, evaluator) -> None:
     batch holds no example, every evaluation is empty (waiting for the first
     evaluation would refuse after training and saving had begun).
     """
-    if not config.best_metric or evaluator.evaluate(1).get("examples", 1) > 0:
+    if not keeping.best_metric or evaluator.evaluate(1).get("examples", 1) > 0:
         return
-    patience = config.early_stopping_patience
+    patience = keeping.early_stopping_patience
     raise ConfigError(
-        f"--best_metric={config.best_metric}"
+        f"--best_metric={keeping.best_metric}"
         + (f" and --early_stopping_patience={patience} compare" if patience else " compares")
         + " evaluations, and the evaluation dataset is empty (0 examples): give the run "
         "evaluation data (the task's eval_dataset), or drop --best_metric"

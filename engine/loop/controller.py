@@ -45,7 +45,7 @@ from tfloop.engine.runtime import hardware
 from tfloop.engine.loop import finite
 from tfloop.engine.loop.preemption import Preempted
 from tfloop.engine.loop.actions import Action, LoopEnd, StopTraining, crossed, next_multiple
-from tfloop.engine.config import INT32_MAX
+from tfloop.engine.option import INT32_MAX
 from tfloop.engine.errors import NonFinite
 from tfloop.engine.loop.contracts import AbstractEvaluator, AbstractTrainer, LoopClock, Metrics
 

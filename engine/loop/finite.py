@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-from tfloop.engine.config import NAN_POLICIES
+from tfloop.engine.loop.settings import NAN_POLICIES
 from tfloop.engine.errors import NonFinite, steps_text
 
 STOP, SKIP_STEP = NAN_POLICIES

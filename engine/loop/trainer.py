@@ -109,7 +109,7 @@ from tfloop.collectives.interface import Collective
 from tfloop.engine.loop import finite, iterators
 from tfloop.engine.recipe import precision, schedules
 from tfloop.engine.recipe import objectives as objectives_lib
-from tfloop.engine.config import INT32_MAX
+from tfloop.engine.option import INT32_MAX
 from tfloop.engine.recipe.ema import WeightAverage
 from tfloop.engine.errors import NonFinite, steps_text
 from tfloop.engine.task.losses import LossFn, classification_loss
@@ -119,7 +119,7 @@ from tfloop.engine.loop.replica_step import (WholeStep, accumulated_gradients, h
 from tfloop.engine.recipe.objectives import BoundObjective
 from tfloop.engine.loop.replica_sums import EXAMPLES, ReplicaSums
 from tfloop.engine.loop.step_phase import StepPhase
-from tfloop.engine.loop.trainer_options import TrainerOptions
+from tfloop.engine.loop.settings import Step
 from tfloop.engine.loop.contracts import AbstractTrainer, LoopClock, Metrics, StepStamps
 from tfloop.engine.runtime import hardware
 
@@ -208,8 +208,14 @@ class Trainer(AbstractTrainer):
       clock: times the loops (`engine.loop.contracts.LoopClock`; the engine's
         is `engine.observe.clock.SampledClock`: wall time per loop, per-step
         stamps in sampled loops, `mfu`); None: nothing is timed.
-      options: how each step runs (`TrainerOptions`: XLA, accumulation,
-        clipping, the non-finite policy, input kept on the devices).
+      options: how each step runs: the run's step section (`Step`,
+        `RunConfig.step`: XLA, accumulation, clipping, the non-finite
+        policy, input kept on the devices), under its flags' names.
+      stops_at_any_step: the loop's condition also reads a host-side stop
+        flag (`request_stop`: a signal's), so a loop can end after any step;
+        False in a multi-worker cluster, whose workers must all run the same
+        steps (they stop at a loop's end, agreed: `engine.loop.preemption`).
+        Not a flag: the strategy decides it (`StrategySpec.agrees_to_stop`).
       input_probe: `() -> tf.data.Dataset or None`, the train data built
         afresh for the step-time report's probe of the input's own rate
         (`AbstractTrainer.input_probe`); None: no probe.
@@ -232,7 +238,8 @@ class Trainer(AbstractTrainer):
         loss_fn: Optional[LossFn] = None,
         average: Optional[WeightAverage] = None,
         clock: Optional[LoopClock] = None,
-        options: TrainerOptions = TrainerOptions(),
+        options: Step = Step(),
+        stops_at_any_step: bool = True,
         input_probe: Optional[Callable[[], Optional[tf.data.Dataset]]] = None,
     ):
         _check_batch(global_batch_size, strategy.num_replicas_in_sync,
@@ -243,11 +250,12 @@ class Trainer(AbstractTrainer):
         self.global_step = global_step
         self.global_batch_size = global_batch_size
         self.options = options
+        self.stops_at_any_step = stops_at_any_step
         self.average = average
         if objectives is None:
             objectives = self._one_objective(strategy, model, optimizer, loss_fn)
         self.objectives = list(objectives)
-        self.max_skips = options.max_skips if options.skips_steps else 0
+        self.max_skips = options.nan_max_skips if options.skips_steps else 0
         self.clock = clock or LoopClock()
         self.train_dataset = train_dataset
         self.input_probe = input_probe
@@ -256,7 +264,7 @@ class Trainer(AbstractTrainer):
         self._skipping = options.skips_steps or any(
             _scales_loss(o.optimizer) for o in self.objectives)
         self._build_state()
-        self._build_input(options.input_on_device)
+        self._build_input(options.synthetic_on_device)
         compile_fn = ((lambda f: tf.function(f, jit_compile=True)) if options.jit_compile
                       else (lambda f: f))
         self._gradients = [compile_fn(functools.partial(self._compute_gradients, o))
@@ -298,13 +306,13 @@ class Trainer(AbstractTrainer):
         # condition before each step: a plain variable in host memory, outside
         # any strategy's scope, so reading it waits for no device.
         self._stop_flag = None
-        if self.options.stops_at_any_step:
+        if self.stops_at_any_step:
             with tf.device("/cpu:0"):
                 self._stop_flag = tf.Variable(False, trainable=False, name="stop_requested")
         # The step's phase, for a hang dump (engine.loop.step_phase).
         self.step_phase = StepPhase(self.global_step,
                                     hardware.local_devices(self.strategy)[0],
-                                    takes_input=not self.options.input_on_device)
+                                    takes_input=not self.options.synthetic_on_device)
 
     def _build_input(self, input_on_device: bool) -> None:
         # Each replica's batches prefetched onto its device; destroyed without

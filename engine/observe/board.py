@@ -61,11 +61,11 @@ def _hparam_value(value: Any):
     return value if isinstance(value, (bool, int, float, str)) else str(value)
 
 
-def write_hparams(writer: SummaryWriter, config: Mapping[str, Any], *, step: int) -> None:
+def write_hparams(writer: SummaryWriter, hparams: Mapping[str, Any], *, step: int) -> None:
     """The run's flags, once, at the step it starts from."""
     with writer.storing():
         with writer.tf_writer().as_default(step=step):
-            hparams_api.hparams({name: _hparam_value(value) for name, value in config.items()},
+            hparams_api.hparams({name: _hparam_value(value) for name, value in hparams.items()},
                                 trial_id=None)
         writer.tf_writer().flush()
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import tensorflow as tf
 
 from tfloop.engine.observe import board
 from tfloop.engine.observe.clock import SampledClock
-from tfloop.engine.config import RunConfig
+if TYPE_CHECKING:  # annotations only: engine.config sits above this room
+    from tfloop.engine.config import RunConfig
 from tfloop.engine.loop.actions import Action, LoopEnd
 from tfloop.engine.loop.controller import Controller
 from tfloop.engine.loop.contracts import AbstractTrainer

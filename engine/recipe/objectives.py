@@ -22,14 +22,17 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import keras
 import tensorflow as tf
 
 from tfloop.engine.recipe import keras_bridge, optimizers, precision, schedules
 from tfloop.engine.task import failures as task_failures
-from tfloop.engine.config import RunConfig
+from tfloop.engine.recipe.settings import Recipe
+from tfloop.engine.runtime.settings import Speed
+if TYPE_CHECKING:  # annotations only: the loop's room sits above this one
+    from tfloop.engine.loop.settings import Step
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.task.losses import LossFn, LossOutput
 from tfloop.engine.recipe.schedules import LearningRate
@@ -85,12 +88,17 @@ def _ready(optimizer: keras.optimizers.Optimizer, variables: Sequence
     return optimizer
 
 
-def bind(task: Task, model: Any, config: RunConfig, *, num_replicas: int, total_steps: int,
+def bind(task: Task, model: Any, recipe: Recipe, step: Step, speed: Speed, *,
+         num_replicas: int, total_steps: int,
          default_optimizer: Optional[keras.optimizers.Optimizer] = None) -> list[BoundObjective]:
     """`task.objectives(model)` with optimizers built (names → `--learning_rate`
     on the run's schedule over `num_replicas` replicas and `total_steps`
     steps, with `--weight_decay`; None → `default_optimizer` or
     `--optimizer`), wrapped for mixed precision and given their slots.
+
+    The run's sections it reads: `recipe` (the optimizer, its schedule and
+    decay), `step` (what a task's whole step cannot run with) and `speed`
+    (precision, the fused update).
 
     Raises:
       ConfigError: no objectives, a repeated name, an objective without
@@ -124,31 +132,31 @@ def bind(task: Task, model: Any, config: RunConfig, *, num_replicas: int, total_
         if given is None and default_optimizer is not None:
             given = default_optimizer
         if isinstance(given, keras.optimizers.Optimizer):
-            optimizer = precision.wrap_optimizer(_in_scope(given), config.mixed_precision)
+            optimizer = precision.wrap_optimizer(_in_scope(given), speed.mixed_precision)
             bound.append(BoundObjective(objective.name, objective.loss, variables,
                                         _ready(optimizer, variables), objective.every))
             continue
-        schedule = schedule or schedules.from_config(config.recipe, num_replicas=num_replicas,
+        schedule = schedule or schedules.from_config(recipe, num_replicas=num_replicas,
                                                      total_steps=total_steps)
-        optimizer, decay = _build_optimizer(given or config.optimizer, config, schedule,
+        optimizer, decay = _build_optimizer(given or recipe.optimizer, recipe, speed, schedule,
                                             variables)
         bound.append(BoundObjective(objective.name, objective.loss, variables,
                                     _ready(optimizer, variables), objective.every,
                                     learning_rate=schedule, weight_decay=decay))
     if schedule is None:
-        _refuse_recipe_flags(config, task_name)
+        _refuse_recipe_flags(recipe, task_name)
     own_step = own_gradients(task)
     if own_step is not None:
         bound = [dataclasses.replace(b, gradients=own_step) for b in bound]
     whole_step = task.train_step
     if whole_step is not None:
-        _check_whole_step(task, whole_step, bound, config)
+        _check_whole_step(task, whole_step, bound, step)
         bound = [dataclasses.replace(b, train_step=whole_step) for b in bound]
     return bound
 
 
 #: What the engine does inside its own step, which a task's whole step
-#: (`Task.train_step`) replaces: (whether the run's config asks for it, its flag).
+#: (`Task.train_step`) replaces: (whether the run's step asks for it, its flag).
 _INSIDE_THE_STEP = (
     (lambda c: c.nan_policy == "skip_step", "--nan_policy=skip_step"),
     (lambda c: bool(c.clip_norm), "--clip_norm"),
@@ -157,19 +165,19 @@ _INSIDE_THE_STEP = (
 )
 
 
-def _check_whole_step(task: Task, step: Any, bound: Sequence[BoundObjective],
-                      config: RunConfig) -> None:
+def _check_whole_step(task: Task, whole_step: Any, bound: Sequence[BoundObjective],
+                      step: Step) -> None:
     """Refuses, in one line, what a whole step cannot run with: the options
     the engine applies inside its own step (skipping a non-finite update,
     clipping, accumulating, XLA, which cannot compile an all-reduce inside a
     replica's step), several objectives and `gradients`. The fused update
     runs: it is the optimizer's `apply`, which the step calls."""
-    where = getattr(step, "__qualname__", None) or f"{type(task).__name__}.train_step"
+    where = getattr(whole_step, "__qualname__", None) or f"{type(task).__name__}.train_step"
     if len(bound) > 1 or own_gradients(task) is not None:
         raise ConfigError(f"{where} is the whole step of one objective; give "
                           f"{type(task).__name__} one objective and no gradients()")
     for on, flag in _INSIDE_THE_STEP:
-        if on(config):
+        if on(step):
             raise ConfigError(f"{flag} acts inside the engine's own step, and {where} runs "
                               "whole in its place (its update included); drop the flag")
     if task.jit_compile:
@@ -194,24 +202,25 @@ def own_gradients(task: Any):
     return task.gradients
 
 
-def _build_optimizer(name: str, config: RunConfig, schedule: LearningRate, variables: Sequence):
+def _build_optimizer(name: str, recipe: Recipe, speed: Speed, schedule: LearningRate,
+                     variables: Sequence):
     """The optimizer named `name`, decaying all of `variables` but those
     excluded, and its `WeightDecay` (None: no decay)."""
     optimizers.check(name)
-    build = optimizers.build_fused if config.fused_optimizer else optimizers.build
-    optimizer = build(name, schedule.peak, weight_decay=config.weight_decay)
+    build = optimizers.build_fused if speed.fused_optimizer else optimizers.build
+    optimizer = build(name, schedule.peak, weight_decay=recipe.weight_decay)
     # Before wrapping: the inner optimizer applies the decay, and before
     # `_ready` builds it, which Keras requires.
     decay = optimizers.exclude_from_decay(
-        optimizer, variables, config.weight_decay_exclude,
-        adamw_default=name == "adamw" and not config.weight_decay)
-    return precision.wrap_optimizer(optimizer, config.mixed_precision), decay
+        optimizer, variables, recipe.weight_decay_exclude,
+        adamw_default=name == "adamw" and not recipe.weight_decay)
+    return precision.wrap_optimizer(optimizer, speed.mixed_precision), decay
 
 
-def _refuse_recipe_flags(config: RunConfig, task_name: str) -> None:
+def _refuse_recipe_flags(recipe: Recipe, task_name: str) -> None:
     """The recipe flags shape only optimizers the engine builds; asked for
     when there is none, they would be ignored in silence."""
-    given = config.changed(*_RECIPE_FLAGS)
+    given = recipe.changed(*_RECIPE_FLAGS)
     if given:
         raise ConfigError(
             f"{', '.join(given)}: every objective of {task_name} trains with an optimizer "

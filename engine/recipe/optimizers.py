@@ -19,7 +19,7 @@ import keras
 import tensorflow as tf
 
 from tfloop.engine.recipe import keras_bridge
-from tfloop.engine.config import BIASES_AND_NORMS
+from tfloop.engine.recipe.settings import BIASES_AND_NORMS
 from tfloop.engine.errors import ConfigError
 
 #: `--optimizer=adamw` with `--weight_decay=0`: Keras's AdamW default.

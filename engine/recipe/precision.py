@@ -1,10 +1,10 @@
 """Mixed precision (`--mixed_precision`): compute in float16/bfloat16, keep float32 weights.
 
 The run's precision is `--mixed_precision` when set to other than its
-default float32 (`RunConfig.changed`), else Keras's global dtype policy at
+default float32 (`Speed.changed`), else Keras's global dtype policy at
 the run's start
 (`keras.mixed_precision.set_global_policy("mixed_float16")` at the top of a
-script, as Keras's mixed precision guide writes it): `with_global_policy`
+script, as Keras's mixed precision guide writes it): `global_policy`
 resolves it once (`engine.assembly.plan.make_plan`), so the model, the loss
 scale, run.json's ranges and the HParams all say the precision trained.
 
@@ -30,28 +30,27 @@ needs no scaling.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 from typing import Iterator
 
 import keras
 import tensorflow as tf
 
-from tfloop.engine.config import PRECISIONS, RunConfig
+from tfloop.engine.runtime.settings import PRECISIONS, Speed
 from tfloop.engine.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
 
-def with_global_policy(config: RunConfig) -> RunConfig:
-    """`config` with the precision the run trains in: `mixed_precision` as
-    given, else Keras's global dtype policy, as Keras's `fit` would honour it
-    (a policy the engine does not train, float64 say, refused in one line)."""
-    if config.changed("mixed_precision"):
-        return config
+def global_policy(speed: Speed) -> str:
+    """The precision the run trains in: `speed.mixed_precision` as given,
+    else Keras's global dtype policy, as Keras's `fit` would honour it (a
+    policy the engine does not train, float64 say, refused in one line)."""
+    if speed.changed("mixed_precision"):
+        return speed.mixed_precision
     name = keras.config.dtype_policy().name
-    if name == config.mixed_precision:
-        return config
+    if name == speed.mixed_precision:
+        return name
     if name not in PRECISIONS:
         raise ConfigError(
             f"Keras's global dtype policy is {name!r}, which tfloop does not train in; set "
@@ -59,7 +58,7 @@ def with_global_policy(config: RunConfig) -> RunConfig:
             "RunConfig(mixed_precision=...) (--mixed_precision)")
     logger.info("mixed precision %s: Keras's global dtype policy (--mixed_precision left at "
                 "float32)", name)
-    return dataclasses.replace(config, mixed_precision=name)
+    return name
 
 
 @contextlib.contextmanager

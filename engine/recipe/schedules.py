@@ -41,7 +41,7 @@ from typing import Any, Optional, Sequence
 
 import tensorflow as tf
 
-from tfloop.engine.config import LR_SCHEDULES, Recipe
+from tfloop.engine.recipe.settings import LR_SCHEDULES, Recipe
 from tfloop.engine.errors import ConfigError
 
 logger = logging.getLogger(__name__)

@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import tensorflow as tf
 
-from tfloop.engine.config import RunConfig
+if TYPE_CHECKING:  # annotations only: engine.config sits above this room
+    from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError, RunFailure
 from tfloop.engine.run_dir import (checkpoint_files, checkpointing, layout, local_folder,
                                    refusals, run_identity)

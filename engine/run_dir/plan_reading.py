@@ -24,15 +24,17 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import tensorflow as tf
 
-from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.run_dir import (checkpoint_files, local_checkpoints, refusals, run_identity,
                                    run_lock, storage)
 from tfloop.launch import tf_config
+
+if TYPE_CHECKING:  # annotations only: the config composes this room's settings
+    from tfloop.engine.config import RunConfig
 
 logger = logging.getLogger(__name__)
 

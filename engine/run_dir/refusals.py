@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import tensorflow as tf
 
-from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.run_dir import layout, storage
+
+if TYPE_CHECKING:  # annotations only: the config composes this room's settings
+    from tfloop.engine.config import RunConfig
 
 
 def writable_ancestor(path: str, flag: str, *, shown: Optional[str] = None) -> str:

@@ -27,7 +27,7 @@ kernels' instruction set: `engine.runtime.devices.numerics`), and a resumed
 `--deterministic` run whose numerics differ says so in one line
 (`numerics_differ`): it resumes, but not bit-identically.
 
-A run appends an entry when it starts at a step with other `RECIPE` flags
+A run appends an entry when it starts at a step with other per-range flags
 (or numerics) than the entry before (dropping entries from that step on: a run that died
 before its first checkpoint trained nothing that counts). What each change
 does:
@@ -59,22 +59,27 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 
 from tfloop.engine.run_dir import checkpoint_files, layout, storage
 from tfloop.engine.runtime import files
-from tfloop.engine.config import IDENTITY, PER_RANGE, RunConfig, check_model_dir_text
+from tfloop.engine.option import check_model_dir_text, flagged
+from tfloop.engine.task.settings import ModelAndData
+if TYPE_CHECKING:  # annotations only: engine.config sits above this room
+    from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
 
-# IDENTITY (from engine.config): the flags that decide what a checkpoint's
-# variables are and what they were trained on, each declared there with
-# `option(..., identity=True)`.
-#: The flags a resumed run may change, recorded per range of steps: each
-#: declared in engine.config with `option(..., per_range=True)` (`PER_RANGE`).
-RECIPE = PER_RANGE
+#: The flags that decide what a checkpoint's variables are and what they were
+#: trained on: the task's, each declared in engine/task/settings.py with
+#: `option(..., identity=True)` (`engine.config.IDENTITY`, the same names).
+IDENTITY = flagged(ModelAndData, "identity")
+# The flags a resumed run may change, recorded per range of steps: each
+# declared in its room with `option(..., per_range=True)`; `write` reads
+# them from the config it records (`RunConfig.PER_RANGE`), which composes
+# the rooms above this one.
 #: What `fill` takes from run.json when not given: the identity, and the
 #: optimizer whose state the checkpoints hold (another is refused).
 REMEMBERED = IDENTITY + ("optimizer",)
@@ -254,7 +259,7 @@ def write(config: RunConfig, stored: Optional[Mapping[str, Any]], *, start_step:
     run): what the new record continues, not read again. Its `run_id` is
     kept; a record without one gets `run_id_if_new` (`Plan.run_id`), or a fresh one."""
     kept = [r for r in ranges(stored) if r["from_step"] < start_step]
-    recipe = {name: getattr(config, name) for name in RECIPE}
+    recipe = {name: getattr(config, name) for name in config.PER_RANGE}
     if numerics is not None:
         recipe[NUMERICS] = dict(numerics)
     if batching is not None:

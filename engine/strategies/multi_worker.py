@@ -29,7 +29,7 @@ import tensorflow as tf
 
 from tfloop.collectives import device_names, gpus, nccl
 from tfloop.collectives.interface import CollectiveError
-from tfloop.engine.config import Distribution
+from tfloop.engine.strategies.settings import Distribution
 from tfloop.engine.runtime import watchdog
 from tfloop.engine.errors import ClusterFailure, ConfigError, one_line
 from tfloop.engine.strategies.registry import register

@@ -26,7 +26,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import logging
-from typing import Any, ClassVar, Optional, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence
 
 import tensorflow as tf
 
@@ -34,10 +34,11 @@ from tfloop import collectives
 from tfloop.engine.loop import served_input, task_inputs
 from tfloop.collectives import device_names
 from tfloop.launch import tf_config
-from tfloop.engine.config import RunConfig
+if TYPE_CHECKING:  # annotations only: engine.config sits above this room
+    from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.loop.contracts import AbstractTrainer, LoopClock
-from tfloop.engine.loop.trainer import Trainer, TrainerOptions
+from tfloop.engine.loop.trainer import Trainer
 from tfloop.engine.recipe.ema import WeightAverage
 from tfloop.engine.recipe.objectives import BoundObjective
 from tfloop.engine.task import Task
@@ -210,12 +211,9 @@ class StrategySpec(abc.ABC):
                 task, task_inputs.context_for(plan.inputs), trained_on=train_dataset),
             global_batch_size=config.global_batch_size, global_step=global_step,
             average=average,
-            options=TrainerOptions(
-                jit_compile=config.jit_compile or task.jit_compile,
-                accumulation_steps=config.accumulation_steps, clip_norm=config.clip_norm,
-                nan_policy=config.nan_policy, max_skips=config.nan_max_skips,
-                input_on_device=config.synthetic_on_device,
-                stops_at_any_step=not self.agrees_to_stop),
+            options=dataclasses.replace(  # the run's step section, as the task compiles
+                config.step, jit_compile=config.jit_compile or task.jit_compile),
+            stops_at_any_step=not self.agrees_to_stop,
             clock=clock)
 
 

@@ -1,12 +1,13 @@
-"""RunConfig's declarations: each field written once, with its section, its
-own check and whether run.json remembers it; everything else derived.
+"""RunConfig's declarations: each field written once, in the section of the
+room that reads it, with its own check and whether run.json remembers it;
+everything else derived.
 
-Adding a flag is one edit (its `SECTION.option(...)` line in engine/config.py,
-plus its use): `SECTIONS`, `check_field`, `run_identity.IDENTITY` and
-`run_identity.RECIPE`, the typed
-section views, `bin/train`'s flags and docs/flags.md all come from it. The
-count below is what proves it: a field's name appears in engine/ and bin/ in
-one declaration and no list of names.
+Adding a flag is one edit (its `option(...)` line in its room's
+settings.py, plus its use): `SECTIONS`, `check_field`, `IDENTITY`,
+`PER_RANGE`, `RunConfig`'s flat fields, `bin/train`'s flags and
+docs/flags.md all come from it. The count below is what proves it: a
+field's name appears in engine/ and bin/ in one declaration and no list of
+names.
 """
 
 import ast
@@ -37,13 +38,18 @@ USES = {
     "eval_fraction": {"bin/convert_to_tfrecord": "its own --eval_fraction"},
     "summaries_dir": {"bin/flag_defs.py": "Vertex AI's AIP_TENSORBOARD_LOG_DIR is its default"},
 }
-#: Where a field of the same name is declared again, and why that is another
-#: option, not a copy of the flag: a lower room's typed options object for its
-#: own public constructor.
-ALSO_DECLARED = {
-    "nan_policy": {"engine/loop/trainer_options.py": "Trainer(options=TrainerOptions(...)), "
-                   "the step's options for a loop built by hand (engine/loop/, below config)"},
+#: Where each representative field is declared: its room's section.
+DECLARED_IN = {
+    "image_size": "engine/task/settings.py", "eval_fraction": "engine/task/settings.py",
+    "straggler_threshold": "engine/strategies/settings.py",
+    "hang_timeout": "engine/strategies/settings.py", "best_mode": "engine/run_dir/settings.py",
+    "summaries_dir": "engine/loop/settings.py", "end_learning_rate": "engine/recipe/settings.py",
+    "nan_policy": "engine/loop/settings.py",
 }
+#: Where a field of the same name is declared again, and why that is another
+#: option, not a copy of the flag (none since TrainerOptions became `Step`,
+#: the flags' own section, issue 41).
+ALSO_DECLARED: dict = {}
 
 
 def _sources() -> dict[Path, str]:
@@ -72,7 +78,7 @@ def test_a_field_is_named_once_in_engine_and_bin(name):
                 for path, text in _sources().items() if _declarations(text, name)}
     listed = sorted(path.relative_to(REPO).as_posix()
                     for path, text in _sources().items() if as_text.search(text))
-    assert declared == {"engine/config.py": 1, **{path: 1 for path in ALSO_DECLARED.get(name, {})}}
+    assert declared == {DECLARED_IN[name]: 1, **{path: 1 for path in ALSO_DECLARED.get(name, {})}}
     assert listed == sorted(USES.get(name, {})), (
         f"{name!r} is listed by name in {listed}: derive the list from its option")
 
@@ -83,6 +89,43 @@ def test_every_field_is_in_exactly_one_section_in_flag_order():
     for field in dataclasses.fields(config.RunConfig):
         assert set(field.metadata) == {"help", "section", "check", "identity",
                                        "per_range"}, field.name
+    assert list(config.SECTIONS) == ["Distribution", "Model and data", "The loop", "The recipe",
+                                     "The step", "Keeping and stopping", "Cluster",
+                                     "Speed and reproducibility"]
+    # The step's flags, declared once in the loop's room (issue 41: they were
+    # spread over four sections and declared again by TrainerOptions).
+    assert config.SECTIONS["The step"] == ("clip_norm", "accumulation_steps", "nan_policy",
+                                           "nan_max_skips", "jit_compile",
+                                           "synthetic_on_device")
+
+
+def test_each_section_is_declared_in_the_room_that_reads_it():
+    rooms = {title: section.__module__ for title, section in config.SECTION_TYPES.items()}
+    assert rooms == {
+        "Distribution": "tfloop.engine.strategies.settings",
+        "Model and data": "tfloop.engine.task.settings",
+        "The loop": "tfloop.engine.loop.settings",
+        "The recipe": "tfloop.engine.recipe.settings",
+        "The step": "tfloop.engine.loop.settings",
+        "Keeping and stopping": "tfloop.engine.run_dir.settings",
+        "Cluster": "tfloop.engine.strategies.settings",
+        "Speed and reproducibility": "tfloop.engine.runtime.settings",
+    }
+
+
+def test_importing_the_config_imports_no_tensorflow():
+    """bin/train defines its flags from RunConfig before TensorFlow loads:
+    the sections' rooms (strategies/, task/) load their TensorFlow modules
+    on first use, not when their settings are imported."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import tfloop.engine.config, tfloop.engine.strategies, "
+            "tfloop.engine.task; print(sorted(m for m in sys.modules if m == 'tensorflow' "
+            "or m.startswith(('keras', 'tfloop.collectives'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    assert out.strip() == "[]", out
 
 
 def test_a_section_reads_as_a_dict_and_the_flags_stay_flat():
@@ -95,17 +138,21 @@ def test_a_section_reads_as_a_dict_and_the_flags_stay_flat():
     assert "learning_rate" in run_config.as_dict()  # metrics.json and run.json keep flat names
 
 
-def test_each_section_is_a_typed_frozen_view_of_the_flat_record():
+def test_each_section_is_a_typed_frozen_part_of_the_flat_record():
     """`config.recipe` is what a module that needs the recipe is handed
-    (`schedules.from_config`): the section's fields, typed as RunConfig
-    declares them, frozen, equal to the flat record's values."""
+    (`schedules.from_config`): the section its room declares, frozen, equal
+    to the flat record's values; the flat fields are the sections'."""
     run_config = config.RunConfig(learning_rate=0.5, lr_schedule="step",
                                   lr_decay_steps="10,20", hang_timeout=60.0)
-    for title, view in config.VIEWS.items():
-        fields = dataclasses.fields(view)
-        assert tuple(field.name for field in fields) == config.SECTIONS[title]
-        declared = {field.name: field.type for field in dataclasses.fields(config.RunConfig)}
-        assert all(field.type == declared[field.name] for field in fields)
+    declared = {field.name: field for field in dataclasses.fields(config.RunConfig)}
+    for attribute, section in config.COMPOSED:
+        fields = dataclasses.fields(section)
+        assert tuple(field.name for field in fields) == config.SECTIONS[section.TITLE]
+        assert all(field.type == declared[field.name].type
+                   and field.default == declared[field.name].default for field in fields)
+        assert isinstance(getattr(run_config, attribute), section)
+        assert dataclasses.asdict(getattr(run_config, attribute)) == run_config.section(
+            section.TITLE)
     recipe = run_config.recipe
     assert isinstance(recipe, config.Recipe)
     assert dataclasses.asdict(recipe) == run_config.section("The recipe")
@@ -127,19 +174,19 @@ def test_run_json_remembers_the_fields_declared_identity():
 
 
 def test_run_json_records_per_range_the_fields_declared_per_range():
-    """`run_identity.RECIPE` (what a resumed run may change, one entry per
+    """`RunConfig.PER_RANGE` (what a resumed run may change, one entry per
     range of steps) is derived from `option(per_range=True)`, not listed:
     the eleven fields it held as a hand-written list, in flag order."""
     from tfloop.engine.run_dir import run_identity
 
-    assert run_identity.RECIPE == config.PER_RANGE == tuple(
+    assert config.RunConfig.PER_RANGE == config.PER_RANGE == tuple(
         field.name for field in dataclasses.fields(config.RunConfig)
         if field.metadata["per_range"])
-    assert set(run_identity.RECIPE) == {
+    assert set(config.PER_RANGE) == {
         "global_batch_size", "optimizer", "learning_rate", "lr_schedule", "warmup_steps",
         "end_learning_rate", "weight_decay", "clip_norm", "accumulation_steps",
         "mixed_precision", "nan_policy"}
-    assert not set(run_identity.RECIPE) & set(run_identity.IDENTITY)
+    assert not set(config.PER_RANGE) & set(run_identity.IDENTITY)
 
 
 def test_one_check_serves_every_field_that_declares_it():
@@ -152,3 +199,36 @@ def test_one_check_serves_every_field_that_declares_it():
     with pytest.raises(ConfigError, match=r"^--image_size=8193 must be 0 or more, at most 8192$"):
         config.RunConfig(image_size=8193)
     config.check_field("image_size", 8192)
+
+
+#: The engine modules that read the whole RunConfig (docs/engine.md, "Who
+#: reads the whole config": 18 before issue 41). A module that needs a part
+#: of the run takes its section (`config.recipe`); one added here is a
+#: deliberate edit.
+WHOLE_CONFIG_READERS = (
+    "engine/assembly/batching.py", "engine/assembly/plan.py", "engine/assembly/run.py",
+    "engine/run_dir/plan_reading.py", "engine/run_dir/refusals.py",
+    "engine/keras_fit/fit.py", "engine/observe/watchers.py",
+    "engine/run_dir/local_checkpoints.py", "engine/run_dir/run_identity.py",
+    "engine/strategies/multi_worker.py", "engine/strategies/parameter_server.py",
+    "engine/strategies/spec.py", "engine/strategies/tpu.py", "engine/task/compiled_model.py",
+    "engine/task/plugin.py",
+)
+
+
+def _reads_the_whole_config(source: str) -> bool:
+    """Imports RunConfig (for an annotation too), or takes a parameter named
+    `config` or annotated `RunConfig` (docs/engine.md's count)."""
+    return any(
+        isinstance(node, ast.ImportFrom) and any(a.name == "RunConfig" for a in node.names)
+        or isinstance(node, ast.arg) and (node.arg == "config" or "RunConfig" in ast.unparse(
+            node.annotation or ast.Constant(0)))
+        for node in ast.walk(ast.parse(source)))
+
+
+def test_the_modules_that_read_the_whole_config_are_these():
+    readers = sorted(path.relative_to(REPO).as_posix()
+                     for path in (REPO / "engine").rglob("*.py")
+                     if _reads_the_whole_config(path.read_text()))
+    assert readers == sorted(WHOLE_CONFIG_READERS), (
+        "a module reads the whole RunConfig: hand it the section it reads (config.<section>)")

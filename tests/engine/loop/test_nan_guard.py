@@ -22,7 +22,8 @@ from tfloop.engine.task.losses import LossOutput
 from tfloop.engine.loop.preemption import StopRequest
 from tfloop.engine.assembly.run import run
 from tfloop.engine.task import Task
-from tfloop.engine.loop.trainer import Trainer, TrainerOptions
+from tfloop.engine.loop.settings import Step
+from tfloop.engine.loop.trainer import Trainer
 
 BATCH = 8
 FEATURES = 4
@@ -58,8 +59,8 @@ def _trainer(devices, x, y, *, nan_policy="stop", max_skips=10, accumulation_ste
         strategy=strategy, model=model, optimizer=optimizer, loss_fn=_loss,
         collective=collectives.create("reduce_to_one_device", devices=devices),
         train_dataset=dataset, global_batch_size=BATCH, global_step=step,
-        options=TrainerOptions(nan_policy=nan_policy, max_skips=max_skips,
-                               accumulation_steps=accumulation_steps, clip_norm=clip_norm))
+        options=Step(nan_policy=nan_policy, nan_max_skips=max_skips,
+                     accumulation_steps=accumulation_steps, clip_norm=clip_norm))
     return trainer, model, optimizer, strategy
 
 

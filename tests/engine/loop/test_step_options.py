@@ -15,7 +15,8 @@ import tensorflow as tf
 from tfloop import collectives, inputs, models
 from tfloop.collectives.base import Wrapper
 from tfloop.engine.task.losses import LossOutput
-from tfloop.engine.loop.trainer import Trainer, TrainerOptions
+from tfloop.engine.loop.settings import Step
+from tfloop.engine.loop.trainer import Trainer
 
 GLOBAL_BATCH = 64
 STEPS = 4
@@ -58,7 +59,7 @@ def train(devices, *, accumulation_steps=1, optimizer=lambda: keras.optimizers.S
         strategy=strategy, model=net, optimizer=opt, collective=collective,
         train_dataset=inputs.train_batches(splits.train, global_batch_size=GLOBAL_BATCH, seed=7),
         global_batch_size=GLOBAL_BATCH, global_step=step,
-        options=TrainerOptions(accumulation_steps=accumulation_steps, clip_norm=clip_norm))
+        options=Step(accumulation_steps=accumulation_steps, clip_norm=clip_norm))
     metrics = {}
     for _ in range(loops):
         metrics = trainer.train(steps // loops)
@@ -135,7 +136,7 @@ def test_clipping_on_four_replicas_equals_the_numpy_one_device_update(cpu_device
     trainer = Trainer(strategy=strategy, model=model, optimizer=optimizer,
                       collective=collectives.create("reduce_to_one_device", devices=cpu_devices),
                       train_dataset=dataset, global_batch_size=len(x), global_step=step,
-                      loss_fn=squared_error, options=TrainerOptions(clip_norm=clip))
+                      loss_fn=squared_error, options=Step(clip_norm=clip))
 
     w, b = np.ones(3, np.float32), np.float32(0.0)
     norms = []

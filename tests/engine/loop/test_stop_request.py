@@ -105,12 +105,12 @@ def test_the_stop_flag_is_summed_as_float32(cpu_devices):
 SLOW_STEP = 0.05
 
 
-def _slow_trainer(devices, **options):
+def _slow_trainer(devices, stops_at_any_step=True):
     """A Trainer over `devices` whose every step waits `SLOW_STEP` s on each replica."""
     import keras
 
     from tfloop import collectives
-    from tfloop.engine.loop.trainer import Trainer, TrainerOptions
+    from tfloop.engine.loop.trainer import Trainer
     from tfloop.engine.task.losses import LossOutput
 
     def slow_loss(model, batch, training):
@@ -132,7 +132,7 @@ def _slow_trainer(devices, **options):
     return Trainer(strategy=strategy, model=model, global_step=step, train_dataset=dataset,
                    collective=collectives.create("reduce_to_one_device", devices=devices),
                    global_batch_size=8, optimizer=keras.optimizers.SGD(0.1), loss_fn=slow_loss,
-                   options=TrainerOptions(**options))
+                   stops_at_any_step=stops_at_any_step)
 
 
 def test_a_signal_mid_loop_ends_a_one_process_loop_after_the_step_in_flight(cpu_devices):

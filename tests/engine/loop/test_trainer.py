@@ -18,7 +18,8 @@ import tensorflow as tf
 
 from tfloop import collectives
 from tfloop.engine.task.losses import LossOutput
-from tfloop.engine.loop.trainer import GRAD_NORM, Trainer, TrainerOptions
+from tfloop.engine.loop.settings import Step
+from tfloop.engine.loop.trainer import GRAD_NORM, Trainer
 
 BATCH, FEATURES, LEARNING_RATE = 8, 3, 0.05
 
@@ -53,8 +54,8 @@ def _trainer(x, y, **overrides):
         train_dataset=tf.data.Dataset.from_tensor_slices((x, y)).repeat(),
         global_batch_size=BATCH, global_step=step)
     options = {name: overrides.pop(name) for name in list(overrides)
-               if name in TrainerOptions.__dataclass_fields__}
-    return Trainer(**{**arguments, **overrides}, options=TrainerOptions(**options)), model, step
+               if name in Step.__dataclass_fields__}
+    return Trainer(**{**arguments, **overrides}, options=Step(**options)), model, step
 
 
 def test_a_loop_returns_the_mean_loss_and_gradient_norm_of_its_steps():
@@ -94,10 +95,12 @@ def test_loops_of_any_length_train_the_same_stream_of_batches():
 
 @pytest.mark.parametrize("overrides, message", [
     (dict(global_batch_size=0), r"`global_batch_size` \(0\) must be positive"),
-    (dict(accumulation_steps=0), r"`accumulation_steps` \(0\) must be a positive integer"),
-    (dict(clip_norm=-1.0), r"`clip_norm` \(-1.0\) must be >= 0 \(0: off\)"),
-    (dict(nan_policy="ignore"), r"`nan_policy` \('ignore'\) must be 'stop' or 'skip_step'"),
-    (dict(max_skips=0), r"`max_skips` \(0\) must be a positive integer"),
+    # The step's options are its flags' section (`Step`), checked as the flags are.
+    (dict(accumulation_steps=0), r"^--accumulation_steps=0 must be a positive integer"),
+    (dict(clip_norm=-1.0), r"^--clip_norm=-1.0 must be 0 or a positive number$"),
+    (dict(nan_policy="ignore"), r"^--nan_policy='ignore' is not a policy; choose one of: stop, "
+                                "skip_step$"),
+    (dict(nan_max_skips=0), r"^--nan_max_skips=0 must be a positive integer"),
     (dict(optimizer=None), r"Trainer needs `objectives`, or an `optimizer`"),
 ])
 def test_bad_arguments_are_refused_at_construction_naming_the_value(overrides, message):

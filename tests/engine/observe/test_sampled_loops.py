@@ -21,7 +21,8 @@ import tensorflow as tf
 from tfloop import collectives
 from tfloop.engine.loop.actions import LoopEnd
 from tfloop.engine.loop.contracts import LoopClock
-from tfloop.engine.loop.trainer import Trainer, TrainerOptions
+from tfloop.engine.loop.settings import Step
+from tfloop.engine.loop.trainer import Trainer
 from tfloop.engine.observe import clock as clock_lib
 from tfloop.engine.observe import step_time
 from tfloop.engine.recipe import schedules
@@ -158,14 +159,14 @@ def test_the_loop_condition_reads_the_step_counter_and_the_host_stop_flag_alone(
         assert len(devices) == 1 and devices.pop().endswith("CPU:0"), sampled
     # A cluster's workers stop at a loop's end: their condition is the counter alone.
     in_a_cluster = _trainer(GPUS, clock_lib.SampledClock(),
-                            options=TrainerOptions(stops_at_any_step=False))
+                            stops_at_any_step=False)
     assert _condition_ops(_loop_graph(in_a_cluster, False)) == ["Identity", "Less"]
     # One running-sum vector per replica; no flag (bool), no skip count (int64).
     carried = _carried(_loop_graph(trainer, False))
     assert carried.count("float32") == len(GPUS) and not {"bool", "int64"} & set(carried), carried
 
     skipping = _trainer(GPUS, clock_lib.SampledClock(),
-                        options=TrainerOptions(nan_policy="skip_step", max_skips=3))
+                        options=Step(nan_policy="skip_step", nan_max_skips=3))
     condition = _condition_ops(_loop_graph(skipping, False))
     assert condition != STOPPABLE and "LogicalNot" in condition, condition  # it sees a break
     assert "int64" in _carried(_loop_graph(skipping, False))  # and the skip counts
@@ -335,7 +336,7 @@ def test_synthetic_on_device_trains_every_step_on_one_batch_taken_once(cpu_devic
                       collective=collectives.create("ring", devices=cpu_devices[:2]),
                       train_dataset=one_batch, global_batch_size=8,
                       optimizer=keras.optimizers.SGD(0.1),
-                      options=TrainerOptions(input_on_device=True))
+                      options=Step(synthetic_on_device=True))
     losses = [trainer.train(3)["loss"] for _ in range(2)]
     assert int(step.numpy()) == 6
     assert losses[1] < losses[0]  # the same batch, learned

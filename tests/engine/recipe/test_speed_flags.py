@@ -18,7 +18,8 @@ from tfloop.engine.recipe import precision
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.assembly.run import run
-from tfloop.engine.loop.trainer import Trainer, TrainerOptions
+from tfloop.engine.loop.settings import Step
+from tfloop.engine.loop.trainer import Trainer
 
 GLOBAL_BATCH = 64
 
@@ -38,7 +39,7 @@ def _trainer(devices, *, jit_compile=False, policy="float32", optimizer=None,
         strategy=strategy, model=net, optimizer=opt,
         collective=collectives.create("reduce_to_one_device", devices=devices),
         train_dataset=inputs.train_batches(splits.train, global_batch_size=batch, seed=3),
-        global_batch_size=batch, global_step=step, options=TrainerOptions(jit_compile=jit_compile),
+        global_batch_size=batch, global_step=step, options=Step(jit_compile=jit_compile),
     )
     return trainer, net, opt
 
