@@ -59,6 +59,7 @@ COMPARING_MODULES = (
     "tests/engine/assembly/test_elastic_resume.py",
     "tests/engine/assembly/test_run_and_resume.py",
     "tests/examples/test_example_tasks.py",
+    "tests/inputs/test_device_cast.py",
     "tests/inputs/test_tfrecord.py",
     "tests/models/test_vision_models.py",
 )

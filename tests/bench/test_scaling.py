@@ -313,6 +313,7 @@ def test_against_measured_builds_the_prediction_from_one_replica_and_the_fits():
     assert "| mlp | 4 |" in scaling_check.table(rows, 2)
 
 
+@pytest.mark.process  # scaling_check.host_parallelism starts its busy processes
 def test_the_hosts_parallelism_probe():
     from tfloop.bench import scaling_check
 

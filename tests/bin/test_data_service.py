@@ -103,7 +103,11 @@ def _workers_marked(marks: str) -> dict[int, int]:
     return counts
 
 
-def test_a_run_trains_on_two_data_workers_and_both_work(service, tmp_path):
+def test_a_run_trains_on_two_data_workers_resumes_and_a_killed_worker_stops_nothing(
+        service, tmp_path):
+    """One service (its three processes are the costly part) serves three runs:
+    a run on both data workers, the same command resumed, then a run during
+    which data worker 1 is SIGKILLed; then SIGTERM stops what is left."""
     marks = tmp_path / "marks"
     marks.mkdir()
     run = _train(service, tmp_path / "run", steps=24, marks=str(marks))
@@ -119,15 +123,11 @@ def test_a_run_trains_on_two_data_workers_and_both_work(service, tmp_path):
     assert resumed.returncode == 0, output
     assert "resumes at step 24 on a new pass" in output and "-step24-batch8" in output, output
     assert "ckpt-32.index" in os.listdir(tmp_path / "run"), output
-    assert service.stop() == 0, service.stderr()
-    assert not any(process_alive(pid) for pid in service.pids()), service.stderr()
-    assert "stopping the data workers" in service.stderr()
 
-
-def test_a_data_worker_killed_mid_run_stops_nothing(service, tmp_path):
-    marks = tmp_path / "marks"
+    # A data worker killed mid-run stops nothing: the run finishes on the other.
+    marks = tmp_path / "marks_killed"
     marks.mkdir()
-    run = _train(service, tmp_path / "run", steps=400, marks=str(marks))
+    run = _train(service, tmp_path / "killed", steps=400, marks=str(marks))
     victim = service.worker_pids[1]
     deadline = time.monotonic() + 180
     while victim not in _workers_marked(str(marks)) and time.monotonic() < deadline:
@@ -139,12 +139,15 @@ def test_a_data_worker_killed_mid_run_stops_nothing(service, tmp_path):
     assert run.poll() is None  # killed mid-run
     output, _ = run.communicate(timeout=240)
     assert run.returncode == 0, output
-    assert "ckpt-400.index" in os.listdir(tmp_path / "run"), output
+    assert "ckpt-400.index" in os.listdir(tmp_path / "killed"), output
     # The survivor went on preparing examples after its peer died.
     assert _workers_marked(str(marks))[service.worker_pids[0]] > survivor_before
     assert f"worker:1 (pid {victim}) exited with status -9; 1 data worker(s) serve on" in \
         service.stderr()
+
     assert service.stop() == 0, service.stderr()
+    assert not any(process_alive(pid) for pid in service.pids()), service.stderr()
+    assert "stopping the data workers" in service.stderr()
 
 
 def test_a_port_in_use_is_one_line():

@@ -73,24 +73,6 @@ def test_two_workers_train_like_mirrored_over_two_devices(tmp_path, mirrored_wei
     _assert_same_weights(cluster_dir, mirrored_weights)
 
 
-def test_launch_gives_each_worker_its_share_of_the_cores(tmp_path):
-    """bin/launch --num_workers=2 with no thread count of the user's: each
-    worker's start-up line says it computes with cores // 2 threads (1 on a
-    2-core host), instead of two pools of every core."""
-    share = max(1, threads.usable_cores() // 2)
-    result = run_bin(
-        "launch", "--num_workers=2", "--grace_period=5", "--",
-        "bin/train", f"--model_dir={tmp_path / 'run'}", "--strategy=multi_worker",
-        "--collective=ring", "--global_batch_size=8", "--train_steps=2", "--steps_per_loop=1",
-        "--mode=train", "--noexport", env={"TF_NUM_INTRAOP_THREADS": None}, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert f"launch: threads: TF_NUM_INTRAOP_THREADS={share} for each task" in result.stderr
-    for worker in ("worker:0", "worker:1"):
-        assert re.search(rf"^\[{worker}\] .*{worker}: multi_worker over 2 replica.*, {share} "
-                         r"intra-op thread\(s\) per op$", result.stdout, re.MULTILINE), \
-            result.stdout
-
-
 class _Output:
     """Collects a process's stdout and stderr lines in threads, so waits stay bounded."""
 
@@ -296,7 +278,12 @@ def test_a_worker_that_never_comes_up_ends_the_wait_with_one_line(tmp_path):
 
 
 def test_the_evaluator_evaluates_checkpoints_and_stops_after_the_last(tmp_path):
-    """Also: TFRecord shards dealt out to the workers by file (--auto_shard_policy=file)."""
+    """Also: TFRecord shards dealt out to the workers by file (--auto_shard_policy=file),
+    and, with no thread count of the user's, each task's share of the cores:
+    each worker's start-up line says it computes with cores // 3 threads (the
+    two workers and the evaluator; 1 on a 2-core host), instead of a pool of
+    every core each. (This run compares no weights, so it may leave the
+    threads to bin/launch.)"""
     from helpers import write_tfrecord_dir
 
     records = write_tfrecord_dir(str(tmp_path / "records"), num_shards=4)
@@ -305,8 +292,14 @@ def test_the_evaluator_evaluates_checkpoints_and_stops_after_the_last(tmp_path):
         "launch", "--num_workers=2", "--evaluator", "--grace_period=5", "--evaluator_timeout=120",
         "--", "bin/train", "--strategy=multi_worker", f"--model_dir={model_dir}",
         "--dataset=tfrecord", f"--data_dir={records}", "--auto_shard_policy=file",
-        "--eval_timeout=60", *FLAGS, timeout=300)
+        "--eval_timeout=60", *FLAGS, env={"TF_NUM_INTRAOP_THREADS": None}, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
+    share = max(1, threads.usable_cores() // 3)
+    assert f"launch: threads: TF_NUM_INTRAOP_THREADS={share} for each task" in result.stderr
+    for worker in ("worker:0", "worker:1"):
+        assert re.search(rf"^\[{worker}\] .*{worker}: multi_worker over 2 replica.*, {share} "
+                         r"intra-op thread\(s\) per op$", result.stdout, re.MULTILINE), \
+            result.stdout
     for worker in ("worker:0", "worker:1"):
         assert f"{worker}: input sharded by file over 2 workers" in result.stdout
     # It may skip checkpoints written while it was busy, never the final one.

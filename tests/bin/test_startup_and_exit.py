@@ -19,14 +19,32 @@ CHATTER = re.compile(r"cuInit|oneDNN|absl::InitializeLog|cudart|cpu_feature_guar
                      r"^[IWEF]\d{4} [\d:.]+\s+\d+ \S+:\d+\]", re.MULTILINE)
 
 
-def test_no_tensorflow_chatter_unless_verbose(tmp_path):
-    quiet = run_bin("train", *TINY, f"--model_dir={tmp_path / 'quiet'}", "--mode=train",
-                    "--noexport")
-    assert quiet.returncode == 0, quiet.stderr[-3000:]
-    assert not CHATTER.search(quiet.stdout + quiet.stderr), quiet.stdout + quiet.stderr
-    assert quiet.stderr == ""
+def test_no_tensorflow_chatter_unless_verbose_and_sigusr_before_training_ends_nothing(
+        tmp_path):
+    """One quiet run shows both: no TensorFlow chatter, and SIGUSR1 and
+    SIGUSR2 sent inside `import tensorflow` end nothing. Their default action
+    ends a process with 138 / 140, the retryable class: a platform would
+    restart a run nothing went wrong with (before, bin/train ended silently
+    so). From bin/cli's import on they do nothing until the engine gives them
+    their work, and say nothing either."""
+    quiet = start_bin("train", *TINY, f"--model_dir={tmp_path / 'quiet'}", "--mode=train",
+                      "--noexport")
+    try:
+        time.sleep(1.5)  # inside `import tensorflow`
+        quiet.send_signal(signal.SIGUSR1)
+        time.sleep(0.5)
+        quiet.send_signal(signal.SIGUSR2)
+        stdout, stderr = quiet.communicate(timeout=180)
+    finally:
+        if quiet.poll() is None:
+            quiet.kill()
+            quiet.communicate(timeout=10)
+    assert quiet.returncode == 0, stderr[-3000:]
+    assert "Traceback" not in stderr and (tmp_path / "quiet" / "metrics.json").exists()
+    assert not CHATTER.search(stdout + stderr), stdout + stderr
+    assert stderr == ""
     # The first line is the engine's.
-    assert re.match(r"\d\d:\d\d:\d\d  ", quiet.stdout), quiet.stdout[:300]
+    assert re.match(r"\d\d:\d\d:\d\d  ", stdout), stdout[:300]
 
     # --verbose: TensorFlow's chatter as it writes it, from its import on. A
     # run refused right after the import and device set-up shows it as well as
@@ -203,27 +221,6 @@ def test_a_booleans_negation_given_a_value_is_one_line_and_exit_2(binary):
     assert result.returncode == 2, result.stderr
     assert line == (f"{binary}: error: --no{flag} takes no value; write --{flag}=false "
                     f"or --no{flag}"), line
-
-
-def test_sigusr1_and_sigusr2_before_training_do_not_end_the_run(tmp_path):
-    """Their default action ends a process with 138 / 140, the retryable
-    class: a platform would restart a run nothing went wrong with (before,
-    bin/train ended silently so). From bin/cli's import on they do nothing
-    until the engine gives them their work."""
-    process = start_bin("train", *TINY, "--mode=train", "--noexport",
-                        f"--model_dir={tmp_path / 'run'}")
-    try:
-        time.sleep(1.5)  # inside `import tensorflow`
-        process.send_signal(signal.SIGUSR1)
-        time.sleep(0.5)
-        process.send_signal(signal.SIGUSR2)
-        _, stderr = process.communicate(timeout=180)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate(timeout=10)
-    assert process.returncode == 0, stderr[-3000:]
-    assert "Traceback" not in stderr and (tmp_path / "run" / "metrics.json").exists()
 
 
 _FIT_SCRIPT = """

@@ -41,15 +41,31 @@ def _assert_same_weights(a, b, atol):
     assert worst <= atol, f"max abs difference {worst}"
 
 
+@pytest.fixture(scope="module")
+def one_device(tmp_path_factory):
+    """`one_device(name)`: the number of replicas and the weights of the plain
+    one-device run of task `name` (`_config`'s defaults), trained once per
+    module: the plain run both the four-replica and the recipe comparisons read."""
+    done: dict = {}
+
+    def trained(name):
+        if name not in done:
+            result = run(_config(tmp_path_factory.mktemp(f"one_{name}"), devices="cpu:0"),
+                         task=TASKS[name]())
+            done[name] = (result["num_replicas"], _weights(result))
+        return done[name]
+    return trained
+
+
 @pytest.mark.parametrize("name", sorted(TASKS))
-def test_four_replicas_equal_one_device(tmp_path, name):
-    one = run(_config(tmp_path / "one", devices="cpu:0"), task=TASKS[name]())
+def test_four_replicas_equal_one_device(tmp_path, name, one_device):
+    one_replicas, one = one_device(name)
     four = run(_config(tmp_path / "four", export=True), task=TASKS[name]())
-    assert four["num_replicas"] == 4 and one["num_replicas"] == 1
+    assert four["num_replicas"] == 4 and one_replicas == 1
     initial = run(_config(tmp_path / "init", train_steps=0), task=TASKS[name]())
-    moved = max(float(np.max(np.abs(x - y))) for x, y in zip(_weights(one), _weights(initial)))
+    moved = max(float(np.max(np.abs(x - y))) for x, y in zip(one, _weights(initial)))
     assert moved > 1e-3  # the comparison is about trained weights
-    _assert_same_weights(_weights(four), _weights(one), atol=1e-5)
+    _assert_same_weights(_weights(four), one, atol=1e-5)
     # Every example's export holds model.keras (the GAN: a registered subclass).
     assert os.path.exists(os.path.join(four["export"], "model.keras"))
 
@@ -60,13 +76,13 @@ RECIPE = dict(accumulation_steps=2, clip_norm=0.5, ema_decay=0.9, lr_schedule="c
 
 
 @pytest.mark.parametrize("name", ["regression", "gan"])
-def test_a_recipe_on_four_replicas_equals_one_device(tmp_path, name):
+def test_a_recipe_on_four_replicas_equals_one_device(tmp_path, name, one_device):
     """The step options reach a user's task (the GAN: two objectives, one
     every second step) and keep N replicas equal to one device."""
     one = run(_config(tmp_path / "one", devices="cpu:0", **RECIPE), task=TASKS[name]())
     four = run(_config(tmp_path / "four", **RECIPE), task=TASKS[name]())
-    plain = run(_config(tmp_path / "plain", devices="cpu:0"), task=TASKS[name]())
-    moved = max(float(np.max(np.abs(x - y))) for x, y in zip(_weights(one), _weights(plain)))
+    _, plain = one_device(name)
+    moved = max(float(np.max(np.abs(x - y))) for x, y in zip(_weights(one), plain))
     assert moved > 1e-4  # clipping changed the trajectory
     _assert_same_weights(_weights(four), _weights(one), atol=1e-5)
     assert any(key.endswith("grad_norm") for key in four)
