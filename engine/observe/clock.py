@@ -13,11 +13,13 @@ nothing)::
 `end` keeps the loop's `LoopTime` (`last`: what the breakdown's report,
 `engine.observe.step_time.Report`, and the straggler table read), and adds
 `mfu` to the loop's metrics from its second loop on (the first traces and
-compiles). Its one-time work runs at the end of the *first* loop, which is
-never timed, so none of it lands in a timed loop: the step's FLOPs are
-counted from its graph (`engine.observe.step_flops`), and the sampled loop
-function is traced and run for 0 steps (`trainer.warm_sampled()`) so the
-first sampled loop does not trace or instantiate it either. The devices' peak rate (`engine.runtime.hardware.peak`)
+compiles). Its one-time work never lands in a timed loop: the step's FLOPs
+are counted from its graph (`engine.observe.step_flops`) at the end of the
+first loop, which is never timed; the sampled loop function is traced and
+run for 0 steps (`trainer.warm_sampled()`) just before the first loop that
+is sampled, ahead of that loop's timer, so it does not trace or instantiate
+the function inside its time either. A run of one loop never samples and so
+never pays for that trace (seconds for a model with many ops). The devices' peak rate (`engine.runtime.hardware.peak`)
 comes with the clock, probed before the trainer is built.
 
 Who calls what: the assembly builds the clock (`for_run`, from
@@ -100,6 +102,9 @@ class SampledClock(LoopClock):
         self._asked = False
         self._sampling: tuple[bool, bool] = (False, False)  # (scheduled, asked) of this loop
         self._probed = False
+        #: The trainer whose sampled loop function is not traced yet (after the
+        #: first loop, until the first sampled one).
+        self._unwarmed: Optional[Trainer] = None
         self._began = 0.0
 
     def ask(self) -> None:
@@ -119,6 +124,9 @@ class SampledClock(LoopClock):
         if asked:
             self._asked = False
         self._sampling = (scheduled, asked)
+        if (scheduled or asked) and self._unwarmed is not None:
+            self._unwarmed.warm_sampled()  # before the timer starts
+            self._unwarmed = None
         self._began = time.perf_counter()
         return scheduled or asked
 
@@ -146,11 +154,12 @@ class SampledClock(LoopClock):
         return {step_flops.MFU: rate} if rate is not None else {}
 
     def _probe(self, trainer: Trainer) -> None:
-        """The one-time work, after the untimed first loop."""
+        """The one-time work after the untimed first loop: the FLOPs counted,
+        the trainer kept for `warm_sampled` before the first sampled loop."""
         if self._probed:
             return
         self._probed = True
         if self.peak is not None:
             self.flops = step_flops.of_trainer(trainer)
         if self.timed and hasattr(trainer, "warm_sampled"):
-            trainer.warm_sampled()
+            self._unwarmed = trainer  # warmed before the first sampled loop, if one comes

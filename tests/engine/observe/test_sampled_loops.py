@@ -283,6 +283,33 @@ def test_the_schedule_samples_the_second_loop_then_one_in_n_and_on_request():
                    for _ in range(4))
 
 
+def test_the_sampled_loop_is_warmed_before_the_first_sampled_loop_and_only_if_one_comes(
+        monkeypatch):
+    """Tracing the sampled loop function costs seconds for a model with many
+    ops: a run of one loop never samples and never pays it; a longer run pays
+    it once, before the second loop's timer starts."""
+    events = []
+    trainer = types.SimpleNamespace(warm_sampled=lambda: events.append("warm"))
+    clock = clock_lib.SampledClock()
+    clock.begin(0)
+    clock.end(trainer, start=0, steps=1, stamped={})
+    assert events == []  # one loop: nothing traced for a loop that never comes
+    with monkeypatch.context() as patch:
+        patch.setattr(clock_lib.time, "perf_counter", lambda: events.append("timer") or 0.0)
+        assert clock.begin(1) is True
+    assert events == ["warm", "timer"]  # warmed, then the loop's timer starts
+    clock.end(trainer, start=1, steps=1, stamped={})
+    for loop in range(3, 30):
+        clock.begin(loop)
+        clock.end(trainer, start=loop, steps=1, stamped={})
+    assert events.count("warm") == 1
+    untimed = clock_lib.SampledClock(timed=False)
+    for loop in range(3):
+        untimed.begin(loop)
+        untimed.end(trainer, start=loop, steps=1, stamped={})
+    assert events.count("warm") == 1  # an untimed clock never samples, never warms
+
+
 def test_the_runs_clock_samples_every_loop_only_where_the_workers_are_compared(monkeypatch):
     """`for_run`, the clock the assembly builds and hands to the trainer: the
     peak rate of the strategy's devices in the run's precision, and every
