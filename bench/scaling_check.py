@@ -25,7 +25,16 @@ replicas::
                  up to the cores, `bench.scaling.comm_seconds`)
     predicted examples/s = B / (compute(N) + comm(N))
 
-and set beside `bin/bench_train --device_counts=1,2,4`, run in the same
+A second prediction takes the host's sharing out of the question: the
+N-replica step timed with a collective that moves nothing
+(`bench.no_exchange`), plus the same predicted all-reduce::
+
+    predicted examples/s = B / (B / no-exchange rate(N) + comm(N))
+
+It checks what carries over to a GPU cluster (the α–β fit, and no overlap
+of the one all-reduce with the compute); the first checks the guess of how
+logical CPUs share the cores, which has no counterpart there. Both are
+set beside `bin/bench_train --device_counts=1,2,4`, run in the same
 invocation (the machine is shared; its load moves every number, so the
 inputs and the measurement are taken minutes apart, not days). Every run is
 its own process (logical devices are fixed per process), its output kept
@@ -42,7 +51,7 @@ import subprocess
 import sys
 from typing import Sequence
 
-from tfloop.bench import cost_fit, report, scaling
+from tfloop.bench import cost_fit, no_exchange, report, scaling
 from tfloop.bench.scaling import Progress
 from tfloop.bench.links import ScalingError
 
@@ -158,11 +167,12 @@ def pool_threads(n: int) -> int:
     return threads or engine_devices.usable_cores()
 
 
-def measure_model(model: str, out: str, bin_dir: str, common: Sequence[str],
-                  progress: Progress) -> tuple[dict[int, dict], dict[int, list[float]], list[dict]]:
+def measure_model(model: str, out: str, bin_dir: str, common: Sequence[str], progress: Progress
+                  ) -> tuple[dict[int, dict], dict[int, list[float]], list[dict], dict[int, dict]]:
     """One replica alone at each batch B/N, then the N-device sweep measured
-    with the host's parallelism probed before and after it: the alone
-    results, the probe's samples, the measured results."""
+    with the host's parallelism probed before and after it, then the sweep
+    again with no exchange: the alone results, the probe's samples, the
+    measured results, the exchange-free ones by device count."""
     alone = {}
     for n in COUNTS[1:]:
         folder = os.path.join(out, model, f"alone_batch{GLOBAL_BATCH // n}")
@@ -179,12 +189,19 @@ def measure_model(model: str, out: str, bin_dir: str, common: Sequence[str],
          os.path.join(folder, "log.txt"), progress)
     after = host_parallelism(COUNTS)
     probed = {n: before[n] + after[n] for n in COUNTS}
+    free = os.path.join(out, model, "no_exchange")
+    _run(bin_dir, "bench_train",
+         [*common, f"--devices={_devices(max(COUNTS))}", f"--global_batch_size={GLOBAL_BATCH}",
+          f"--device_counts={','.join(map(str, COUNTS[1:]))}", f"--collective={no_exchange.NAME}",
+          "--noplot", f"--output_dir={free}"], os.path.join(free, "log.txt"), progress)
     progress("  host parallelism around it (1, 2, 4 busy processes; median, best): "
              + ", ".join(f"{statistics.median(probed[n]):.2f}/{max(probed[n]):.2f}"
                          for n in COUNTS))
     measured = [_engine(os.path.join(folder, f"{n}dev")) for n in COUNTS]
     alone[1] = measured[0]  # one device is one replica
-    return alone, probed, measured
+    exchange_free = {n: _engine(os.path.join(free, f"{n}dev")) for n in COUNTS[1:]}
+    exchange_free[1] = measured[0]  # one device exchanges nothing anyway
+    return alone, probed, measured, exchange_free
 
 
 def predict_rate(model: str, n: int, alone: dict[int, dict], probed: dict[int, list[float]],
@@ -210,8 +227,11 @@ def predict_rate(model: str, n: int, alone: dict[int, dict], probed: dict[int, l
 
 def compare(model: str, alone: dict[int, dict], probed: dict[int, list[float]],
             pools: dict[int, int], measured: list[dict],
-            fits: dict[str, Sequence[cost_fit.Fit]], cores: int) -> list[dict]:
-    """Predicted beside measured, per device count, by both statistics."""
+            fits: dict[str, Sequence[cost_fit.Fit]], cores: int,
+            exchange_free: dict[int, dict]) -> list[dict]:
+    """Predicted beside measured, per device count, by both statistics: from
+    one replica (`predicted`), and from N replicas with no exchange
+    (`from_replicas`), each plus the predicted all-reduce."""
     rows = []
     for result in measured:
         n = result["num_devices"]
@@ -220,9 +240,14 @@ def compare(model: str, alone: dict[int, dict], probed: dict[int, list[float]],
             rate, step, parallelism = predict_rate(model, n, alone, probed, pools,
                                                    fits[statistic], cores, statistic)
             got = engine_rate(result, statistic)
+            free_step = GLOBAL_BATCH / engine_rate(exchange_free[n], statistic)
+            from_replicas = GLOBAL_BATCH / (free_step + step.comm)
             row[statistic] = dict(predicted=rate, measured=got, error=rate / got - 1,
                                   compute_ms=step.compute * 1e3, comm_ms=step.comm * 1e3,
-                                  parallelism=parallelism, basis=step.basis)
+                                  parallelism=parallelism, basis=step.basis,
+                                  from_replicas=from_replicas,
+                                  from_replicas_error=from_replicas / got - 1,
+                                  no_exchange_ms=free_step * 1e3)
         rows.append(row)
     return rows
 
@@ -237,22 +262,28 @@ def _unused_link():
 def table(rows: Sequence[dict], cores: int) -> str:
     """Markdown: predicted vs measured examples/s and the error, by the median
     and by the best repetition."""
-    lines = ["| model | devices | predicted (median) | measured (median) | error | predicted "
-             "(best) | measured (best) | error | compute ms | all-reduce ms | host parallelism "
-             "(median/best) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| model | devices | measured (median) | from one replica | error | from N "
+             "replicas, no exchange | error | measured (best) | from one replica | error | "
+             "from N replicas | error | compute ms | no-exchange step ms | all-reduce ms | host "
+             "parallelism (median/best) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         med, best = r["median"], r["best"]
         lines.append(
-            f"| {r['model']} | {r['devices']} | {med['predicted']:,.0f} | "
-            f"{med['measured']:,.0f} | {med['error']:+.1%} | {best['predicted']:,.0f} | "
-            f"{best['measured']:,.0f} | {best['error']:+.1%} | {med['compute_ms']:.3g} | "
-            f"{med['comm_ms']:.3g} | {med['parallelism']:.2f}/{best['parallelism']:.2f} |")
+            f"| {r['model']} | {r['devices']} | {med['measured']:,.0f} | "
+            f"{med['predicted']:,.0f} | {med['error']:+.1%} | {med['from_replicas']:,.0f} | "
+            f"{med['from_replicas_error']:+.1%} | {best['measured']:,.0f} | "
+            f"{best['predicted']:,.0f} | {best['error']:+.1%} | {best['from_replicas']:,.0f} | "
+            f"{best['from_replicas_error']:+.1%} | {med['compute_ms']:.3g} | "
+            f"{med['no_exchange_ms']:.3g} | {med['comm_ms']:.3g} | "
+            f"{med['parallelism']:.2f}/{best['parallelism']:.2f} |")
     lines += ["", f"global batch {GLOBAL_BATCH}, --collective=auto, {cores} cores; compute = one "
               "replica's step timed alone at batch B/N x N / min(P(N), T(N)): P(N) N busy "
               "processes' speedup, probed before and after the measured runs, T(N) the "
-              "process's intra-op threads (shown: the min); all-reduce = "
-              "fitted from bin/bench_collectives on N devices; 1 device is the measurement "
-              "itself. median: every input and the measurement by their medians; best: by "
+              "process's intra-op threads (shown: the min); from N replicas: the N-replica step "
+              f"timed with --collective={no_exchange.NAME} (no bytes move) + the all-reduce; "
+              "all-reduce = fitted from bin/bench_collectives on N devices; 1 device is the "
+              "measurement itself. median: every input and the measurement by their medians; best: by "
               "their fastest repetitions (the highest P(N)); compute and all-reduce ms: median"]
     return "\n".join(lines)
 
@@ -274,9 +305,10 @@ def main(*, models: Sequence[str], steps: int, repetitions: int, output_dir: str
     for model in models:
         common = ["--variants=engine", f"--steps={steps or STEPS.get(model, 100)}",
                   f"--repetitions={repetitions}", f"--model={model}"]
-        alone, probed, measured = measure_model(model, out, bin_dir, common, progress)
+        alone, probed, measured, exchange_free = measure_model(model, out, bin_dir, common,
+                                                               progress)
         pools = {n: pool_threads(n) for n in COUNTS}
-        rows += compare(model, alone, probed, pools, measured, fits, cores)
+        rows += compare(model, alone, probed, pools, measured, fits, cores, exchange_free)
     progress(table(rows, cores))
     progress(f"load average at the end {os.getloadavg()[0]:.2f}")
     path = report.write_json(os.path.join(output_dir, "against_measured.json"), dict(

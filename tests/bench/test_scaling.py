@@ -286,8 +286,11 @@ def test_against_measured_builds_the_prediction_from_one_replica_and_the_fits():
              4: _engine_result(1, 64, 64 / 0.0025, 64 / 0.002)}
     probed = {1: [1.0, 1.0], 2: [1.6, 1.8, 2.0], 4: [1.9, 2.0, 2.1]}
     pools = {1: 2, 2: 2, 4: 1}  # the intra-op threads of each process
+    # N replicas with no exchange: 5 ms and 7 ms a step (medians), 4 and 6 (best).
+    free = {1: measured[0], 2: _engine_result(2, 256, 256 / 0.005, 256 / 0.004),
+            4: _engine_result(4, 256, 256 / 0.007, 256 / 0.006)}
     rows = scaling_check.compare("mlp", alone, probed, pools, measured,
-                                 {"median": fits, "best": fits}, cores=2)
+                                 {"median": fits, "best": fits}, cores=2, exchange_free=free)
     assert [r["devices"] for r in rows] == [1, 2, 4]
     one = rows[0]["median"]
     assert one["predicted"] == pytest.approx(30_000.0) and one["comm_ms"] == 0
@@ -298,6 +301,11 @@ def test_against_measured_builds_the_prediction_from_one_replica_and_the_fits():
     two = rows[1]["median"]
     assert two["predicted"] == pytest.approx(256 / (0.0045 * 2 / 1.8 + comm2))
     assert two["error"] == pytest.approx(two["predicted"] / 40_000 - 1)
+    # From two replicas timed with no exchange: their step plus the same all-reduce.
+    assert two["from_replicas"] == pytest.approx(256 / (0.005 + comm2))
+    assert two["from_replicas_error"] == pytest.approx(two["from_replicas"] / 40_000 - 1)
+    assert rows[1]["best"]["from_replicas"] == pytest.approx(256 / (0.004 + comm2))
+    assert one["from_replicas"] == pytest.approx(30_000.0)
     # The best: the fastest repetitions on both sides, the highest P(2).
     best = rows[1]["best"]
     assert best["predicted"] == pytest.approx(256 / (0.003 * 2 / 2.0 + comm2))
