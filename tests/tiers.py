@@ -12,7 +12,8 @@ names such a test the first time the fast tier runs it.
 
 The fast tier (`./dev test --fast`, `pytest --fast`) runs only the tests not
 marked: in-process, no binary, no cluster, and none of the in-process tests
-that train whole runs to compare them (`compares`, by module: COMPARING_MODULES). While it runs, starting a process
+that train whole runs to compare them (`compares`, by module: COMPARING_MODULES,
+or by the test's own mark). While it runs, starting a process
 fails the test with a line naming the missing mark (`guard`): the tier checks
 itself, so a new test cannot slip a subprocess into it unseen.
 """
@@ -39,7 +40,9 @@ COMPARES = "compares"
 #: seconds to a minute of training, and together they are most of the
 #: in-process tier's time. Marked `compares` at collection; the fast tier
 #: leaves them out, the whole suite (CI) runs them. A module is listed whole:
-#: its cheap tests are few, and a list by module stays readable.
+#: its cheap tests are few, and a list by module stays readable. A comparing
+#: test in a module of mostly cheap ones carries the mark itself
+#: (`@pytest.mark.compares`, with a comment saying what it compares).
 COMPARING_MODULES = (
     "tests/engine/keras_fit/test_fit.py",
     "tests/engine/keras_fit/test_fit_callbacks.py",
@@ -57,6 +60,7 @@ COMPARING_MODULES = (
     "tests/engine/run_dir/test_checkpoint_recovery.py",
     "tests/engine/run_dir/test_resume_changes.py",
     "tests/engine/assembly/test_elastic_resume.py",
+    "tests/engine/assembly/test_exact_resume.py",
     "tests/engine/assembly/test_run_and_resume.py",
     "tests/examples/test_example_tasks.py",
     "tests/inputs/test_device_cast.py",

@@ -3,12 +3,14 @@
 per-replica batch x replicas x micro-batches is the recorded global batch;
 the learning rate, the step and the data position go on as if uninterrupted.
 
-Logical devices are fixed per process, so the stopped run (4 logical CPUs)
-and each resume (2, 1, 8) are binaries; the uninterrupted run is this
-process's, on one device. `counting_task` makes the final weights a record
-of which examples each step trained on.
+Logical devices are fixed per process: the stopped run is this process's, on
+its 4 logical CPUs, with the task named as `bin/train --task` names it (so
+`run.json` is what a binary would write), the uninterrupted one too, on one
+device; each resume (2, 1, 8) is `bin/train`. `counting_task` makes the final
+weights a record of which examples each step trained on.
 """
 
+import dataclasses
 import json
 import os
 import shutil
@@ -63,11 +65,14 @@ def uninterrupted(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def stopped_on_four(tmp_path_factory):
+    """FLAGS to step STOP on this process's 4 logical CPUs (`--task`, not a task object)."""
     model_dir = tmp_path_factory.mktemp("stopped") / "run"
-    result = run_bin("train", "--devices=cpu:0,cpu:1,cpu:2,cpu:3", f"--model_dir={model_dir}",
-                     *FLAGS, f"--train_steps={STOP}", "--global_batch_size=16",
-                     "--max_per_replica_batch_size=4", env=_env())
-    assert result.returncode == 0, result.stderr[-3000:]
+    config = counting_task.reference_config(
+        str(model_dir), batch=BATCH, steps=STEPS, task="counting_task:Counting",
+        devices="cpu:0,cpu:1,cpu:2,cpu:3", steps_per_loop=2, checkpoint_interval=2,
+        max_per_replica_batch_size=4)
+    result = run(dataclasses.replace(config, train_steps=STOP))
+    assert result["step"] == STOP and result["status"] == "finished"
     return model_dir
 
 

@@ -3,8 +3,10 @@
 import glob
 import json
 import os
+import shutil
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tfloop.engine.config import RunConfig
@@ -76,17 +78,30 @@ def test_metrics_json_and_summaries(tmp_path):
     assert {"loss", "accuracy"} <= _scalar_tags(tmp_path / "summaries" / "eval")
 
 
-def test_rerun_at_the_final_step_trains_nothing_and_evaluates(tmp_path):
-    run(_config(tmp_path, train_steps=10))
-    again = run(_config(tmp_path, train_steps=10))
+@pytest.fixture(scope="module")
+def trained_10(tmp_path_factory):
+    """A run trained to step 10 only (no evaluation), for the tests that run again
+    in a copy of it: (its folder, what it returned)."""
+    model_dir = tmp_path_factory.mktemp("trained_10") / "run"
+    return model_dir, run(_config(model_dir, train_steps=10, mode="train"))
+
+
+def _copy(trained, tmp_path):
+    shutil.copytree(trained, tmp_path / "run")
+    return tmp_path / "run"
+
+
+def test_rerun_at_the_final_step_trains_nothing_and_evaluates(trained_10, tmp_path):
+    model_dir = _copy(trained_10[0], tmp_path)
+    again = run(_config(model_dir, train_steps=10))
     assert again["step"] == 10 and again["start_step"] == 10
     assert "eval/accuracy" in again
 
 
-def test_evaluate_mode_reads_the_latest_checkpoint(tmp_path):
-    trained = run(_config(tmp_path, train_steps=10, mode="train"))
+def test_evaluate_mode_reads_the_latest_checkpoint(trained_10, tmp_path):
+    trained_dir, trained = trained_10
     assert "eval/loss" not in trained
-    evaluated = run(_config(tmp_path, mode="evaluate"))
+    evaluated = run(_config(_copy(trained_dir, tmp_path), mode="evaluate"))
     assert evaluated["step"] == 10
     assert evaluated["eval/examples"] == 2048
 

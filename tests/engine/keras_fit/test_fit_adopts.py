@@ -35,6 +35,7 @@ def _built_in(strategy, seed=3):
         return _build()
 
 
+@pytest.mark.compares  # trained against Keras's own fit (tests/tiers.py)
 def test_fit_trains_the_scripts_model_on_its_strategy_as_keras_fit_does(tmp_path):
     data = parity.dataset(EXAMPLES, BATCH)
     strategy = parity.keras_strategy(2)
@@ -94,6 +95,7 @@ def test_which_strategies_are_adopted_and_as_what():
         adoption.adopted_placement(object())
 
 
+@pytest.mark.compares  # trained against Keras's own fit (tests/tiers.py)
 def test_after_fit_the_scripts_optimizer_reduces_as_keras_again(tmp_path):
     """The engine turns Keras's own gradient reduction off for its run and on
     again after it: one epoch of tfloop.fit then one of Keras's `model.fit`

@@ -135,6 +135,7 @@ def _stop_at(step):
     return hook
 
 
+@pytest.mark.compares  # stopped and resumed against uninterrupted (tests/tiers.py)
 def test_a_stopped_run_resumes_on_the_schedule_and_a_changed_flag_takes_effect(tmp_path,
                                                                              caplog):
     """Stopped at step 8 (the last checkpoint is ckpt-4, inside the warmup),

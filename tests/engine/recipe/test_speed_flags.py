@@ -44,6 +44,7 @@ def _trainer(devices, *, jit_compile=False, policy="float32", optimizer=None,
     return trainer, net, opt
 
 
+@pytest.mark.compares  # two trainers trained to compare (tests/tiers.py)
 def test_xla_agrees_with_the_plain_step(cpu_devices):
     plain, plain_net, _ = _trainer(cpu_devices[:2])
     xla, xla_net, _ = _trainer(cpu_devices[:2], jit_compile=True)

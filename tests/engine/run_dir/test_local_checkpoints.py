@@ -37,36 +37,36 @@ def _weights(path):
             if n.startswith("model_weights/")}
 
 
-def test_a_kill_at_157_resumes_from_the_local_150_not_the_durable_100(tmp_path):
+def test_a_kill_at_15_resumes_from_the_local_14_not_the_durable_10(tmp_path):
     model_dir, local = tmp_path / "run", tmp_path / "shm"
-    flags = dict(SMALL, model_dir=str(model_dir), checkpoint_interval=100,
-                 local_checkpoint_dir=str(local), local_checkpoint_interval=10)
+    flags = dict(SMALL, model_dir=str(model_dir), checkpoint_interval=10,
+                 local_checkpoint_dir=str(local), local_checkpoint_interval=2)
     killed = subprocess.run(
-        [sys.executable, "-c", KILL_AT_STEP, json.dumps(dict(flags, train_steps=170,
-                                                             steps_per_loop=1)), "157"],
+        [sys.executable, "-c", KILL_AT_STEP, json.dumps(dict(flags, train_steps=17,
+                                                             steps_per_loop=1)), "15"],
         capture_output=True, text=True, timeout=300, env=bin_env(), cwd=REPO)
     assert killed.returncode == -9, killed.stderr[-3000:]
-    assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-100")
+    assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-10")
     folder = local_checkpoints.folder(str(local), str(model_dir))
-    assert tf.train.latest_checkpoint(folder).endswith("ckpt-150")
-    resumed = run_bin("train", f"--model_dir={model_dir}", "--train_steps=170",
-                      "--steps_per_loop=20", "--checkpoint_interval=100",
-                      f"--local_checkpoint_dir={local}", "--local_checkpoint_interval=10",
+    assert tf.train.latest_checkpoint(folder).endswith("ckpt-14")
+    resumed = run_bin("train", f"--model_dir={model_dir}", "--train_steps=17",
+                      "--steps_per_loop=20", "--checkpoint_interval=10",
+                      f"--local_checkpoint_dir={local}", "--local_checkpoint_interval=2",
                       "--global_batch_size=8", "--mode=train", "--noexport", "--seed=5",
                       "--summary_interval=0")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert (f"resuming from the local checkpoint {folder}/ckpt-150, newer than the durable "
-            "ckpt-100") in resumed.stdout, resumed.stdout[-3000:]
-    assert f"resuming from {folder}/ckpt-150 at step 150" in resumed.stdout
+    assert (f"resuming from the local checkpoint {folder}/ckpt-14, newer than the durable "
+            "ckpt-10") in resumed.stdout, resumed.stdout[-3000:]
+    assert f"resuming from {folder}/ckpt-14 at step 14" in resumed.stdout
     # The durable one at the end; the run finished, so its local folder is gone.
-    assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-170")
+    assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-17")
     assert not os.path.lexists(folder)
     # The reference in a process of its own too: this one's state (op determinism
     # another test enabled, say) can change float32 sums in the last bits.
     reference = tmp_path / "uninterrupted"
     uninterrupted = subprocess.run(
         [sys.executable, "-c", KILL_AT_STEP, json.dumps(dict(
-            SMALL, model_dir=str(reference), train_steps=170, devices="cpu:0")), "-1"],
+            SMALL, model_dir=str(reference), train_steps=17, devices="cpu:0")), "-1"],
         capture_output=True, text=True, timeout=300, env=bin_env(), cwd=REPO)
     assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
     expected = _weights(reference)

@@ -177,9 +177,8 @@ def test_the_free_space_of_a_url_is_unknown(monkeypatch):
 
 
 def test_a_full_disk_at_start_up_is_one_line_and_keeps_the_previous_record(
-        tmp_path, monkeypatch):
-    model_dir = tmp_path / "run"
-    first = run(RunConfig(model_dir=str(model_dir), **SMALL))
+        trained, tmp_path, monkeypatch):
+    model_dir = _copy(trained, tmp_path)  # a finished 4-step run
     before = {name: (model_dir / name).read_bytes() for name in ("metrics.json", "run.json")}
     real = files.create_exclusively
 
@@ -191,7 +190,7 @@ def test_a_full_disk_at_start_up_is_one_line_and_keeps_the_previous_record(
     monkeypatch.setattr(files, "create_exclusively", full_disk)
     with pytest.raises(RunFailure, match=r"^could not write .* \(No space left on device\); "):
         run(RunConfig(model_dir=str(model_dir), **{**SMALL, "train_steps": 8}))
-    assert first["step"] == 4
+    assert json.loads(before["metrics.json"])["step"] == 4
     assert {name: (model_dir / name).read_bytes() for name in before} == before
     assert not [p for p in model_dir.iterdir() if files.TEMPORARY_INFIX in p.name]
     assert json.loads(before["metrics.json"])["status"] == "finished"

@@ -252,8 +252,8 @@ class EngineStep(OwnStep):
 
 
 def test_a_task_s_own_step_runs_in_the_engine_s_step_and_its_slips_are_one_line(tmp_path):
-    own = run(_config(tmp_path / "own"), task=OwnStep())
-    engine = run(_config(tmp_path / "engine"), task=EngineStep())
+    own = run(_config(tmp_path / "own", export=False), task=OwnStep())
+    engine = run(_config(tmp_path / "engine", export=False), task=EngineStep())
     assert own["train/own"] == 1.0 and "train/own" not in engine
     for a, b in zip(own.model.get_weights(), engine.model.get_weights(), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
