@@ -25,6 +25,10 @@ reason. Without a GPU the same checks run on logical CPUs (the CPU dry run,
 about a minute): cpu:0..cpu:3 stand in for GPUs, NCCL only as its refusal,
 the gpu tests only collected.
 
+TensorFlow loads in `main`, after `check_request`: a mistake in the request
+is one line at once, not after the seconds TensorFlow's import takes
+(`bin/gpu_check` calls `check_request` before anything else).
+
 Each check runs in its own process (`bench.gpu_checks`), with a timeout, its
 log and runs in `output_dir/checks/<name>/`; the report (`report.json`,
 `report.md`) is rewritten after each (`bench.check_report`).
@@ -42,10 +46,7 @@ import sys
 import time
 from typing import Any, Callable, Optional
 
-import tensorflow as tf
-
 from tfloop.bench.check_report import FAIL, SKIPPED, CheckResult, Report
-from tfloop.engine.runtime import devices as engine_devices
 from tfloop.engine.errors import ConfigError
 
 Progress = Callable[[str], None]
@@ -175,9 +176,30 @@ def run_child(command: list[str], *, timeout: float, log_path: str,
 
 
 def machine(gpus: int) -> dict[str, Any]:
+    import tensorflow as tf
+
     return {"host": socket.gethostname(), "python": sys.version.split()[0],
             "tensorflow": tf.__version__, "tensorflow_gpus": gpus,
             "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+def check_request(*, output_dir: str, timeout: float = 0.0,
+                  only: Optional[list[str]] = None) -> str:
+    """The request's refusals, each one line, before TensorFlow loads; the
+    output folder (created, absolute). The check names are the same on any
+    machine (the plan skips, never drops, what does not apply)."""
+    if not timeout >= 0:
+        raise ConfigError(f"--check_timeout={timeout:g} must be a number of seconds >= 0 "
+                          "(0: each check's own)")
+    output_dir = check_output_dir(output_dir)
+    if only is not None:
+        names = [c.name for c in plan(gpus=0, bin_dir="")]
+        unknown = sorted(set(only) - set(names))
+        if unknown:  # an empty name too: `--checks=,` is not "every check"
+            named = ", ".join(name or "''" for name in unknown)
+            raise ConfigError(f"--checks: {named} is not a check; choose from "
+                              f"{', '.join(names)}")
+    return output_dir
 
 
 def main(*, output_dir: str, bin_dir: str, timeout: float = 0.0,
@@ -187,18 +209,14 @@ def main(*, output_dir: str, bin_dir: str, timeout: float = 0.0,
     `only`: the names of the checks to run (the others are left out).
     Returns the report; `report.failed()` decides the exit status.
     """
-    if not timeout >= 0:
-        raise ConfigError(f"--check_timeout={timeout:g} must be a number of seconds >= 0 "
-                          "(0: each check's own)")
-    output_dir = check_output_dir(output_dir)
+    output_dir = check_request(output_dir=output_dir, timeout=timeout, only=only)
+    import tensorflow as tf
+
+    from tfloop.engine.runtime import devices as engine_devices
+
     gpus = len(tf.config.list_physical_devices("GPU"))
     checks = plan(gpus=gpus, bin_dir=bin_dir, timeout=timeout)
     if only is not None:
-        unknown = sorted(set(only) - {c.name for c in checks})
-        if unknown:  # an empty name too: `--checks=,` is not "every check"
-            named = ", ".join(name or "''" for name in unknown)
-            raise ConfigError(f"--checks: {named} is not a check; choose from "
-                              f"{', '.join(c.name for c in checks)}")
         checks = [c for c in checks if c.name in only]
     if not gpus:
         reason = engine_devices.missing_gpu_reason() or (

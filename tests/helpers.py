@@ -60,6 +60,15 @@ def run_bin(name: str, *args: str, timeout: float = 240, env: dict | None = None
     )
 
 
+def without_tensorflow(tmp_path) -> dict:
+    """An environment whose `tensorflow` fails on import: a binary run with it
+    proves a refusal comes before TensorFlow's seconds of start-up."""
+    stub = tmp_path / "no_tensorflow" / "tensorflow"
+    stub.mkdir(parents=True, exist_ok=True)
+    (stub / "__init__.py").write_text("raise ImportError('tensorflow was imported')\n")
+    return {"PYTHONPATH": str(stub.parent)}
+
+
 def start_bin(name: str, *args: str) -> subprocess.Popen:
     """Starts `bin/<name>` without waiting; the caller must bound its waits."""
     env = bin_env(PYTHONUNBUFFERED="1")

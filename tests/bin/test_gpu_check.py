@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from helpers import REPO, assert_one_line_error, run_bin
+from helpers import REPO, assert_one_line_error, run_bin, without_tensorflow
 
 from tfloop.bench import check_report, gpu_check
 from tfloop.bench.check_report import CheckResult, Report
@@ -95,27 +95,34 @@ def test_a_failing_check_fails_the_binary_and_is_reported(tmp_path):
     assert report["complete"] is True
 
 
+# The refusals below run with a `tensorflow` that fails on import: each is
+# one line at once, before TensorFlow's start-up (bin/gpu_check's check_flags).
+
+
 def test_a_file_as_output_dir_is_one_line(tmp_path):
     taken = tmp_path / "taken"
     taken.write_text("not a folder")
-    result = run_bin("gpu_check", f"--output_dir={taken}")
+    result = run_bin("gpu_check", f"--output_dir={taken}", env=without_tensorflow(tmp_path))
     assert result.returncode == 2
     assert_one_line_error(result, contains=f"--output_dir={taken} is a file")
     assert taken.read_text() == "not a folder"
 
 
 def test_a_negative_check_timeout_is_one_line(tmp_path):
-    result = run_bin("gpu_check", f"--output_dir={tmp_path / 'out'}", "--check_timeout=-1")
+    result = run_bin("gpu_check", f"--output_dir={tmp_path / 'out'}", "--check_timeout=-1",
+                     env=without_tensorflow(tmp_path))
     assert result.returncode == 2
     assert_one_line_error(result, contains="--check_timeout=-1 must be a number of seconds >= 0")
     assert not (tmp_path / "out").exists()
 
 
 def test_an_unknown_check_is_one_line(tmp_path):
-    result = run_bin("gpu_check", f"--output_dir={tmp_path}", "--checks=environment,nope")
+    result = run_bin("gpu_check", f"--output_dir={tmp_path / 'out'}",
+                     "--checks=environment,nope", env=without_tensorflow(tmp_path))
     assert result.returncode == 2
     assert_one_line_error(result, contains="--checks: nope is not a check; choose from environment")
-    result = run_bin("gpu_check", f"--output_dir={tmp_path}", "--checks=,")  # not "every check"
+    result = run_bin("gpu_check", f"--output_dir={tmp_path / 'out'}", "--checks=,",
+                     env=without_tensorflow(tmp_path))  # not "every check"
     assert result.returncode == 2
     assert_one_line_error(result, contains="--checks: '' is not a check; choose from environment")
 

@@ -11,7 +11,8 @@ import tensorflow as tf
 
 from tfloop.engine.runtime import devices
 
-from helpers import REPO, assert_one_line_error, run_bin, start_bin, wait_for_output, write_digits_npz
+from helpers import (REPO, assert_one_line_error, run_bin, start_bin, wait_for_output,
+                     without_tensorflow, write_digits_npz)
 
 SMALL = ["--train_steps=20", "--steps_per_loop=10", "--global_batch_size=32"]
 
@@ -70,11 +71,8 @@ def test_a_flag_wrong_on_its_own_is_refused_before_tensorflow_is_imported(tmp_pa
     reached, so a typo costs no TensorFlow start-up. (That the early check
     leaves the checks of flags together to the remembered values:
     tests/engine/run_dir/test_resume_changes.py.)"""
-    stub = tmp_path / "stub" / "tensorflow"
-    stub.mkdir(parents=True)
-    (stub / "__init__.py").write_text("raise ImportError('tensorflow was imported')\n")
     result = run_bin("train", f"--model_dir={tmp_path / 'run'}", "--ema_decay=1",
-                     env={"PYTHONPATH": str(stub.parent)})
+                     env=without_tensorflow(tmp_path))
     assert_one_line_error(result, contains="--ema_decay=1.0 must be at least 0 and below 1")
     assert result.returncode == 2 and not (tmp_path / "run").exists()
 
