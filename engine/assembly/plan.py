@@ -178,12 +178,14 @@ def make_plan(config: RunConfig, task: Optional[Task] = None, *,
     _prepare_task(config, task)
     mode = _resolve_mode(config, task, role)
     # The one trip into the run directory (engine.run_dir.plan_reading).
-    found = plan_reading.read_for_plan(config, role, mode,
+    found = plan_reading.read_for_plan(config.loop, config.keeping, role, mode,
+                                       init_from=config.init_from,
                                        compares_workers=placed.spec.compares_workers)
     batching = decide_batch(config, placed.replicas, resumed=found.resumed, task=task)
     config = _resolve_epochs(batching.apply(config), task)
     input_workers, shard_policy = _shard_input(config, role, placed.spec, task)
-    found.check_identity(config, task_object=not config.task
+    found.check_identity(config.model_and_data, config.loop, config.optimizer,
+                         task_object=not config.task
                          and not isinstance(task, ClassificationTask))
     if role.in_cluster and not role.is_evaluator and not adopted:
         tf_config.check_port_free(role)  # unless the script's own strategy serves on it
