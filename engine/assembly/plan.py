@@ -129,7 +129,8 @@ class Plan:
     @property
     def watched(self) -> watchers.WatchedRun:
         """What the hang watch, straggler table and TensorBoard marks need."""
-        return watchers.WatchedRun(config=self.config, role=self.role,
+        return watchers.WatchedRun(cluster=self.config.cluster, hparams=self.config.as_dict(),
+                                   role=self.role,
                                    compares_workers=self.spec.compares_workers,
                                    loop_runs_here=self.spec.loop_runs_here)
 

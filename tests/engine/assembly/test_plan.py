@@ -119,8 +119,9 @@ def test_a_plan_carries_run_json_as_read_and_hands_each_room_its_values(tmp_path
     assert (trainer.config, trainer.role, trainer.collective, trainer.inputs) == (
         plan.config, plan.role, plan.collective, inputs)
     watched = plan.watched
-    assert (watched.config, watched.role, watched.compares_workers,
-            watched.loop_runs_here) == (plan.config, plan.role, False, True)
+    assert (watched.cluster, watched.hparams, watched.role, watched.compares_workers,
+            watched.loop_runs_here) == (plan.config.cluster, plan.config.as_dict(), plan.role,
+                                        False, True)
 
 
 def test_the_start_up_line_shows_the_batch_as_decided(tmp_path):

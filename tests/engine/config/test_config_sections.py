@@ -207,7 +207,7 @@ def test_one_check_serves_every_field_that_declares_it():
 #: deliberate edit.
 WHOLE_CONFIG_READERS = (
     "engine/assembly/batching.py", "engine/assembly/plan.py", "engine/assembly/run.py",
-    "engine/keras_fit/fit.py", "engine/observe/watchers.py",
+    "engine/keras_fit/fit.py",
     "engine/run_dir/run_identity.py",
     "engine/strategies/multi_worker.py", "engine/strategies/parameter_server.py",
     "engine/strategies/spec.py", "engine/strategies/tpu.py", "engine/task/compiled_model.py",
