@@ -100,5 +100,5 @@ class ParameterServer(ReducesItself):
         return ps_trainer.ParameterServerTrainer(
             strategy=strategy, model=model, objective=objectives[0],
             train_dataset_fn=train_dataset_fn,
-            global_batch_size=plan.sections.loop.global_batch_size, global_step=global_step, num_workers=len(plan.role.cluster["worker"]),
-            seed=plan.sections.recipe.seed)
+            global_batch_size=plan.sections.loop.global_batch_size, global_step=global_step,
+            num_workers=len(plan.role.cluster["worker"]), seed=plan.sections.recipe.seed)
