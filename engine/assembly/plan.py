@@ -8,7 +8,7 @@ only reads::
     precision = --mixed_precision, else Keras's global dtype policy
     role    = TF_CONFIG                          # who this process is
     spec    = strategies.get(config.strategy)    # the one place that knows it
-    spec.check(config, role); connect (tpu)
+    spec.check(sections, role); connect (tpu)
     devices, replicas
     logical CPUs and thread pools                # before anything else touches TF
     collective, optimizer name, the task (its data, its model name), mode
@@ -121,15 +121,21 @@ class Plan:
         return self.batching.schedule_replicas
 
     @property
+    def sections(self) -> strategies.SpecSections:
+        """The run's settings a spec reads (`StrategySpec.build`, the trainer)."""
+        return spec_sections(self.config)
+
+    @property
     def for_trainer(self) -> strategies.TrainerPlan:
         """What the spec builds the trainer from (`StrategySpec.build_trainer`)."""
-        return strategies.TrainerPlan(config=self.config, role=self.role,
+        return strategies.TrainerPlan(sections=self.sections, role=self.role,
                                       collective=self.collective, inputs=self.inputs)
 
     @property
     def watched(self) -> watchers.WatchedRun:
         """What the hang watch, straggler table and TensorBoard marks need."""
-        return watchers.WatchedRun(config=self.config, role=self.role,
+        return watchers.WatchedRun(cluster=self.config.cluster, hparams=self.config.as_dict(),
+                                   role=self.role,
                                    compares_workers=self.spec.compares_workers,
                                    loop_runs_here=self.spec.loop_runs_here)
 
@@ -149,8 +155,8 @@ class Plan:
         """The start-up line: who runs what, on which devices, reduced how,
         and the batch as `decide_batch` settled it (`Batching.describe`).
         `num_replicas`: the replicas the built strategy runs in sync."""
-        collective = self.spec.describe_collective(self.collective, self.config, self.devices,
-                                                   self.implementation)
+        collective = self.spec.describe_collective(self.collective, self.config.distribution,
+                                                   self.devices, self.implementation)
         return "".join([
             f"{self.role.name}: " if self.role.in_cluster else "",
             "evaluator" if self.role.is_evaluator else self.spec.name,
@@ -178,12 +184,14 @@ def make_plan(config: RunConfig, task: Optional[Task] = None, *,
     _prepare_task(config, task)
     mode = _resolve_mode(config, task, role)
     # The one trip into the run directory (engine.run_dir.plan_reading).
-    found = plan_reading.read_for_plan(config, role, mode,
+    found = plan_reading.read_for_plan(config.loop, config.keeping, role, mode,
+                                       init_from=config.init_from,
                                        compares_workers=placed.spec.compares_workers)
     batching = decide_batch(config, placed.replicas, resumed=found.resumed, task=task)
     config = _resolve_epochs(batching.apply(config), task)
     input_workers, shard_policy = _shard_input(config, role, placed.spec, task)
-    found.check_identity(config, task_object=not config.task
+    found.check_identity(config.model_and_data, config.loop, config.optimizer,
+                         task_object=not config.task
                          and not isinstance(task, ClassificationTask))
     if role.in_cluster and not role.is_evaluator and not adopted:
         tf_config.check_port_free(role)  # unless the script's own strategy serves on it
@@ -234,8 +242,9 @@ def _place(config: RunConfig, role: tf_config.Role, *, adopted: bool = False) ->
     return _Placement(
         config=config, spec=spec, connection=connection, devices=prepared, replicas=replicas,
         intra_op_threads=threads,
-        collective=spec.create_collective(config, prepared) if trains else None,
-        implementation=spec.collective_implementation(config, prepared) if trains else None)
+        collective=spec.create_collective(config.distribution, prepared) if trains else None,
+        implementation=(spec.collective_implementation(config.distribution, prepared)
+                        if trains else None))
 
 
 def _shard_input(config: RunConfig, role: tf_config.Role, spec: strategies.StrategySpec,
@@ -266,13 +275,19 @@ def renumber_reduce_device(config: RunConfig, renamed: dict) -> RunConfig:
     return dataclasses.replace(config, reduce_device=device_names.short(by_name[wanted]))
 
 
+def spec_sections(config: RunConfig) -> strategies.SpecSections:
+    """The sections of `config` a strategy's spec reads, each its room's."""
+    return strategies.SpecSections(distribution=config.distribution, cluster=config.cluster,
+                                   loop=config.loop, step=config.step, recipe=config.recipe)
+
+
 def _strategy_for(config: RunConfig, role: tf_config.Role):
     """The spec this process runs (the evaluator task: one device) and its connection."""
     spec = strategies.get(config.strategy)
     if role.is_evaluator:
         return strategies.get("one_device"), None
-    spec.check(config, role)
-    return spec, spec.connect(config)
+    spec.check(spec_sections(config), role)
+    return spec, spec.connect(config.distribution)
 
 
 def _resolve_epochs(config: RunConfig, task: Task) -> RunConfig:

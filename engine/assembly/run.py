@@ -215,7 +215,7 @@ def _compiled_model_task(model_fn: Callable, config: RunConfig) -> Task:
 def _build_strategy(plan: Plan,
                     adopted: Optional[tf.distribute.Strategy] = None) -> tf.distribute.Strategy:
     strategy = adopted or plan.spec.build(
-        plan.devices, config=plan.config, role=plan.role, connection=plan.connection,
+        plan.devices, sections=plan.sections, role=plan.role, connection=plan.connection,
         implementation=plan.implementation)
     logger.info(plan.describe(strategy.num_replicas_in_sync))
     return strategy

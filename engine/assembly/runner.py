@@ -513,7 +513,7 @@ class Runner:
         if not (role.in_cluster and config.local_checkpoint_dir):
             return plan.latest_checkpoint
         return local_checkpoints.newer_on_every_worker(
-            config, role.name, self.parts.strategy, plan.latest_checkpoint,
+            config.loop, role.name, self.parts.strategy, plan.latest_checkpoint,
             run_id=run_identity.run_id(plan.run_json)) or plan.latest_checkpoint
 
     def _progress(self, checkpoints: Checkpoints) -> actions.RecordProgress:
@@ -555,7 +555,7 @@ class Runner:
         config, role, manager = self.plan.config, self.plan.role, checkpoints.manager
         if trainer is None or manager is None:
             return None
-        return local_checkpoints.create(config, manager.checkpoint, self.parts.global_step,
+        return local_checkpoints.create(config.loop, manager.checkpoint, self.parts.global_step,
                                         role.name if role.in_cluster else "",
                                         run_id=self.plan.run_id)
 

@@ -13,14 +13,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import tensorflow as tf
 
 from tfloop.engine.observe import board
 from tfloop.engine.observe.clock import SampledClock
-if TYPE_CHECKING:  # annotations only: engine.config sits above this room
-    from tfloop.engine.config import RunConfig
 from tfloop.engine.loop.actions import Action, LoopEnd
 from tfloop.engine.loop.controller import Controller
 from tfloop.engine.loop.contracts import AbstractTrainer
@@ -30,6 +28,9 @@ from tfloop.engine.run_dir import layout
 from tfloop.engine.errors import RunFailure, one_line
 from tfloop.engine.runtime import hang
 from tfloop.launch import tf_config
+
+if TYPE_CHECKING:  # annotations only: the strategies' room shares this floor
+    from tfloop.engine.strategies.settings import Cluster
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +51,9 @@ class WatchedRun:
     and the strategy's spec live on floors above this one).
 
     Attributes:
-      config: the run's configuration (`--hang_timeout`, `--straggler_threshold`,
-        and all of it for TensorBoard's HParams).
+      cluster: the cluster's section (`--hang_timeout`, `--straggler_threshold`).
+      hparams: every flag's value by name (`RunConfig.as_dict()`), which the
+        chief writes once for TensorBoard's HParams.
       role: this process in the TF_CONFIG cluster.
       compares_workers: the strategy's workers run synchronous loops whose
         times can be compared (`StrategySpec.compares_workers`).
@@ -59,7 +61,8 @@ class WatchedRun:
         graph can be traced (`StrategySpec.loop_runs_here`).
     """
 
-    config: RunConfig
+    cluster: Cluster
+    hparams: Mapping[str, Any]
     role: tf_config.Role
     compares_workers: bool
     loop_runs_here: bool
@@ -83,11 +86,11 @@ class Watchers:
                  trainer: AbstractTrainer, train_summaries: Optional[SummaryWriter],
                  eval_summaries: Optional[SummaryWriter], start_step: int,
                  run_dir: layout.RunDir):
-        config, role = run.config, run.role
+        role = run.role
         phase_marks, clock = trainer.step_phase, trainer.clock
         self._controller: Optional[Controller] = None
         self.watch = hang.HangWatch(
-            timeout=config.hang_timeout, task=role.name,
+            timeout=run.cluster.hang_timeout, task=role.name,
             directory=hang.directory_for(run_dir.diagnostics),
             file_name=lambda number: layout.hang_dump_name(role.name, os.getpid(), number),
             phase=self._phase,
@@ -95,11 +98,11 @@ class Watchers:
         self.actions: list[Action] = [_LoopEnded(self.watch)]
         # Every worker decides alike (the table is a collective): same flags, same determinism.
         if (run.compares_workers and role.num_workers > 1
-                and config.straggler_threshold and clock is not None):
+                and run.cluster.straggler_threshold and clock is not None):
             if isinstance(clock, SampledClock) and clock.timed:
                 self.actions.append(Stragglers(strategy=strategy,
                                                times=lambda: clock.last, role=role,
-                                               threshold=config.straggler_threshold,
+                                               threshold=run.cluster.straggler_threshold,
                                                writer=train_summaries))
             elif role.is_chief:
                 logger.info("stragglers: not measured under --deterministic (TensorFlow "
@@ -108,7 +111,7 @@ class Watchers:
         self._root = SummaryWriter(run_dir.summaries()) if train_summaries is not None else None
         if train_summaries is not None and run.loop_runs_here:
             self.actions.append(board.TrainGraph(train_summaries))
-        self._config = config
+        self._hparams = run.hparams
         self._start_step = start_step
 
     def _phase(self) -> tuple:
@@ -122,7 +125,7 @@ class Watchers:
         if self._root is not None:
             for writer in (*self._writers, self._root):
                 board.mark_start(writer, self._start_step)
-            board.write_hparams(self._root, self._config.as_dict(), step=self._start_step)
+            board.write_hparams(self._root, self._hparams, step=self._start_step)
         self.watch.start()
 
     def finish(self, controller: Controller) -> None:

@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 import tensorflow as tf
 
-if TYPE_CHECKING:  # annotations only: engine.config sits above this room
-    from tfloop.engine.config import RunConfig
+if TYPE_CHECKING:  # annotations only: the loop's room sits above this one
+    from tfloop.engine.loop.settings import Loop
 from tfloop.engine.errors import ConfigError, RunFailure
 from tfloop.engine.run_dir import (checkpoint_files, checkpointing, layout, local_folder,
                                    refusals, run_identity)
@@ -56,33 +56,33 @@ def folder(local_checkpoint_dir: str, model_dir: str, task: str = "") -> str:
     return os.path.join(local_checkpoint_dir, name + (f"-{task.replace(':', '')}" if task else ""))
 
 
-def check(config: RunConfig, *, asynchronous_cluster: bool) -> None:
+def check(loop: Loop, *, asynchronous_cluster: bool) -> None:
     """Refuses `--local_checkpoint_dir` where it cannot work, before anything is written."""
-    if not config.local_checkpoint_dir:
+    if not loop.local_checkpoint_dir:
         return
     if asynchronous_cluster:
         raise ConfigError(
-            f"--local_checkpoint_dir={config.local_checkpoint_dir} is for one-process and "
+            f"--local_checkpoint_dir={loop.local_checkpoint_dir} is for one-process and "
             "multi_worker runs: a parameter-server cluster's variables live on its ps tasks; "
             "drop it, and resume from --model_dir's checkpoints (--checkpoint_interval)")
-    if "://" in config.local_checkpoint_dir:
+    if "://" in loop.local_checkpoint_dir:
         raise ConfigError(
-            f"--local_checkpoint_dir={config.local_checkpoint_dir} is a URL; name a local "
+            f"--local_checkpoint_dir={loop.local_checkpoint_dir} is a URL; name a local "
             "folder (a RAM disk such as /dev/shm, or a local SSD)")
     # The walk --model_dir's check makes: a writable folder at or above it.
-    refusals.writable_ancestor(config.local_checkpoint_dir, "--local_checkpoint_dir",
-                               shown=config.local_checkpoint_dir)
+    refusals.writable_ancestor(loop.local_checkpoint_dir, "--local_checkpoint_dir",
+                               shown=loop.local_checkpoint_dir)
 
 
-def _adoptable(config: RunConfig, task: str, run_id: Optional[str], *,
+def _adoptable(loop: Loop, task: str, run_id: Optional[str], *,
                quiet: bool = False) -> dict[int, str]:
     """`{step: prefix}` of the local checkpoints this run (cluster `task`) may
     resume from: none without the run's id (`run_id`: run.json's), in a folder
     that fails `local_folder.problem` (the saver says so, once), or that holds
     another run's; read-only."""
-    if not config.local_checkpoint_dir or run_id is None:
+    if not loop.local_checkpoint_dir or run_id is None:
         return {}
-    directory = folder(config.local_checkpoint_dir, config.model_dir, task)
+    directory = folder(loop.local_checkpoint_dir, loop.model_dir, task)
     if not os.path.lexists(directory) or local_folder.problem(directory):
         return {}
     found = local_folder.checkpoints(directory)
@@ -95,12 +95,12 @@ def _adoptable(config: RunConfig, task: str, run_id: Optional[str], *,
     return found
 
 
-def newer(config: RunConfig, durable: Optional[str], *, run_id: Optional[str]) -> Optional[str]:
+def newer(loop: Loop, durable: Optional[str], *, run_id: Optional[str]) -> Optional[str]:
     """The local checkpoint to resume from: the newest that reads, when it is
     newer than `durable` (the newest durable one that reads, or None) and
     the folder is this run's (`run_id`: run.json's; None: a new run); else
     None. Logs the choice."""
-    found = _adoptable(config, "", run_id)
+    found = _adoptable(loop, "", run_id)
     durable_step = checkpoint_files.step_of(durable) if durable else -1
     for step in sorted(found, reverse=True):
         if step <= durable_step:
@@ -119,9 +119,9 @@ def newer(config: RunConfig, durable: Optional[str], *, run_id: Optional[str]) -
     return None
 
 
-def held(config: RunConfig, task: str = "", *, run_id: Optional[str]) -> bool:
+def held(loop: Loop, task: str = "", *, run_id: Optional[str]) -> bool:
     """Whether this run (cluster `task`) has local checkpoint files to resume from."""
-    return bool(_adoptable(config, task, run_id, quiet=True))
+    return bool(_adoptable(loop, task, run_id, quiet=True))
 
 
 def readable_steps(found: dict[int, str]) -> list[int]:
@@ -147,14 +147,14 @@ def agree(strategy: tf.distribute.Strategy, steps: list[int]) -> Optional[int]:
     return max(common) if common else None
 
 
-def newer_on_every_worker(config: RunConfig, task: str, strategy: tf.distribute.Strategy,
+def newer_on_every_worker(loop: Loop, task: str, strategy: tf.distribute.Strategy,
                           durable: Optional[str], *, run_id: Optional[str]) -> Optional[str]:
     """In a synchronous cluster: this worker's local checkpoint of the newest
     step every worker holds, when newer than `durable` and the folder is
     this run's (`run_id`: run.json's, as the plan read it; None: a new run);
     else None. Every worker must call it (`agree` is collective)."""
-    directory = folder(config.local_checkpoint_dir, config.model_dir, task)
-    steps = readable_steps(_adoptable(config, task, run_id))
+    directory = folder(loop.local_checkpoint_dir, loop.model_dir, task)
+    steps = readable_steps(_adoptable(loop, task, run_id))
     step = agree(strategy, steps)
     durable_step = checkpoint_files.step_of(durable) if durable else 0
     if step is None or step <= durable_step:
@@ -168,19 +168,19 @@ def newer_on_every_worker(config: RunConfig, task: str, strategy: tf.distribute.
     return path
 
 
-def create(config: RunConfig, checkpoint: tf.train.Checkpoint, global_step: tf.Variable,
+def create(loop: Loop, checkpoint: tf.train.Checkpoint, global_step: tf.Variable,
            task: str = "", *, run_id: Optional[str]) -> Optional["Saver"]:
     """The saver of `checkpoint` into this run's (cluster `task`'s) local
     folder, or None without `--local_checkpoint_dir`. `run_id`: the run's
     (`Plan.run_id`); None for a task of a new cluster run that did not make
     it, which reads it from run.json at its first save (the chief wrote it
     before the first step, which every task shares)."""
-    if not config.local_checkpoint_dir:
+    if not loop.local_checkpoint_dir:
         return None
     return Saver(checkpoint, global_step,
-                 directory=folder(config.local_checkpoint_dir, config.model_dir, task),
-                 run_id=(lambda: run_id) if run_id else _run_json_id(config.model_dir),
-                 durable_interval=config.checkpoint_interval)
+                 directory=folder(loop.local_checkpoint_dir, loop.model_dir, task),
+                 run_id=(lambda: run_id) if run_id else _run_json_id(loop.model_dir),
+                 durable_interval=loop.checkpoint_interval)
 
 
 def _run_json_id(model_dir: str) -> Callable[[], Optional[str]]:

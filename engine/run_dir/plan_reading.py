@@ -33,8 +33,10 @@ from tfloop.engine.run_dir import (checkpoint_files, local_checkpoints, refusals
                                    run_lock, storage)
 from tfloop.launch import tf_config
 
-if TYPE_CHECKING:  # annotations only: the config composes this room's settings
-    from tfloop.engine.config import RunConfig
+if TYPE_CHECKING:  # annotations only: the loop's room sits above this one
+    from tfloop.engine.loop.settings import Loop
+    from tfloop.engine.run_dir.settings import Keeping
+    from tfloop.engine.task.settings import ModelAndData
 
 logger = logging.getLogger(__name__)
 
@@ -72,33 +74,37 @@ class RunDirReading:
         (`run_identity.last_range`: the batch decision's), else None."""
         return run_identity.last_range(self.run_json) if self.run_json and self.resuming else None
 
-    def check_identity(self, config: RunConfig, *, task_object: bool) -> None:
-        """Refuses a `config` (the batch decided) that contradicts the run it
-        continues (`run_identity.check`: run.json's identity and optimizer)."""
-        run_identity.check(config, self.run_json, task_object=task_object)
+    def check_identity(self, data: ModelAndData, loop: Loop, optimizer: str, *,
+                       task_object: bool) -> None:
+        """Refuses a run (`loop`: the batch decided) that contradicts the one it
+        continues (`run_identity.check`: run.json's identity, `data`'s, and
+        `optimizer`, the recipe's)."""
+        run_identity.check(data, loop, optimizer, self.run_json, task_object=task_object)
 
 
-def read_for_plan(config: RunConfig, role: tf_config.Role, mode: str, *,
-                  compares_workers: bool) -> RunDirReading:
+def read_for_plan(loop: Loop, keeping: Keeping, role: tf_config.Role, mode: str, *,
+                  init_from: str, compares_workers: bool) -> RunDirReading:
     """Every refusal and read of the run directory the plan makes, in the
-    module docstring's order. `mode`: the run's (`config.RUN_MODES`);
-    `compares_workers`: the strategy keeps its workers in step (no
+    module docstring's order. `loop`, `keeping`: the run's sections (its
+    folders, and what it keeps in `model_dir`); `mode`: the run's
+    (`RUN_MODES`); `init_from`: `--init_from` (the recipe's), checked
+    reachable; `compares_workers`: the strategy keeps its workers in step (no
     parameter-server cluster, which cannot resume from local checkpoints)."""
-    refusals.check_model_dir(config.model_dir)
+    refusals.check_model_dir(loop.model_dir)
     # The folders kept in it: a link there is refused before run.json is read through it.
-    refusals.check_run_directories(config)
-    local_checkpoints.check(config, asynchronous_cluster=role.in_cluster
+    refusals.check_run_directories(loop, keeping)
+    local_checkpoints.check(loop, asynchronous_cluster=role.in_cluster
                             and not compares_workers and not role.is_evaluator)
-    stored = (run_identity.load(config.model_dir) if tf.io.gfile.isdir(config.model_dir)
+    stored = (run_identity.load(loop.model_dir) if tf.io.gfile.isdir(loop.model_dir)
               else None)
     stored_id = run_identity.run_id(stored)
-    resuming = checkpoint_files.on_disk(config.model_dir) or local_checkpoints.held(
-        config, role.name if role.in_cluster else "", run_id=stored_id)
-    _check_other_paths(config)
+    resuming = checkpoint_files.on_disk(loop.model_dir) or local_checkpoints.held(
+        loop, role.name if role.in_cluster else "", run_id=stored_id)
+    _check_other_paths(loop, init_from)
     lock = lock_name(role, mode)
     if lock:
-        run_lock.check_free(config.model_dir, lock)
-    checkpoints, latest = _find_checkpoint(config, role, mode, run_id=stored_id)
+        run_lock.check_free(loop.model_dir, lock)
+    checkpoints, latest = _find_checkpoint(loop, role, mode, run_id=stored_id)
     return RunDirReading(
         run_json=stored, resuming=bool(resuming), lock=lock, checkpoints=checkpoints,
         latest_checkpoint=latest,
@@ -113,20 +119,20 @@ def lock_name(role: tf_config.Role, mode: str) -> Optional[str]:
     return run_lock.TRAIN if role.is_chief else None
 
 
-def _check_other_paths(config: RunConfig) -> None:
+def _check_other_paths(loop: Loop, init_from: str) -> None:
     """The paths besides `model_dir` a run writes or reads, and a warning for
     an in-memory `model_dir`, which the process takes with it."""
-    if config.summaries_dir:  # its own folder (Vertex's $AIP_TENSORBOARD_LOG_DIR): checked alike
-        refusals.check_directory(config.summaries_dir, "--summaries_dir")
-    if config.init_from:  # gs:// out of reach: 138 now, not a traceback at the warm start
-        storage.check_reachable(config.init_from, "--init_from")
-    if config.model_dir.startswith(IN_MEMORY):
+    if loop.summaries_dir:  # its own folder (Vertex's $AIP_TENSORBOARD_LOG_DIR): checked alike
+        refusals.check_directory(loop.summaries_dir, "--summaries_dir")
+    if init_from:  # gs:// out of reach: 138 now, not a traceback at the warm start
+        storage.check_reachable(init_from, "--init_from")
+    if loop.model_dir.startswith(IN_MEMORY):
         logger.warning("--model_dir=%s is in memory: its checkpoints, metrics.json and export "
                        "vanish when this process ends; use a local path or gs:// to keep them",
-                       config.model_dir)
+                       loop.model_dir)
 
 
-def _find_checkpoint(config: RunConfig, role: tf_config.Role, mode: str, *,
+def _find_checkpoint(loop: Loop, role: tf_config.Role, mode: str, *,
                      run_id: Optional[str]) -> tuple[Optional[checkpoint_files.Survey],
                                                      Optional[str]]:
     """The survey of `model_dir`'s checkpoints (damaged ones skipped, with a
@@ -139,11 +145,11 @@ def _find_checkpoint(config: RunConfig, role: tf_config.Role, mode: str, *,
     local one to resume from instead."""
     if role.is_evaluator:
         return None, None
-    local = bool(config.local_checkpoint_dir) and mode != "evaluate" and not role.in_cluster
-    checkpoints = checkpoint_files.survey(config.model_dir, strict=not local)
+    local = bool(loop.local_checkpoint_dir) and mode != "evaluate" and not role.in_cluster
+    checkpoints = checkpoint_files.survey(loop.model_dir, strict=not local)
     latest = checkpoints.newest
     if local:
-        latest = local_checkpoints.newer(config, latest, run_id=run_id) or latest
+        latest = local_checkpoints.newer(loop, latest, run_id=run_id) or latest
         if latest is None and checkpoints.damaged:
             raise checkpoint_files.none_reads(checkpoints)
     skipped = checkpoints.skip_line("evaluating" if mode == "evaluate" else "resuming from",
@@ -152,6 +158,6 @@ def _find_checkpoint(config: RunConfig, role: tf_config.Role, mode: str, *,
         logger.info(skipped)
     if mode == "evaluate" and not latest:
         raise ConfigError(
-            f"--mode=evaluate found no checkpoint in --model_dir={config.model_dir}; "
+            f"--mode=evaluate found no checkpoint in --model_dir={loop.model_dir}; "
             "train first or point --model_dir at a trained run")
     return checkpoints, latest

@@ -29,8 +29,9 @@ import tensorflow as tf
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.run_dir import layout, storage
 
-if TYPE_CHECKING:  # annotations only: the config composes this room's settings
-    from tfloop.engine.config import RunConfig
+if TYPE_CHECKING:  # annotations only: the loop's room sits above this one
+    from tfloop.engine.loop.settings import Loop
+    from tfloop.engine.run_dir.settings import Keeping
 
 
 def writable_ancestor(path: str, flag: str, *, shown: Optional[str] = None) -> str:
@@ -101,14 +102,14 @@ def _check_name_lengths(path: str, existing: str, flag: str) -> None:
             "shorter path")
 
 
-def check_run_directories(config: RunConfig) -> None:
+def check_run_directories(loop: Loop, keeping: Keeping) -> None:
     """Refuses a file where this run will keep a directory (`summaries`,
     `export` with --export, `best` with --best_metric): it would fail with a
     traceback at the first summary, or at the export after all of training;
     and a symbolic link where it keeps any file or folder (`RunDir.kept_paths`)."""
-    run_dir = layout.RunDir(config.model_dir, config.summaries_dir or None)
+    run_dir = layout.RunDir(loop.model_dir, loop.summaries_dir or None)
     run_dir.refuse_links()  # a run never writes or removes through a link it did not make
-    for where in run_dir.directories(export=config.export, best=bool(config.best_metric)):
+    for where in run_dir.directories(export=keeping.export, best=bool(keeping.best_metric)):
         if tf.io.gfile.exists(where) and not tf.io.gfile.isdir(where):
             raise ConfigError(f"{where} is a file, where the run keeps a directory; move it "
                               "away and run again")

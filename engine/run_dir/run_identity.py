@@ -65,8 +65,9 @@ from tfloop.engine.run_dir import checkpoint_files, layout, storage
 from tfloop.engine.runtime import files
 from tfloop.engine.option import check_model_dir_text, flagged
 from tfloop.engine.task.settings import ModelAndData
-if TYPE_CHECKING:  # annotations only: engine.config sits above this room
+if TYPE_CHECKING:  # annotations only: engine.config and the loop's room sit above this one
     from tfloop.engine.config import RunConfig
+    from tfloop.engine.loop.settings import Loop
 from tfloop.engine.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -170,9 +171,12 @@ def fill(values: Mapping[str, Any], given: Iterable[str], stored: Optional[dict]
     return values
 
 
-def check(config: RunConfig, stored: Optional[Mapping[str, Any]], *,
-          task_object: bool = False) -> None:
-    """Refuses a config that contradicts what trained `config.model_dir`.
+def check(data: ModelAndData, loop: Loop, optimizer: str,
+          stored: Optional[Mapping[str, Any]], *, task_object: bool = False) -> None:
+    """Refuses a run that contradicts what trained `loop.model_dir`: its
+    identity (`data`, the task's section: `IDENTITY`), and `optimizer` (the
+    recipe's) where checkpoints hold another's state; `loop`: its folder,
+    mode and decided global batch.
 
     `task_object`: the task came as a Python object (`run(task=...)`), which
     `--task` cannot name; it is not compared.
@@ -182,26 +186,26 @@ def check(config: RunConfig, stored: Optional[Mapping[str, Any]], *,
     for name in IDENTITY:
         if name == "task" and task_object:
             continue
-        if name in stored and stored[name] != getattr(config, name):
+        if name in stored and stored[name] != getattr(data, name):
             raise ConfigError(
-                f"--{name}={getattr(config, name)!r} contradicts --model_dir={config.model_dir}, "
+                f"--{name}={getattr(data, name)!r} contradicts --model_dir={loop.model_dir}, "
                 f"which was trained with --{name}={stored[name]!r}; drop --{name} (bin/ takes it "
                 "from the run) or use a new --model_dir")
     before = _last(stored, "optimizer")
-    if (before and before != config.optimizer and config.mode != "evaluate"
-            and checkpoint_files.on_disk(config.model_dir)):  # whatever the state file says
+    if (before and before != optimizer and loop.mode != "evaluate"
+            and checkpoint_files.on_disk(loop.model_dir)):  # whatever the state file says
         raise ConfigError(
-            f"--optimizer={config.optimizer} cannot resume --model_dir={config.model_dir}: its "
+            f"--optimizer={optimizer} cannot resume --model_dir={loop.model_dir}: its "
             f"checkpoints hold the state of --optimizer={before}, which another optimizer would "
             f"drop or misread; resume with --optimizer={before}, or start a new run from these "
-            f"weights: --init_from={config.model_dir} --model_dir=<a new directory> "
-            f"--optimizer={config.optimizer}")
+            f"weights: --init_from={loop.model_dir} --model_dir=<a new directory> "
+            f"--optimizer={optimizer}")
     batch = _last(stored, "global_batch_size")
-    if batch and batch != config.global_batch_size:
+    if batch and batch != loop.global_batch_size:
         logger.info("--global_batch_size=%d differs from the %d this run was trained with last: "
                     "the resumed steps take %d examples each, and the data resumes after the "
-                    "examples already trained on", config.global_batch_size, batch,
-                    config.global_batch_size)
+                    "examples already trained on", loop.global_batch_size, batch,
+                    loop.global_batch_size)
 
 
 def examples_trained(stored: Optional[dict], start_step: int, global_batch_size: int) -> int:

@@ -18,6 +18,7 @@ _EXPORTS = {
     "ReducesItself": "tfloop.engine.strategies.spec",
     "StrategySpec": "tfloop.engine.strategies.spec",
     "TrainerPlan": "tfloop.engine.strategies.spec",
+    "SpecSections": "tfloop.engine.strategies.spec",
 }
 #: Importing the implementations registers them.
 _IMPLEMENTATIONS = ("local", "multi_worker", "parameter_server", "tpu")

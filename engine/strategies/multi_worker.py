@@ -87,8 +87,8 @@ class MultiWorker(StrategySpec):
     lost_peer_errors = PEER_LOST
     unrecoverable_errors = UNRECOVERABLE
 
-    def check(self, config, role) -> None:
-        super().check(config, role)
+    def check(self, sections, role) -> None:
+        super().check(sections, role)
         if "ps" in role.cluster:
             raise ConfigError(
                 "TF_CONFIG has ps tasks, which --strategy=multi_worker does not use; "
@@ -123,21 +123,21 @@ class MultiWorker(StrategySpec):
                 "use --pack_bytes (TF's bytes_per_pack)")
         return "strategy"
 
-    def collective_implementation(self, config, devices: Sequence[str]) -> str:
+    def collective_implementation(self, distribution, devices: Sequence[str]) -> str:
         """ring, nccl or auto: what --collective means on these local devices,
         decided once by the plan; the strategy is built with it and the
         start-up line names it."""
-        return implementation_name(config.collective, devices)
+        return implementation_name(distribution.collective, devices)
 
     def input_workers(self, role) -> int:
         return role.num_workers if role.in_cluster else 1
 
-    def describe_collective(self, collective, config, devices, implementation=None) -> str:
+    def describe_collective(self, collective, distribution, devices, implementation=None) -> str:
         """TF's collective ops inside the strategy, the implementation named:
         not the `strategy` collective's own name, which says nothing."""
         if collective is None:
-            return super().describe_collective(collective, config, devices)
-        if config.collective == "auto":
+            return super().describe_collective(collective, distribution, devices)
+        if distribution.collective == "auto":
             if implementation == "nccl":
                 implementation = "NCCL (auto: every local device is a GPU)"
             elif all(device_names.kind(d) == "cpu" for d in devices):
@@ -145,33 +145,35 @@ class MultiWorker(StrategySpec):
             else:
                 implementation = "auto (TF's choice: ring on virtual GPUs)"
         else:
-            implementation = config.collective
-        options = [f"bytes_per_pack={config.pack_bytes}"] if config.pack_bytes else []
-        if config.gradient_dtype != "float32":
-            options.append(f"gradients in {config.gradient_dtype}")
-        if config.collective_timeout:
-            options.append(f"timeout {config.collective_timeout:g} s")
+            implementation = distribution.collective
+        options = ([f"bytes_per_pack={distribution.pack_bytes}"] if distribution.pack_bytes
+                   else [])
+        if distribution.gradient_dtype != "float32":
+            options.append(f"gradients in {distribution.gradient_dtype}")
+        if distribution.collective_timeout:
+            options.append(f"timeout {distribution.collective_timeout:g} s")
         return (f"MultiWorkerMirroredStrategy's collective all-reduce across the workers, "
                 f"implementation {implementation}" + "".join(f", {o}" for o in options))
 
-    def build(self, devices, *, config=None, role=NO_CLUSTER, connection=None,
+    def build(self, devices, *, sections=None, role=NO_CLUSTER, connection=None,
               implementation=None):
         # Each worker replicates over the GPUs it sees, and it sees only the
         # ones --devices names: `devices` are already renumbered by
         # engine.runtime.devices.prepare_devices (setting the visible GPUs here again
         # would take the renumbered /gpu:0 for physical GPU 0).
+        distribution, startup_timeout = sections.distribution, sections.cluster.startup_timeout
         options = communication_options(
-            config.distribution, implementation or self.collective_implementation(config, devices))
+            distribution, implementation or self.collective_implementation(distribution, devices))
         program = os.path.basename(sys.argv[0]) or "train"
         never_formed = (
-            f"{program}: error: {role.name} waited {config.startup_timeout:g} s for the cluster "
+            f"{program}: error: {role.name} waited {startup_timeout:g} s for the cluster "
             f"({role.describe_cluster()}) and not every task came up; start every task of "
             "TF_CONFIG (bin/launch does), check their addresses, or raise --startup_timeout")
         if role.in_cluster:
             announce_open_server(role)
         try:
             # The constructor blocks until every task has joined (see engine.runtime.watchdog).
-            with watchdog.deadline(config.startup_timeout, never_formed):
+            with watchdog.deadline(startup_timeout, never_formed):
                 return tf.distribute.MultiWorkerMirroredStrategy(
                     communication_options=options)
         except _NOT_FORMED as error:

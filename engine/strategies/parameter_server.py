@@ -30,16 +30,18 @@ class ParameterServer(ReducesItself):
     reduction = "whose workers update the variables on the ps tasks, with no all-reduce"
     loop_runs_here = False  # the coordinator schedules its functions on the workers
 
-    def check(self, config, role) -> None:
-        super().check(config, role)
-        ps_trainer.check(role, mode=config.mode, jit_compile=config.jit_compile)
-        if config.nan_policy == "skip_step":
+    def check(self, sections, role) -> None:
+        super().check(sections, role)
+        step = sections.step
+        ps_trainer.check(role, mode=sections.loop.mode, jit_compile=step.jit_compile)
+        if step.nan_policy == "skip_step":
             raise ConfigError(
                 "--nan_policy=skip_step does not apply to --strategy=parameter_server: each "
                 "worker applies its own steps asynchronously, with no all-reduced norm for "
                 "every replica to decide on; use --nan_policy=stop")
-        step_options = config.changed("accumulation_steps", "clip_norm", "ema_decay",
-                                      "max_per_replica_batch_size")
+        step_options = (step.changed("accumulation_steps", "clip_norm")
+                        + sections.recipe.changed("ema_decay")
+                        + sections.loop.changed("max_per_replica_batch_size"))
         if step_options:
             raise ConfigError(
                 f"{step_options[0]} is a step option of the synchronous strategies, and "
@@ -71,7 +73,6 @@ class ParameterServer(ReducesItself):
                       clock: Optional[LoopClock] = None) -> AbstractTrainer:
         """The coordinator's trainer; its steps run on the workers, so nothing
         here times them (`loop_runs_here` is False: the assembly builds no clock)."""
-        config = plan.config
         if task.jit_compile:  # a compiled Keras model's (fit)
             raise ConfigError("the model was compiled with jit_compile=True, which "
                               "--strategy=parameter_server does not run; compile without it")
@@ -98,6 +99,6 @@ class ParameterServer(ReducesItself):
 
         return ps_trainer.ParameterServerTrainer(
             strategy=strategy, model=model, objective=objectives[0],
-            train_dataset_fn=train_dataset_fn, global_batch_size=config.global_batch_size,
-            global_step=global_step, num_workers=len(plan.role.cluster["worker"]),
-            seed=config.seed)
+            train_dataset_fn=train_dataset_fn,
+            global_batch_size=plan.sections.loop.global_batch_size, global_step=global_step,
+            num_workers=len(plan.role.cluster["worker"]), seed=plan.sections.recipe.seed)

@@ -4,18 +4,22 @@ A spec says, in one place, everything the engine must know about a strategy
 before and while it trains, so that assembling a run (`engine.assembly.run`) never asks
 which strategy it has. The engine calls a spec in this order::
 
-    spec.check(config, role)                    # refuse what cannot work: one line
-    connection = spec.connect(config)           # tpu: find the hardware (bounded)
+    spec.check(sections, role)                  # refuse what cannot work: one line
+    connection = spec.connect(distribution)     # tpu: find the hardware (bounded)
     replicas = spec.num_replicas(devices, role=role, connection=connection)
-    collective = spec.create_collective(config, devices)   # --collective is read here
-    spec.collective_implementation(config, devices)  # multi_worker's ring/nccl/auto, once
-    spec.describe_collective(collective, config, devices, implementation)  # the start-up line
+    collective = spec.create_collective(distribution, devices)  # --collective is read here
+    spec.collective_implementation(distribution, devices)  # multi_worker's ring/nccl/auto, once
+    spec.describe_collective(collective, distribution, devices, implementation)  # start-up line
     ... devices are set up, nothing has been written ...
-    strategy = spec.build(devices, config=config, role=role, connection=connection)
+    strategy = spec.build(devices, sections=sections, role=role, connection=connection)
     trainer = spec.build_trainer(plan.for_trainer, strategy=..., model=..., clock=..., ...)
     StopRequest(strategy if spec.agrees_to_stop else None)
     except spec.lost_peer_errors: a peer died (one line, exit 138: restart every task)
     except spec.unrecoverable_errors: no restart can help (one line, exit 3)
+
+`sections` (`SpecSections`) are the run's settings a spec reads, each as its
+room declares it; `distribution` is `sections.distribution`. A spec never
+takes the whole `RunConfig`.
 
 Adding a strategy is one module in this package: a subclass that overrides
 what differs from a single-process, all-reducing strategy, and `register`.
@@ -26,7 +30,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence
+from typing import Any, ClassVar, Optional, Sequence
 
 import tensorflow as tf
 
@@ -34,9 +38,10 @@ from tfloop import collectives
 from tfloop.engine.loop import served_input, task_inputs
 from tfloop.collectives import device_names
 from tfloop.launch import tf_config
-if TYPE_CHECKING:  # annotations only: engine.config sits above this room
-    from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
+from tfloop.engine.loop.settings import Loop, Step
+from tfloop.engine.recipe.settings import Recipe
+from tfloop.engine.strategies.settings import Cluster, Distribution
 from tfloop.engine.loop.contracts import AbstractTrainer, LoopClock
 from tfloop.engine.loop.trainer import Trainer
 from tfloop.engine.recipe.ema import WeightAverage
@@ -60,18 +65,39 @@ def wrapper_flags(*, num_packs: int = 0, pack_bytes: int = 0,
 
 
 @dataclasses.dataclass(frozen=True)
+class SpecSections:
+    """The sections of the run's settings a spec reads (the plan hands them;
+    `RunConfig`, which composes every room's, lives on a floor above this one).
+
+    Attributes:
+      distribution: the strategy, devices and collective flags.
+      cluster: `--startup_timeout` (the cluster forming, a served input's wait).
+      loop: the mode and the global batch.
+      step: the step's options (the trainer's; a spec's refusals).
+      recipe: the seed, and `--ema_decay` for parameter_server's refusal.
+    """
+
+    distribution: Distribution
+    cluster: Cluster
+    loop: Loop
+    step: Step
+    recipe: Recipe
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainerPlan:
     """What `StrategySpec.build_trainer` needs of the run's plan, as typed
     values (the `Plan` itself lives on the assembly's floor, above this one).
 
     Attributes:
-      config: the run's configuration (its batch, step and recipe flags).
+      sections: the run's settings the trainer is built from (its batch,
+        step and recipe flags).
       role: this process in the TF_CONFIG cluster.
       collective: the trainer's all-reduce (`create_collective`'s).
       inputs: where this process's input sits (`engine.loop.task_inputs`).
     """
 
-    config: RunConfig
+    sections: SpecSections
     role: tf_config.Role
     collective: Optional[collectives.Collective]
     inputs: task_inputs.InputPlacement
@@ -109,7 +135,7 @@ class StrategySpec(abc.ABC):
     #: other machines, whose loss would turn the trace's export into an error.
     loop_runs_here: ClassVar[bool] = True
 
-    def check(self, config: RunConfig, role: tf_config.Role) -> None:
+    def check(self, sections: SpecSections, role: tf_config.Role) -> None:
         """Refuses a TF_CONFIG role this strategy does not run as."""
         if role.task_type == "ps" and "ps" not in self.cluster_jobs:
             raise ConfigError(
@@ -120,7 +146,7 @@ class StrategySpec(abc.ABC):
                 f"TF_CONFIG describes a cluster but --strategy={self.name}; "
                 "use --strategy=multi_worker (or parameter_server), or unset TF_CONFIG")
 
-    def connect(self, config: RunConfig) -> Any:
+    def connect(self, distribution: Distribution) -> Any:
         """Finds remote hardware before anything is built (tpu); None here."""
         return None
 
@@ -134,34 +160,37 @@ class StrategySpec(abc.ABC):
         """The `collectives` registry name `--collective` means for this strategy."""
         return collective
 
-    def collective_implementation(self, config: RunConfig, devices: Sequence[str]) -> Optional[str]:
+    def collective_implementation(self, distribution: Distribution,
+                                  devices: Sequence[str]) -> Optional[str]:
         """How the strategy itself all-reduces, decided once by the plan from
         --collective (multi_worker: ring, nccl or auto); None where the
         engine's collective does it all."""
         return None
 
-    def describe_collective(self, collective: Optional[collectives.Collective], config: RunConfig,
-                            devices: Sequence[str], implementation: Optional[str] = None) -> str:
+    def describe_collective(self, collective: Optional[collectives.Collective],
+                            distribution: Distribution, devices: Sequence[str],
+                            implementation: Optional[str] = None) -> str:
         """What really sums the gradients, for the start-up line; a `--collective`
         given to a task that does not train (the evaluator) is said to be unused."""
         if collective is not None:
             return collective.describe()
-        if config.collective != "auto":
-            return f"none (--collective={config.collective} unused: this task does not train)"
+        if distribution.collective != "auto":
+            return (f"none (--collective={distribution.collective} unused: this task does not "
+                    "train)")
         return "none"
 
-    def create_collective(self, config: RunConfig,
+    def create_collective(self, distribution: Distribution,
                           devices: Sequence[str]) -> collectives.Collective:
         """The trainer's all-reduce; the one place `--collective` and its options are read."""
-        wrappers = dict(num_packs=config.num_packs, pack_bytes=config.pack_bytes,
-                        gradient_dtype=config.gradient_dtype)
+        wrappers = dict(num_packs=distribution.num_packs, pack_bytes=distribution.pack_bytes,
+                        gradient_dtype=distribution.gradient_dtype)
         return collectives.create(
-            self.collective_name(config.collective, devices, **wrappers),
-            devices=devices, reduce_device=config.reduce_device or None,
-            check_steps=config.check_collective, **wrappers)
+            self.collective_name(distribution.collective, devices, **wrappers),
+            devices=devices, reduce_device=distribution.reduce_device or None,
+            check_steps=distribution.check_collective, **wrappers)
 
     @abc.abstractmethod
-    def build(self, devices: Sequence[str], *, config: Optional[RunConfig] = None,
+    def build(self, devices: Sequence[str], *, sections: Optional[SpecSections] = None,
               role: tf_config.Role = NO_CLUSTER, connection: Any = None,
               implementation: Optional[str] = None) -> tf.distribute.Strategy:
         """The strategy itself (`implementation`: `collective_implementation`'s decision); runs after `check` and device set-up."""
@@ -188,19 +217,20 @@ class StrategySpec(abc.ABC):
         `clock`: what times its loops (the assembly builds the engine's,
         `engine.observe.clock.for_run`, where `loop_runs_here`); None: untimed.
         """
-        config = plan.config
+        step, loop = plan.sections.step, plan.sections.loop
         # --synthetic_on_device trains on one batch kept on the devices: the
         # stream's first, whatever step the run resumes from (exact resume).
         served = bool(plan.inputs.data_service)
         context = task_inputs.context_for(
-            plan.inputs, start_step=0 if config.synthetic_on_device else start_step,
+            plan.inputs, start_step=0 if step.synthetic_on_device else start_step,
             served=served)
         train_dataset = task_inputs.train_dataset(task, context)
         if served:  # --data_service: the pipeline runs on the service's data workers
             train_dataset = served_input.serve(
                 train_dataset, address=plan.inputs.data_service, prefix=plan.inputs.service_job,
-                start_step=start_step, global_batch_size=config.global_batch_size,
-                where=f"{type(task).__name__}.train_dataset", wait_s=config.startup_timeout)
+                start_step=start_step, global_batch_size=loop.global_batch_size,
+                where=f"{type(task).__name__}.train_dataset",
+                wait_s=plan.sections.cluster.startup_timeout)
         return Trainer(
             strategy=strategy, model=model, objectives=objectives, collective=plan.collective,
             train_dataset=train_dataset,
@@ -209,10 +239,10 @@ class StrategySpec(abc.ABC):
             # None when served: a local probe would time this host, not the pool.
             input_probe=lambda: None if served else task_inputs.probe_dataset(
                 task, task_inputs.context_for(plan.inputs), trained_on=train_dataset),
-            global_batch_size=config.global_batch_size, global_step=global_step,
+            global_batch_size=loop.global_batch_size, global_step=global_step,
             average=average,
             options=dataclasses.replace(  # the run's step section, as the task compiles
-                config.step, jit_compile=config.jit_compile or task.jit_compile),
+                step, jit_compile=step.jit_compile or task.jit_compile),
             stops_at_any_step=not self.agrees_to_stop,
             clock=clock)
 
@@ -253,7 +283,7 @@ class ReducesItself(StrategySpec):
                 f"{given} does not apply to --strategy={self.name}, {self.reduction}; drop it")
         return "strategy"
 
-    def describe_collective(self, collective, config, devices, implementation=None) -> str:
+    def describe_collective(self, collective, distribution, devices, implementation=None) -> str:
         return f"none: the strategy reduces itself, {self.reduction}"
 
 

@@ -134,15 +134,15 @@ class TPU(ReducesItself):
     summary = "a Cloud TPU or TPU VM named by --tpu (or $TPU_NAME)"
     reduction = "which all-reduces over the TPU interconnect"
 
-    def check(self, config, role) -> None:
-        super().check(config, role)
-        if config.gpu_memory_growth:
+    def check(self, sections, role) -> None:
+        super().check(sections, role)
+        if sections.distribution.gpu_memory_growth:
             raise ConfigError("--gpu_memory_growth applies to GPUs, and --strategy=tpu runs on "
                               "TPU cores; drop it")
 
-    def connect(self, config):
+    def connect(self, distribution):
         """(resolver, cores) of the initialized TPU; refuses in one line without one."""
-        return connect(config.tpu)
+        return connect(distribution.tpu)
 
     def num_replicas(self, devices, *, role=NO_CLUSTER, connection=None) -> int:
         cores = connection[1] if connection else 0

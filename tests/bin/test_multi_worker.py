@@ -200,10 +200,10 @@ def test_the_start_up_line_names_the_reduction_that_really_runs(flags, says):
 
     spec = strategies.get("multi_worker")
     config = RunConfig(strategy="multi_worker", **flags)
-    collective = spec.create_collective(config, ["/cpu:0"])
-    assert spec.describe_collective(collective, config, ["/cpu:0"]) == says
+    collective = spec.create_collective(config.distribution, ["/cpu:0"])
+    assert spec.describe_collective(collective, config.distribution, ["/cpu:0"]) == says
     # The evaluator task trains nothing: a --collective it was given is said to be unused.
-    assert spec.describe_collective(None, config, ["/cpu:0"]) == (
+    assert spec.describe_collective(None, config.distribution, ["/cpu:0"]) == (
         "none (--collective=ring unused: this task does not train)"
         if flags.get("collective") else "none")
 

@@ -37,7 +37,7 @@ def _runner(tmp_path, hooks=Hooks(), **flags):
                           "global_batch_size": 8, "train_steps": 4, "steps_per_loop": 2,
                           "export": False, **flags})
     plan = make_plan(config)
-    strategy = plan.spec.build(plan.devices, config=plan.config, role=plan.role,
+    strategy = plan.spec.build(plan.devices, sections=plan.sections, role=plan.role,
                                connection=plan.connection, implementation=plan.implementation)
     return Runner(plan, parts_lib.build_parts(plan, strategy), hooks=hooks)
 

@@ -17,6 +17,7 @@ from tfloop.bin import cli
 from tfloop.engine import errors
 from tfloop.engine.config import RunConfig
 from tfloop.engine.assembly.run import run
+from tfloop.engine.assembly.plan import spec_sections
 from tfloop.engine.run_dir import run_identity, storage
 from tfloop.engine.strategies.spec import StrategySpec
 from tfloop.launch import exit_codes
@@ -169,7 +170,7 @@ def test_a_cluster_that_fails_to_form_is_retryable(monkeypatch):
     monkeypatch.setattr(tf.distribute, "MultiWorkerMirroredStrategy", dies)
     with pytest.raises(errors.ClusterFailure, match=r"could not form the cluster .*Socket closed"
                        ) as failure:
-        MultiWorker().build(["/cpu:0"], config=RunConfig(startup_timeout=0))
+        MultiWorker().build(["/cpu:0"], sections=spec_sections(RunConfig(startup_timeout=0)))
     assert failure.value.exit_status == exit_codes.RESTART
 
 

@@ -18,7 +18,7 @@ import tensorflow as tf
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.assembly.batching import decide_batch
-from tfloop.engine.assembly.plan import make_plan
+from tfloop.engine.assembly.plan import make_plan, spec_sections
 from tfloop.engine.run_dir import run_lock
 from train_only_task import TrainOnly
 
@@ -116,11 +116,13 @@ def test_a_plan_carries_run_json_as_read_and_hands_each_room_its_values(tmp_path
             inputs.pipeline_index, inputs.seed, inputs.run_json) == (32, 4, 1, 0, 5,
                                                                      plan.run_json)
     trainer = plan.for_trainer
-    assert (trainer.config, trainer.role, trainer.collective, trainer.inputs) == (
-        plan.config, plan.role, plan.collective, inputs)
+    assert (trainer.sections, trainer.role, trainer.collective, trainer.inputs) == (
+        spec_sections(plan.config), plan.role, plan.collective, inputs)
+    assert (trainer.sections.loop, trainer.sections.step) == (plan.config.loop, plan.config.step)
     watched = plan.watched
-    assert (watched.config, watched.role, watched.compares_workers,
-            watched.loop_runs_here) == (plan.config, plan.role, False, True)
+    assert (watched.cluster, watched.hparams, watched.role, watched.compares_workers,
+            watched.loop_runs_here) == (plan.config.cluster, plan.config.as_dict(), plan.role,
+                                        False, True)
 
 
 def test_the_start_up_line_shows_the_batch_as_decided(tmp_path):

@@ -21,6 +21,7 @@ from tfloop.engine.errors import ConfigError, NonFinite
 from tfloop.engine.task.losses import LossOutput
 from tfloop.engine.loop.preemption import StopRequest
 from tfloop.engine.assembly.run import run
+from tfloop.engine.assembly.plan import spec_sections
 from tfloop.engine.task import Task
 from tfloop.engine.loop.settings import Step
 from tfloop.engine.loop.trainer import Trainer
@@ -218,5 +219,5 @@ def test_skip_step_under_parameter_servers_is_refused_by_their_spec():
     role = Role("chief", 0, {"chief": ("localhost:1",), "worker": ("localhost:2",),
                              "ps": ("localhost:3",)})
     with pytest.raises(ConfigError) as error:
-        strategies.get("parameter_server").check(config, role)
+        strategies.get("parameter_server").check(spec_sections(config), role)
     assert "does not apply to --strategy=parameter_server" in str(error.value)

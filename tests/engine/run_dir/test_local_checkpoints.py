@@ -98,9 +98,9 @@ def run_with_local(tmp_path):
     local_folder.claim(folder, RUN_ID)
     for step in (140, 150):
         _save(folder, step, float(step))
-    config = RunConfig(model_dir=str(model_dir), local_checkpoint_dir=str(local),
-                       local_checkpoint_interval=10)
-    return config, durable, folder
+    loop = RunConfig(model_dir=str(model_dir), local_checkpoint_dir=str(local),
+                     local_checkpoint_interval=10).loop  # the section the module reads
+    return loop, durable, folder
 
 
 def test_the_newest_local_checkpoint_that_reads_is_taken(run_with_local):
@@ -126,7 +126,7 @@ def test_the_durable_checkpoint_is_taken_otherwise(run_with_local, tmp_path):
     assert not local_checkpoints.held(config, run_id="f" * 32)
     # Another machine: no local folder at all; or none of the local ones reads.
     elsewhere = RunConfig(model_dir=config.model_dir, local_checkpoint_dir=str(tmp_path / "no"),
-                          local_checkpoint_interval=10)
+                          local_checkpoint_interval=10).loop
     assert local_checkpoints.newer(elsewhere, durable, run_id=RUN_ID) is None
     for path in tf.io.gfile.glob(f"{folder}/ckpt-*.index"):
         os.remove(path)
@@ -199,11 +199,11 @@ def test_local_checkpoints_with_ps_tasks_or_on_a_url_are_refused_before_anything
     config = RunConfig(model_dir=str(tmp_path / "run"), local_checkpoint_dir=str(tmp_path),
                        local_checkpoint_interval=10)
     with pytest.raises(ConfigError, match="a parameter-server cluster's variables live on"):
-        local_checkpoints.check(config, asynchronous_cluster=True)
+        local_checkpoints.check(config.loop, asynchronous_cluster=True)
     url = RunConfig(model_dir=str(tmp_path / "run"), local_checkpoint_dir="gs://b/x",
                     local_checkpoint_interval=10)
     with pytest.raises(ConfigError, match="is a URL; name a local folder"):
-        local_checkpoints.check(url, asynchronous_cluster=False)
+        local_checkpoints.check(url.loop, asynchronous_cluster=False)
     with pytest.raises(ConfigError, match="is a URL"):
         run(url)
     assert not (tmp_path / "run").exists()

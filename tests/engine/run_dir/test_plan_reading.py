@@ -27,14 +27,23 @@ def _save(directory, step):
     return manager.save(checkpoint_number=step)
 
 
+def _read(config, role, mode):
+    """`read_for_plan` handed the sections of `config` it reads, as the plan hands them."""
+    return plan_reading.read_for_plan(config.loop, config.keeping, role, mode,
+                                      init_from=config.init_from, compares_workers=True)
+
+
+def _check_identity(found, config):
+    found.check_identity(config.model_and_data, config.loop, config.optimizer, task_object=False)
+
+
 def _listing(root):
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
 def test_a_new_run_reads_nothing_and_the_chief_gets_a_fresh_id(tmp_path, outside_a_cluster):
     config = RunConfig(model_dir=str(tmp_path / "run"))
-    found = plan_reading.read_for_plan(config, outside_a_cluster, "train",
-                                       compares_workers=True)
+    found = _read(config, outside_a_cluster, "train")
     assert (found.run_json, found.resuming, found.resumed, found.latest_checkpoint) == (
         None, False, None, None)
     assert found.lock == run_lock.TRAIN and len(found.run_id) == 32
@@ -57,15 +66,13 @@ def test_a_resumed_run_reads_run_json_its_range_and_the_newer_local_checkpoint(
     before = _listing(tmp_path)
     config = RunConfig(model_dir=str(model_dir), local_checkpoint_dir=str(local),
                        local_checkpoint_interval=10)
-    found = plan_reading.read_for_plan(config, outside_a_cluster, "train",
-                                       compares_workers=True)
+    found = _read(config, outside_a_cluster, "train")
     assert found.run_json["run_id"] == found.run_id == RUN_ID and found.resuming
     assert found.resumed == last
     assert found.checkpoints.newest == durable
     assert found.latest_checkpoint == f"{folder}/ckpt-150"
     # --mode=evaluate reads the durable checkpoints only, under the evaluate lock.
-    evaluating = plan_reading.read_for_plan(config, outside_a_cluster, "evaluate",
-                                            compares_workers=True)
+    evaluating = _read(config, outside_a_cluster, "evaluate")
     assert (evaluating.latest_checkpoint, evaluating.lock) == (durable, run_lock.EVALUATE)
     assert _listing(tmp_path) == before
 
@@ -74,9 +81,7 @@ def test_the_identity_check_waits_for_the_decided_config(tmp_path, outside_a_clu
     model_dir = tmp_path / "run"
     model_dir.mkdir()
     (model_dir / "run.json").write_text(json.dumps({"run_id": RUN_ID, "model": "mlp"}))
-    found = plan_reading.read_for_plan(RunConfig(model_dir=str(model_dir), model="cnn"),
-                                       outside_a_cluster, "train", compares_workers=True)
+    found = _read(RunConfig(model_dir=str(model_dir), model="cnn"), outside_a_cluster, "train")
     with pytest.raises(ConfigError, match=r"^--model='cnn' contradicts --model_dir="):
-        found.check_identity(RunConfig(model_dir=str(model_dir), model="cnn"),
-                             task_object=False)
-    found.check_identity(RunConfig(model_dir=str(model_dir), model="mlp"), task_object=False)
+        _check_identity(found, RunConfig(model_dir=str(model_dir), model="cnn"))
+    _check_identity(found, RunConfig(model_dir=str(model_dir), model="mlp"))

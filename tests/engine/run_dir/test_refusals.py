@@ -12,8 +12,9 @@ from tfloop.engine.run_dir import local_checkpoints, refusals
 
 
 def _local(tmp_path, where):
+    """The loop's section, which `local_checkpoints.check` reads."""
     return RunConfig(model_dir=str(tmp_path / "run"), local_checkpoint_dir=where,
-                     local_checkpoint_interval=10)
+                     local_checkpoint_interval=10).loop
 
 
 def test_the_walk_returns_the_nearest_existing_folder(tmp_path):

@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from tfloop.engine.runtime import devices
 from tfloop.engine.config import RunConfig
+from tfloop.engine.assembly.plan import spec_sections
 from tfloop.engine import strategies
 from tfloop.engine.errors import ConfigError
 from helpers import REPO, bin_env, run_bin
@@ -152,8 +153,9 @@ def test_gpu_memory_growth_flag_is_checked_at_construction():
         RunConfig(gpu_memory_growth=True, devices="cpu:0,cpu:1")
     # A strategy's own rule is its spec's (checked by the plan, before anything is built).
     with pytest.raises(ConfigError, match="--strategy=tpu runs on TPU cores"):
-        strategies.get("tpu").check(RunConfig(gpu_memory_growth=True, strategy="tpu"),
-                                    strategies.NO_CLUSTER)
+        strategies.get("tpu").check(
+            spec_sections(RunConfig(gpu_memory_growth=True, strategy="tpu")),
+            strategies.NO_CLUSTER)
 
 
 def test_a_task_without_gpus_evaluates_or_serves_on_cpu(monkeypatch):

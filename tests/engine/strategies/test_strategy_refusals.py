@@ -90,13 +90,13 @@ def test_multi_worker_auto_is_nccl_when_every_local_device_is_a_gpu(
 
     config = RunConfig(strategy="multi_worker", collective=collective, pack_bytes=1 << 20)
     spec = _multi_worker()
-    decided = spec.collective_implementation(config, devices)  # once, by the plan
+    decided = spec.collective_implementation(config.distribution, devices)  # once, by the plan
     options = multi_worker.communication_options(config.distribution, decided)
     assert options.implementation == getattr(
         tf.distribute.experimental.CommunicationImplementation, implementation)
     assert options.bytes_per_pack == 1 << 20
     assert spec.collective_name(collective, devices) == "strategy"
-    described = spec.describe_collective(object(), config, devices, decided)
+    described = spec.describe_collective(object(), config.distribution, devices, decided)
     if collective == "auto" and devices == GPU_PAIR:
         assert "implementation NCCL (auto: every local device is a GPU)" in described
 
@@ -109,7 +109,8 @@ def test_multi_worker_auto_on_virtual_gpus_stays_tfs_ring(monkeypatch):
     monkeypatch.setattr(gpus, "logical_split", lambda physical=None: [2])
     config = RunConfig(strategy="multi_worker")
     options = multi_worker.communication_options(
-        config.distribution, _multi_worker().collective_implementation(config, GPU_PAIR))
+        config.distribution,
+        _multi_worker().collective_implementation(config.distribution, GPU_PAIR))
     assert options.implementation == tf.distribute.experimental.CommunicationImplementation.AUTO
     with pytest.raises(ConfigError, match="virtual GPUs on one physical GPU"):
         _multi_worker().collective_name("nccl", GPU_PAIR)
