@@ -46,7 +46,7 @@ from tfloop.engine.errors import ConfigError
 # their rooms (the checks, the limits, the path check, each section's choices).
 from tfloop.engine.option import (  # noqa: F401
     INT32_MAX, MAX_CLASSES, MAX_IMAGE_SIZE, MAX_PACK_BYTES, MAX_THREADS, MAX_TIMEOUT,
-    MAX_VIRTUAL_GPUS, NON_NEGATIVE, POSITIVE, SEED_MAX, Check, Value, batches_or_all,
+    MAX_VIRTUAL_GPUS, NON_NEGATIVE, POSITIVE, SEED_MAX, Check, Value, batches_or_all, changed_flags,
     check_model_dir_text, check_path_text, count, decay, eval_metric, factor_or_off, fraction,
     non_negative_number, one_of, option, optional_path, parse_profile_steps, parse_steps,
     positive_number, required_path, seconds, service_address, step_list, step_range, threads)
@@ -143,9 +143,7 @@ class RunConfig:
     def changed(self, *names: str) -> list[str]:
         """`--name=value` for each of `names` not at its default: the flags a
         user set, for a refusal to name."""
-        defaults = {field.name: field.default for field in dataclasses.fields(self)}
-        return [f"--{name}={getattr(self, name)}" for name in names
-                if getattr(self, name) != defaults[name]]
+        return changed_flags(self, names)
 
     def _check_across_sections(self) -> None:
         """The flags of two sections that only mean something together."""
@@ -231,8 +229,6 @@ def check_field(name: str, value: object) -> None:
 SECTIONS = {section.TITLE: tuple(field.name for field in dataclasses.fields(section))
             for _, section in COMPOSED}
 
-#: Section title -> its class (`config.<attribute>` is an instance of it).
-SECTION_TYPES = {section.TITLE: section for _, section in COMPOSED}
 
 #: The fields that decide what a checkpoint's variables are and what they were
 #: trained on (`option(identity=True)`): run.json remembers them (`run_identity`).

@@ -23,7 +23,7 @@ import dataclasses
 import math
 import numbers
 import os
-from typing import Any, Callable, ClassVar, Optional, Union
+from typing import Any, Callable, ClassVar, Optional, Sequence, Union
 
 from tfloop.engine.errors import ConfigError
 
@@ -300,9 +300,15 @@ class Settings:
     def changed(self, *names: str) -> list[str]:
         """`--name=value` for each of `names` not at its default: the flags a
         user set, for a refusal to name."""
-        defaults = {field.name: field.default for field in dataclasses.fields(self)}
-        return [f"--{name}={getattr(self, name)}" for name in names
-                if getattr(self, name) != defaults[name]]
+        return changed_flags(self, names)
+
+
+def changed_flags(record: Any, names: Sequence[str]) -> list[str]:
+    """`--name=value` for each of `names` whose value in the dataclass
+    `record` (a section, or the whole `RunConfig`) is not its default."""
+    defaults = {field.name: field.default for field in dataclasses.fields(record)}
+    return [f"--{name}={getattr(record, name)}" for name in names
+            if getattr(record, name) != defaults[name]]
 
 
 def flagged(section: type, key: str) -> tuple[str, ...]:

@@ -100,7 +100,7 @@ def test_every_field_is_in_exactly_one_section_in_flag_order():
 
 
 def test_each_section_is_declared_in_the_room_that_reads_it():
-    rooms = {title: section.__module__ for title, section in config.SECTION_TYPES.items()}
+    rooms = {section.TITLE: section.__module__ for _, section in config.COMPOSED}
     assert rooms == {
         "Distribution": "tfloop.engine.strategies.settings",
         "Model and data": "tfloop.engine.task.settings",
