@@ -1,6 +1,27 @@
 """Fixtures shared by the engine's tests."""
 
+import shutil
+
 import pytest
+
+
+@pytest.fixture(scope="module")
+def trained(request, tmp_path_factory):
+    """A finished run of the test module's own `SMALL` config (trained once
+    per module), for tests that plant links in a copy of it or damage one
+    (`trained_copy`) instead of training again."""
+    from tfloop.engine.assembly.run import run
+    from tfloop.engine.config import RunConfig
+
+    model_dir = tmp_path_factory.mktemp("trained") / "run"
+    run(RunConfig(model_dir=str(model_dir), **request.module.SMALL))
+    return model_dir
+
+
+@pytest.fixture
+def trained_copy(trained, tmp_path):
+    """A copy of `trained` in this test's own folder (its lock left behind)."""
+    return shutil.copytree(trained, tmp_path / "run", ignore=shutil.ignore_patterns("*.lock"))
 
 
 @pytest.fixture

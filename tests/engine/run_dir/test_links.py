@@ -10,7 +10,6 @@ Also: what the run creates is at most 0644 / 0755 under `umask 000`.
 
 import json
 import os
-import shutil
 import stat
 
 import pytest
@@ -104,24 +103,13 @@ def test_bin_train_refuses_a_best_folder_that_is_a_link_in_one_line(tmp_path, vi
     assert sorted(p.name for p in model_dir.iterdir()) == ["best"]
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A finished SMALL run (4 steps), copied by each test that plants links in it."""
-    model_dir = tmp_path_factory.mktemp("trained") / "run"
-    run(RunConfig(model_dir=str(model_dir), **SMALL))
-    return model_dir
-
-
-def _copy(trained, tmp_path):
-    return shutil.copytree(trained, tmp_path / "run", ignore=shutil.ignore_patterns("*.lock"))
-
-
 # --- unlinked as links: what the run left and removes ---------------------------------------------
 
-def test_left_overs_that_are_links_are_unlinked_and_their_targets_stay(trained, tmp_path, victim):
+def test_left_overs_that_are_links_are_unlinked_and_their_targets_stay(
+        trained_copy, tmp_path, victim):
     """A stale `ckpt-N_temp`, `export/.N.tmp-*` and record temporary as links;
     the fixed `*.tmp` names of earlier versions as links, which nothing opens."""
-    model_dir = _copy(trained, tmp_path)
+    model_dir = trained_copy
     (model_dir / "export").mkdir()
     (model_dir / "ckpt-6_temp").symlink_to(victim)
     (model_dir / "export" / ".6.tmp-1a2b3c4d").symlink_to(victim)
@@ -192,8 +180,8 @@ def test_an_export_being_replaced_that_is_a_link_goes_as_a_link_and_modes_ignore
 
 
 def test_bin_export_replaces_an_export_that_is_a_link_without_touching_its_target(
-        trained, tmp_path, victim):
-    model_dir = _copy(trained, tmp_path)
+        trained_copy, tmp_path, victim):
+    model_dir = trained_copy
     (model_dir / "export").mkdir()
     (model_dir / "export" / "4").symlink_to(victim)
     (model_dir / "export" / ".4.tmp-0badf00d").symlink_to(victim)  # bin/export removes none

@@ -177,8 +177,8 @@ def test_the_free_space_of_a_url_is_unknown(monkeypatch):
 
 
 def test_a_full_disk_at_start_up_is_one_line_and_keeps_the_previous_record(
-        trained, tmp_path, monkeypatch):
-    model_dir = _copy(trained, tmp_path)  # a finished 4-step run
+        trained_copy, tmp_path, monkeypatch):
+    model_dir = trained_copy  # a finished 4-step run
     before = {name: (model_dir / name).read_bytes() for name in ("metrics.json", "run.json")}
     real = files.create_exclusively
 
@@ -273,20 +273,6 @@ def test_a_file_named_like_a_directory_this_run_does_not_use_is_left_alone(tmp_p
     assert run(RunConfig(model_dir=str(model_dir), **SMALL))["status"] == "finished"
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A finished 4-step run, copied by each test that damages it."""
-    model_dir = tmp_path_factory.mktemp("trained") / "run"
-    run(RunConfig(model_dir=str(model_dir), **SMALL))
-    return model_dir
-
-
-def _copy(trained, tmp_path):
-    import shutil
-
-    return shutil.copytree(trained, tmp_path / "run", ignore=shutil.ignore_patterns("*.lock"))
-
-
 @pytest.mark.parametrize("name, error_type, message", [
     ("run.json", ConfigError, "{d}/run.json cannot be read (Is a directory); restore it, or "
                               "move it away to start that record afresh"),
@@ -295,8 +281,8 @@ def _copy(trained, tmp_path):
     ("metrics.json", RunFailure, "could not write {d}/metrics.json (Is a directory); "),
 ])
 def test_a_directory_where_a_state_file_belongs_is_one_line_and_nothing_is_lost(
-        trained, tmp_path, name, error_type, message):
-    model_dir = _copy(trained, tmp_path)
+        trained_copy, tmp_path, name, error_type, message):
+    model_dir = trained_copy
     target = model_dir / name
     if target.exists():
         target.unlink()
