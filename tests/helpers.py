@@ -13,6 +13,8 @@ import sys
 
 import numpy as np
 
+import bin_server  # standard library only until a binary is started
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 #: Set to 1 to let the suite see the machine's GPUs (for `pytest -m gpu`).
@@ -52,12 +54,52 @@ def bin_env(env: dict | None = None, **extra: str) -> dict:
     return full_env
 
 
-def run_bin(name: str, *args: str, timeout: float = 240, env: dict | None = None):
-    """Runs `bin/<name> args...` with this interpreter; returns CompletedProcess."""
-    return subprocess.run(
-        [sys.executable, os.path.join(REPO, "bin", name), *args],
-        capture_output=True, text=True, timeout=timeout, env=bin_env(env), cwd=REPO,
-    )
+#: Set to 1 to run every binary of the suite in a fresh interpreter instead of
+#: a fork of the binary server (tests/bin_server.py says what that changes).
+FRESH = "TFLOOP_TEST_FRESH"
+
+_SERVER = None
+
+
+def _served(env: dict, fresh: bool) -> bool:
+    """Whether a binary may be a fork of the server: not when the test (or its
+    environment's `TFLOOP_TEST_FRESH=1`) asks for a fresh interpreter, nor when
+    the environment changes what an interpreter reads at start (`PYTHONHASHSEED`,
+    ...), which the server read long ago; the server's child reads `PYTHONPATH`
+    (and `PYTHONUNBUFFERED`) as a fresh interpreter would."""
+    if fresh or "1" in (os.environ.get(FRESH), env.get(FRESH)):
+        return False
+    keys = {key for key in (*env, *os.environ) if key.startswith("PYTHON")}
+    return all(env.get(key) == os.environ.get(key)
+               for key in keys - {"PYTHONUNBUFFERED", "PYTHONPATH"})
+
+
+def _server():
+    global _SERVER
+    if _SERVER is None:
+        _SERVER = bin_server.BinServer()
+    return _SERVER
+
+
+def run_bin(name: str, *args: str, timeout: float = 240, env: dict | None = None,
+            fresh: bool = False):
+    """Runs `bin/<name> args...`; returns CompletedProcess. A fork of the binary
+    server (tests/bin_server.py) unless `fresh`: then this interpreter, started
+    anew, for what happens before TensorFlow is imported."""
+    return run_python([os.path.join(REPO, "bin", name), *args], env=bin_env(env),
+                      timeout=timeout, fresh=fresh)
+
+
+def _completed(process, timeout: float) -> subprocess.CompletedProcess:
+    """`subprocess.run`'s ending for a served process: its output, or on a
+    timeout the process killed and `TimeoutExpired` raised."""
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def without_tensorflow(tmp_path) -> dict:
@@ -66,16 +108,41 @@ def without_tensorflow(tmp_path) -> dict:
     stub = tmp_path / "no_tensorflow" / "tensorflow"
     stub.mkdir(parents=True, exist_ok=True)
     (stub / "__init__.py").write_text("raise ImportError('tensorflow was imported')\n")
-    return {"PYTHONPATH": str(stub.parent)}
+    return {"PYTHONPATH": str(stub.parent), FRESH: "1"}
 
 
-def start_bin(name: str, *args: str) -> subprocess.Popen:
-    """Starts `bin/<name>` without waiting; the caller must bound its waits."""
-    env = bin_env(PYTHONUNBUFFERED="1")
-    return subprocess.Popen(
-        [sys.executable, os.path.join(REPO, "bin", name), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
-    )
+def start_bin(name: str, *args: str, fresh: bool = False, env: dict | None = None):
+    """Starts `bin/<name>` without waiting (a `subprocess.Popen`, or the server's
+    fork that answers as one: `run_bin` says when); the caller must bound its waits."""
+    return start_python([os.path.join(REPO, "bin", name), *args], fresh=fresh,
+                        env=bin_env(env, PYTHONUNBUFFERED="1"))
+
+
+def start_python(args: list[str], *, env: dict, cwd: str = REPO, stdout=subprocess.PIPE,
+                 stderr=subprocess.PIPE, fresh: bool = False):
+    """`subprocess.Popen([python, *args], text=True, ...)` for a script or `-c`
+    code that imports TensorFlow: a fork of the binary server unless `fresh`
+    (`run_bin` says when). `env` is the whole environment (`bin_env`)."""
+    if _served(env, fresh):
+        try:
+            return _server().spawn(list(args), env=env, cwd=cwd, stdout=stdout, stderr=stderr)
+        except bin_server.NotServed:
+            pass
+    return subprocess.Popen([sys.executable, *args], stdout=stdout, stderr=stderr,
+                            text=True, env=env, cwd=cwd)
+
+
+def run_python(args: list[str], *, env: dict, cwd: str = REPO, timeout: float = 240,
+               fresh: bool = False) -> subprocess.CompletedProcess:
+    """`subprocess.run([python, *args], capture_output=True, text=True, ...)`,
+    served as `start_python` is."""
+    if _served(env, fresh):
+        try:
+            return _completed(_server().spawn(list(args), env=env, cwd=cwd), timeout)
+        except bin_server.NotServed:
+            pass
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=cwd)
 
 
 def wait_for_output(process: subprocess.Popen, text: str, timeout: float = 120) -> str:

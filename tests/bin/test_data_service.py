@@ -17,13 +17,11 @@ import re
 import signal
 import socket
 import subprocess
-import sys
-import tempfile
 import time
 
 import pytest
 
-from helpers import REPO, assert_one_line_error, bin_env, process_alive, run_bin
+from helpers import REPO, assert_one_line_error, bin_env, process_alive, run_bin, start_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 _WORKER = re.compile(r"data worker (\d+) \(pid (\d+)\)")
@@ -35,11 +33,10 @@ class LocalService:
     def __init__(self, workers: int, folder: str):
         self.log = os.path.join(folder, "service.log")
         with open(self.log, "w") as log:
-            self.popen = subprocess.Popen(
-                [sys.executable, os.path.join(REPO, "bin", "data_service"),
+            self.popen = start_python(
+                [os.path.join(REPO, "bin", "data_service"),
                  f"--workers={workers}", "--port=0", "--worker_timeout=2"],
-                stdout=subprocess.PIPE, stderr=log, text=True, cwd=REPO,
-                env=bin_env(PYTHONUNBUFFERED="1"))
+                stderr=log, env=bin_env(PYTHONUNBUFFERED="1"))
         self.address = self._first_line(timeout=180)
         self.dispatcher_pid = int(re.search(r"dispatcher \(pid (\d+)\) and", self.stderr()).group(1))
         self.worker_pids = {int(i): int(pid) for i, pid in _WORKER.findall(self.stderr())}
@@ -86,12 +83,12 @@ def service(tmp_path):
 def _train(service: LocalService, folder, *, steps: int, marks: str) -> subprocess.Popen:
     env = bin_env({"PYTHONPATH": os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")])},
                   SERVED_TASK_MARKS=marks, SERVED_TASK_SLEEP_MS="5")
-    return subprocess.Popen(
-        [sys.executable, os.path.join(REPO, "bin", "train"), "--task=served_task:Served",
+    return start_python(
+        [os.path.join(REPO, "bin", "train"), "--task=served_task:Served",
          "--strategy=one_device", "--devices=cpu:0", "--global_batch_size=8",
          f"--train_steps={steps}", "--steps_per_loop=8", f"--checkpoint_interval={steps // 2}",
          f"--model_dir={folder}", f"--data_service={service.address}", "--startup_timeout=60"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
+        stderr=subprocess.STDOUT, env=env)
 
 
 def _workers_marked(marks: str) -> dict[int, int]:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from helpers import KILL_AFTER_FIRST_CHECKPOINT, REPO, run_bin
+from helpers import KILL_AFTER_FIRST_CHECKPOINT, run_bin, start_python
 from tfloop.launch import threads
 
 TRAIN_STEPS, CHECKPOINT_INTERVAL = 400, 100
@@ -95,8 +95,7 @@ class _Output:
 
 def _start(*args: str, env: dict | None = None) -> tuple[subprocess.Popen, _Output]:
     full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1", **(env or {}))
-    process = subprocess.Popen([sys.executable, *args], cwd=REPO, env=full_env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = start_python(list(args), env=full_env)
     return process, _Output(process)
 
 

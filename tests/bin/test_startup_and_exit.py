@@ -27,8 +27,9 @@ def test_no_tensorflow_chatter_unless_verbose_and_sigusr_before_training_ends_no
     restart a run nothing went wrong with (before, bin/train ended silently
     so). From bin/cli's import on they do nothing until the engine gives them
     their work, and say nothing either."""
+    # A fresh interpreter: what is at stake happens inside its `import tensorflow`.
     quiet = start_bin("train", *TINY, f"--model_dir={tmp_path / 'quiet'}", "--mode=train",
-                      "--noexport")
+                      "--noexport", fresh=True)
     try:
         time.sleep(1.5)  # inside `import tensorflow`
         quiet.send_signal(signal.SIGUSR1)
@@ -50,7 +51,7 @@ def test_no_tensorflow_chatter_unless_verbose_and_sigusr_before_training_ends_no
     # run refused right after the import and device set-up shows it as well as
     # a whole training run, without the training.
     verbose = run_bin("train", *TINY[:-1], "--devices=cpu:100000",
-                      f"--model_dir={tmp_path / 'verbose'}", "--verbose")
+                      f"--model_dir={tmp_path / 'verbose'}", "--verbose", fresh=True)
     assert verbose.returncode == 2 and "cpu:100000 is beyond" in verbose.stderr, verbose.stderr
     assert CHATTER.search(verbose.stdout + verbose.stderr)
 
@@ -84,8 +85,10 @@ def _signal_at(process, signum, *, after_s=None, marker=None):
 def test_a_signal_during_start_up_is_one_line(tmp_path, signum, status, reason, moment):
     """0.5 s: Python and absl start-up; 2 s: inside `import tensorflow`;
     the dataset line: building the model, datasets and compiled step."""
+    # The timed moments fall in an interpreter's start and its `import tensorflow`:
+    # a fresh one (a fork of the binary server has imported it already).
     process = start_bin("train", *TINY[:-1], "--devices=cpu:0,cpu:1", "--train_steps=100000",
-                        f"--model_dir={tmp_path / 'run'}")
+                        f"--model_dir={tmp_path / 'run'}", fresh="after_s" in moment)
     try:
         stdout, stderr = _signal_at(process, signum, **moment)
     finally:

@@ -11,14 +11,12 @@ and status.
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 import tensorflow as tf
 
-from helpers import REPO, bin_env
+from helpers import REPO, bin_env, start_python
 
 #: TensorFlow's while loop may have started this many iterations ahead (parallel_iterations).
 AHEAD = 10
@@ -41,12 +39,12 @@ def test_a_signal_mid_loop_saves_within_a_few_steps_and_exits(tmp_path, signum, 
     env = bin_env({"SLOW_TASK_STEPS": str(steps_file),
                    "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__),
                                                   os.environ.get("PYTHONPATH", "")])})
-    process = subprocess.Popen(
-        [sys.executable, os.path.join(REPO, "bin", "train"), "--task=slow_task:Slow",
+    process = start_python(
+        [os.path.join(REPO, "bin", "train"), "--task=slow_task:Slow",
          "--devices=cpu:0", "--global_batch_size=4", "--train_steps=1000",
          "--steps_per_loop=100", "--checkpoint_interval=1000", "--mode=train", "--noexport",
          f"--model_dir={model_dir}"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+        env=env)
     try:
         deadline = time.monotonic() + 120
         while _steps(steps_file) < 15 and process.poll() is None and time.monotonic() < deadline:

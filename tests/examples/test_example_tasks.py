@@ -4,14 +4,13 @@ stopped or killed run resumes to the uninterrupted weights."""
 import os
 import signal
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from examples import gan, regression, two_heads, wgan_gp
-from helpers import REPO, wait_for_output
+from helpers import REPO, start_python, wait_for_output
 from tfloop.engine.config import RunConfig
 from tfloop.engine.assembly.run import run
 
@@ -126,13 +125,13 @@ def test_the_gan_updates_its_generator_every_second_step(tmp_path):
 def test_a_killed_run_resumes_to_the_uninterrupted_weights(tmp_path):
     """bin/train --task, SIGKILLed after a checkpoint, resumed in this process."""
     model_dir = tmp_path / "killed"
-    process = subprocess.Popen(
-        [sys.executable, os.path.join(REPO, "bin", "train"),
+    process = start_python(
+        [os.path.join(REPO, "bin", "train"),
          "--task=examples.regression:Regression", "--strategy=mirrored",
          "--devices=cpu:0,cpu:1,cpu:2,cpu:3", f"--model_dir={model_dir}", "--global_batch_size=64",
          "--train_steps=1000000", "--steps_per_loop=10", "--checkpoint_interval=10",
          "--learning_rate=0.01", "--seed=3", "--mode=train"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        env=dict(os.environ), stderr=subprocess.STDOUT)
     try:
         wait_for_output(process, "ckpt-30", timeout=180)
     finally:

@@ -19,13 +19,11 @@ The same after kill -9 with local checkpoints, and with `--synthetic_on_device`
 
 import json
 import signal
-import subprocess
-import sys
 
 import numpy as np
 import tensorflow as tf
 
-from helpers import REPO, bin_env
+from helpers import bin_env, run_python
 from tfloop.engine import run
 from tfloop.engine.config import RunConfig
 
@@ -70,8 +68,8 @@ for model_dir, steps, kill_at in json.loads(sys.argv[2]):
 
 def _runs(settings, runs):
     """`RUNS` in a subprocess: (its CompletedProcess, how many times each run probed its input)."""
-    ended = subprocess.run([sys.executable, "-c", RUNS, json.dumps(settings), json.dumps(runs)],
-                           capture_output=True, text=True, timeout=300, env=bin_env(), cwd=REPO)
+    ended = run_python(["-c", RUNS, json.dumps(settings), json.dumps(runs)], timeout=300,
+                       env=bin_env())
     probed = [json.loads(line)["probed"] for line in ended.stdout.splitlines()
               if line.startswith("{")]
     return ended, probed

@@ -145,13 +145,11 @@ cli.run(main, user_errors=())  # () : no TensorFlow import, a fraction of a seco
 
 
 def test_a_bug_keeps_its_traceback_and_the_last_line_names_the_class():
-    import subprocess
-    import sys
+    import os
 
-    from helpers import REPO
+    from helpers import run_python
 
-    result = subprocess.run([sys.executable, "-c", _A_BUG, "--"], capture_output=True,
-                            text=True, timeout=60, cwd=REPO)
+    result = run_python(["-c", _A_BUG, "--"], timeout=60, env=dict(os.environ))
     assert result.returncode == exit_codes.FAILED, result.stderr
     assert "Traceback" in result.stderr and "KeyError: 'no_such_key'" in result.stderr
     assert result.stderr.rstrip().splitlines()[-1].endswith(

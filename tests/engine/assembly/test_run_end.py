@@ -13,15 +13,13 @@ import json
 import logging
 import os
 import signal
-import subprocess
-import sys
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from helpers import REPO, bin_env
+from helpers import bin_env, run_python
 from tfloop.engine.run_dir import checkpoint_files, export
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError, ExportFailure
@@ -150,11 +148,11 @@ runpy.run_path(os.path.join("bin", "train"), run_name="__main__")
 
 def test_bin_train_terminated_during_the_export_exits_143_and_says_interrupted(tmp_path):
     model_dir = tmp_path / "run"
-    result = subprocess.run(
-        [sys.executable, "-c", _TERMINATED_DURING_EXPORT, "--strategy=one_device",
+    result = run_python(
+        ["-c", _TERMINATED_DURING_EXPORT, "--strategy=one_device",
          "--devices=cpu:0", "--global_batch_size=32", "--train_steps=4", "--steps_per_loop=2",
          "--mode=train", f"--model_dir={model_dir}"],
-        capture_output=True, text=True, timeout=240, cwd=REPO, env=bin_env())
+        timeout=240, env=bin_env())
     assert result.returncode == 143, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
     assert result.stderr.splitlines()[-1] == "train: terminated (SIGTERM)"

@@ -12,13 +12,11 @@ and must not write that epoch's row a second time, nor drop the rows before
 import csv
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from helpers import bin_env
+from helpers import bin_env, run_python
 from kill_fit import config, dataset, dense
 from tfloop.engine import fit
 
@@ -26,9 +24,8 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "kill_fit.py")
 
 
 def _run(model_dir, log, kill_at, interval):
-    return subprocess.run([sys.executable, SCRIPT, str(model_dir), str(log), str(kill_at),
-                           str(interval)], capture_output=True, text=True, timeout=300,
-                          env=bin_env())
+    return run_python([SCRIPT, str(model_dir), str(log), str(kill_at), str(interval)],
+                      timeout=300, env=bin_env(), cwd=os.getcwd())
 
 
 @pytest.mark.parametrize("interval, resumes_at", [(0, 8), (3, 6)])

@@ -11,8 +11,7 @@ items 8, 9, 10, 12; docs/keras.md, its section of that name):
 """
 
 import logging
-import subprocess
-import sys
+import os
 import time
 
 import keras
@@ -22,7 +21,7 @@ import tensorflow as tf
 from absl import logging as absl_logging
 
 import parity
-from helpers import bin_env
+from helpers import bin_env, run_python
 from tfloop.engine import RunConfig, fit
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.runtime import logs
@@ -118,8 +117,8 @@ def test_a_script_fitting_a_py_dataset_with_verbose_0_prints_nothing_and_exits(t
     Keras (3 here, as the suite's binaries run). The script ends: the
     PyDataset's generator pipeline and its reading threads do not hold the
     interpreter's exit."""
-    done = subprocess.run([sys.executable, "-c", _QUIET_SCRIPT, str(tmp_path / "run")],
-                          capture_output=True, text=True, timeout=300, env=bin_env())
+    done = run_python(["-c", _QUIET_SCRIPT, str(tmp_path / "run")], timeout=300,
+                      env=bin_env(), cwd=os.getcwd())
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout == ""
     assert done.stderr.split("-- fit --\n", 1)[1] == ""

@@ -30,7 +30,7 @@ from tfloop.engine.errors import ConfigError
 from tfloop.engine.assembly.run import run
 from tfloop.engine.loop.contracts import AbstractEvaluator
 from fakes import FakeTrainer, Recorder, step_variable
-from helpers import REPO, run_bin
+from helpers import REPO, run_bin, start_python
 
 # eval/loss at steps 2, 4, ...: better at 4 and 8, then 10 ties (not better) and
 # 12, 14 are worse: with patience 3 training stops at 14, the best is step 8.
@@ -346,8 +346,7 @@ def test_after_a_kill_9_and_a_resume_best_json_and_patience_are_exact(tmp_path):
     args = [os.path.join(REPO, "bin", "train"), f"--model_dir={model_dir}", *KILL_FLAGS]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     with open(tmp_path / "out", "w") as out:
-        process = subprocess.Popen([sys.executable, *args], stdout=out, stderr=out, env=env,
-                                   cwd=REPO)
+        process = start_python(args, stdout=out, stderr=out, env=env)
         killer = subprocess.Popen([sys.executable, "-c", _KILL_WHEN,
                                    str(model_dir / "ckpt-180.index"), str(process.pid)])
         assert killer.wait(timeout=150) == 0, (tmp_path / "out").read_text()[-3000:]

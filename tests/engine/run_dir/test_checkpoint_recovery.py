@@ -8,14 +8,12 @@ import json
 import logging
 import os
 import shutil
-import subprocess
-import sys
 
 import keras
 import pytest
 import tensorflow as tf
 
-from helpers import REPO, assert_one_line_error, run_bin
+from helpers import assert_one_line_error, run_bin, run_python
 from tfloop.engine.run_dir import checkpoint_files, checkpointing
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError, RunFailure
@@ -303,9 +301,8 @@ cli.run(main)
 
 
 def test_the_binaries_print_a_run_failure_as_one_line_and_exit_1():
-    result = subprocess.run([sys.executable, "-c", _FAILING_MAIN], capture_output=True,
-                            text=True, timeout=120, cwd=REPO,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    result = run_python(["-c", _FAILING_MAIN], timeout=120,
+                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     assert result.returncode == 1
     assert assert_one_line_error(result) == (
         "train: error: could not save ckpt-20 in /x (No space left on device); 0 bytes free there"

@@ -4,14 +4,12 @@ durable one, and falls back to the durable one otherwise."""
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from helpers import REPO, bin_env, run_bin
+from helpers import bin_env, run_bin, run_python
 from tfloop.engine import run
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
@@ -41,10 +39,9 @@ def test_a_kill_at_15_resumes_from_the_local_14_not_the_durable_10(tmp_path):
     model_dir, local = tmp_path / "run", tmp_path / "shm"
     flags = dict(SMALL, model_dir=str(model_dir), checkpoint_interval=10,
                  local_checkpoint_dir=str(local), local_checkpoint_interval=2)
-    killed = subprocess.run(
-        [sys.executable, "-c", KILL_AT_STEP, json.dumps(dict(flags, train_steps=17,
-                                                             steps_per_loop=1)), "15"],
-        capture_output=True, text=True, timeout=300, env=bin_env(), cwd=REPO)
+    killed = run_python(
+        ["-c", KILL_AT_STEP, json.dumps(dict(flags, train_steps=17, steps_per_loop=1)), "15"],
+        timeout=300, env=bin_env())
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-10")
     folder = local_checkpoints.folder(str(local), str(model_dir))
@@ -64,10 +61,10 @@ def test_a_kill_at_15_resumes_from_the_local_14_not_the_durable_10(tmp_path):
     # The reference in a process of its own too: this one's state (op determinism
     # another test enabled, say) can change float32 sums in the last bits.
     reference = tmp_path / "uninterrupted"
-    uninterrupted = subprocess.run(
-        [sys.executable, "-c", KILL_AT_STEP, json.dumps(dict(
+    uninterrupted = run_python(
+        ["-c", KILL_AT_STEP, json.dumps(dict(
             SMALL, model_dir=str(reference), train_steps=17, devices="cpu:0")), "-1"],
-        capture_output=True, text=True, timeout=300, env=bin_env(), cwd=REPO)
+        timeout=300, env=bin_env())
     assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
     expected = _weights(reference)
     got = _weights(model_dir)
