@@ -1,7 +1,9 @@
 """Shared test helpers: running binaries in subprocesses, and real digit data.
 
 Binaries run in their own process because logical devices can be configured
-only once per process, and because that is how users run them.
+only once per process, and because that is how users run them. Each is a
+fork of the binary server (tests/bin_server.py), which has imported
+TensorFlow once, unless a test asks for a fresh interpreter (`fresh=True`).
 """
 
 from __future__ import annotations
