@@ -340,15 +340,19 @@ class ServedProcess:
 
 
 class BinServer:
-    """The client's handle on one server: started on first use, with the
-    environment it is first asked for (its preload reads none of it)."""
+    """The client's handle on one server, started on first use (and again if it
+    died) with the environment and folder given here, the suite's own: never a
+    request's, whose `PYTHONPATH` could put a stand-in under the preload."""
 
-    def __init__(self):
+    def __init__(self, env: dict, cwd: str):
+        import atexit
+
+        self._env, self._cwd = dict(env), cwd
         self._process = None
         self._path = ""
+        atexit.register(self.close)
 
-    def _start(self, env: dict, cwd: str) -> None:
-        import atexit
+    def _start(self) -> None:
         import subprocess
 
         directory = tempfile.mkdtemp(prefix="tfloop-bin-server-")
@@ -357,8 +361,7 @@ class BinServer:
         self._process = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), self._path, str(os.getpid())],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, text=True,
-            env=env, cwd=cwd)
-        atexit.register(self.close)
+            env=self._env, cwd=self._cwd)
         ready, _, _ = select.select([self._process.stdout], [], [], 180)
         if not ready or self._process.stdout.readline().strip() != "ready":
             self.close()
@@ -377,7 +380,7 @@ class BinServer:
         import subprocess
 
         if self._process is None or self._process.poll() is not None:
-            self._start(env, cwd)
+            self._start()
         ours, theirs, opened = {}, [], []
         for name, given in (("stdout", stdout), ("stderr", stderr)):
             if given == subprocess.PIPE:

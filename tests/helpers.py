@@ -79,7 +79,7 @@ def _served(env: dict, fresh: bool) -> bool:
 def _server():
     global _SERVER
     if _SERVER is None:
-        _SERVER = bin_server.BinServer()
+        _SERVER = bin_server.BinServer(bin_env(), REPO)
     return _SERVER
 
 
@@ -93,8 +93,8 @@ def run_bin(name: str, *args: str, timeout: float = 240, env: dict | None = None
 
 
 def _completed(process, timeout: float) -> subprocess.CompletedProcess:
-    """`subprocess.run`'s ending for a served process: its output, or on a
-    timeout the process killed and `TimeoutExpired` raised."""
+    """`subprocess.run`'s ending for a started process (a `Popen` or a served
+    fork): its output, or on a timeout the process killed and `TimeoutExpired` raised."""
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -138,13 +138,7 @@ def run_python(args: list[str], *, env: dict, cwd: str = REPO, timeout: float = 
                fresh: bool = False) -> subprocess.CompletedProcess:
     """`subprocess.run([python, *args], capture_output=True, text=True, ...)`,
     served as `start_python` is."""
-    if _served(env, fresh):
-        try:
-            return _completed(_server().spawn(list(args), env=env, cwd=cwd), timeout)
-        except bin_server.NotServed:
-            pass
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=cwd)
+    return _completed(start_python(args, env=env, cwd=cwd, fresh=fresh), timeout)
 
 
 def wait_for_output(process: subprocess.Popen, text: str, timeout: float = 120) -> str:

@@ -84,13 +84,23 @@ def test_an_uncaught_error_ends_as_python_would_and_a_signal_as_popen_reports_it
     process.stderr.close()
 
 
-def test_run_bin_gives_the_fresh_interpreters_result_served(tmp_path):
-    """The same refusal, served and fresh: the same line, the same status."""
-    served = helpers.run_bin("train", "--steps_per_loop=0", f"--model_dir={tmp_path}/a")
-    fresh = helpers.run_bin("train", "--steps_per_loop=0", f"--model_dir={tmp_path}/a", fresh=True)
+def test_run_bin_gives_the_fresh_interpreters_result_served(tmp_path, monkeypatch, script):
+    """A refusal that comes after TensorFlow's import and the device set-up:
+    the same lines and status from a fresh interpreter and from run_bin's
+    fork, which starts no process of its own (`subprocess` refuses here)."""
+    args = ("--devices=cpu:100000", "--train_steps=4", f"--model_dir={tmp_path}/a")
+    fresh = helpers.run_bin("train", *args, fresh=True)
+    monkeypatch.delenv(helpers.FRESH, raising=False)
+    _served(script).communicate(timeout=120)  # the server is up before subprocess refuses
+
+    def no_process(*args, **kwargs):
+        raise AssertionError("run_bin started a process instead of a fork of the server")
+
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    served = helpers.run_bin("train", *args)
     assert (served.returncode, served.stderr, served.stdout) == (
         fresh.returncode, fresh.stderr, fresh.stdout)
-    assert served.returncode == 2 and served.stderr.startswith("train: error: ")
+    assert served.returncode == 2 and "cpu:100000 is beyond" in served.stderr, served.stderr
     assert not os.path.exists(tmp_path / "a")
 
 
