@@ -44,6 +44,12 @@ NUM_LOGICAL_CPUS = 4
 engine_devices.ensure_logical_cpus(NUM_LOGICAL_CPUS)
 engine_devices.configure_threads([f"/cpu:{i}" for i in range(NUM_LOGICAL_CPUS)])
 
+import quiet_teardown  # noqa: E402
+
+# Dropping hundreds of distributed iterators in one process waits out their
+# autotune threads (up to 60 s each); tests/quiet_teardown.py says why and how.
+quiet_teardown.install()
+
 
 @pytest.fixture(scope="session")
 def cpu_devices():
