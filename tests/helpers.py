@@ -18,6 +18,8 @@ import numpy as np
 import bin_server  # standard library only until a binary is started
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Real handwritten digits, 1797 of them, 8x8 (tests/data/README.md says whose).
+DIGITS = os.path.join(REPO, "tests", "data", "digits_8x8.npz")
 
 #: Set to 1 to let the suite see the machine's GPUs (for `pytest -m gpu`).
 SHOW_GPUS = "TFLOOP_TEST_GPUS"
@@ -156,19 +158,17 @@ def wait_for_output(process: subprocess.Popen, text: str, timeout: float = 120) 
 
 
 def write_digits_npz(directory: str, *, seed: int = 0) -> str:
-    """Writes scikit-learn's real 8x8 handwritten digits as a Keras-layout mnist.npz.
+    """Writes real 8x8 handwritten digits (tests/data/README.md) as a Keras-layout mnist.npz.
 
     Each 8x8 image (values 0..16) becomes 24x24 by pixel repetition, padded to
     28x28 and scaled to 0..255; 80% train, 20% test, shuffled with `seed`.
-    No download: the data ships inside scikit-learn.
+    No download: the 1797 digits are a file of the suite's own.
     """
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    images = np.kron(digits.images, np.ones((3, 3)))  # (N, 24, 24)
+    with np.load(DIGITS) as digits:
+        images, labels = digits["images"], digits["labels"]
+    images = np.kron(images, np.ones((3, 3)))  # (N, 24, 24)
     images = np.pad(images, ((0, 0), (2, 2), (2, 2)))
     images = np.round(images * (255.0 / 16.0)).astype(np.uint8)
-    labels = digits.target.astype(np.uint8)
     order = np.random.default_rng(seed).permutation(len(labels))
     images, labels = images[order], labels[order]
     split = int(0.8 * len(labels))

@@ -3,8 +3,8 @@
 As written, but for one line (marked `# local data`): the tutorial's
 `tf.keras.datasets.mnist.load_data()` downloads MNIST, and nothing downloads
 here, so `load_data()` reads an `mnist.npz` of Keras's layout from the current
-folder (tests/examples/test_tutorials.py writes one: scikit-learn's 8x8 digits
-made 28x28). `InputLayer(shape=...)` is Keras 3's spelling of the tutorial's
+folder (tests/examples/test_tutorials.py writes one: the UCI 8x8 handwritten
+digits in tests/data/, made 28x28). `InputLayer(shape=...)` is Keras 3's spelling of the tutorial's
 `input_shape=`. No line here is about tfloop.
 """
 
