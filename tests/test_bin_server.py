@@ -33,7 +33,7 @@ def script(tmp_path):
             "cwd": os.getcwd(), "path0": sys.path[0], "seen": os.environ.get("SEEN"),
             "tmp": tempfile.gettempdir(), "devices": len(tf.config.list_logical_devices("CPU")),
             "name": __name__, "path1": sys.path[1],
-            "users_module": __import__("users_module").WHERE if os.environ.get("PYTHONPATH") else None}))
+            "users_module": __import__("users_module").WHERE if os.environ.get("USERS_MODULE") else None}))
         print("to stderr", file=sys.stderr)
         sys.exit(int(os.environ.get("STATUS", "0")))
     """))
@@ -119,6 +119,6 @@ def test_pythonpath_is_read_as_a_fresh_interpreter_reads_it(script, tmp_path):
 
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "users_module.py").write_text("WHERE = 'mine'\n")
-    process = _served(script, env={"PYTHONPATH": str(tmp_path / "mine")})
+    process = _served(script, env={"PYTHONPATH": str(tmp_path / "mine"), "USERS_MODULE": "1"})
     report = json.loads(process.communicate(timeout=120)[0])
     assert report["path1"] == str(tmp_path / "mine") and report["users_module"] == "mine"
