@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import functools
 
-import tensorflow as tf
 from tensorflow.python.data.ops import multi_device_iterator_ops  # private: see above
+
+from tfloop.engine.loop.iterators import without_autotune
 
 PATCHED = multi_device_iterator_ops.OwnedMultiDeviceIterator
 _original_init = PATCHED.__init__
@@ -45,9 +46,7 @@ _original_init = PATCHED.__init__
 def _without_autotune(dataset):
     if dataset is None or dataset.options().autotune.enabled is not None:
         return dataset  # rebuilt from components, or the test chose autotune itself
-    options = tf.data.Options()
-    options.autotune.enabled = False
-    return dataset.with_options(options)
+    return without_autotune(dataset)
 
 
 def install() -> None:

@@ -44,12 +44,17 @@ def patchable() -> bool:
     return _mdi is not None and callable(getattr(_mdi, "_create_device_dataset", None))
 
 
+def without_autotune(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """`dataset` with autotune off: no autotune thread for its destructor to
+    wait out, for the engine's own pipelines with nothing to tune (and probes)."""
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.with_options(options)
+
+
 def _without_autotune(create):
     def create_device_dataset(*args, **kwargs):
-        dataset = create(*args, **kwargs)
-        options = tf.data.Options()
-        options.autotune.enabled = False
-        return dataset.with_options(options)
+        return without_autotune(create(*args, **kwargs))
     return create_device_dataset
 
 

@@ -63,6 +63,7 @@ from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
+from tfloop.engine.loop import iterators
 from tfloop.engine.loop.actions import Action, LoopEnd, crossed
 from tfloop.engine.loop.contracts import StepStamps
 from tfloop.engine.loop.summaries import SummaryWriter
@@ -231,13 +232,12 @@ def pipeline_rate(dataset: tf.data.Dataset, *, batches: int = 20,
     batch's `seconds`, no longer: one batch that blocks (a pipeline waiting
     on storage) counts as a pipeline that does not keep up, and the run
     goes on (the thread ends with its next batch)."""
-    options = tf.data.Options()
-    options.autotune.enabled = False  # no autotune thread to wait for when it is dropped
     progress = {"pulled": 0, "began": None, "failed": False}
 
     def pull():
         try:
-            iterator = iter(dataset.with_options(options))
+            # No autotune thread for the iterator's destructor to wait out.
+            iterator = iter(iterators.without_autotune(dataset))
             next(iterator)
             progress["began"] = clock_time.perf_counter()
             while (progress["pulled"] < batches
