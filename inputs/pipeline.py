@@ -166,6 +166,7 @@ IMAGE_DTYPES = ("float32", "uint8")
 _SCALED = np.arange(256, dtype=np.float32) / np.float32(255)
 
 
+@tf.autograph.experimental.do_not_convert  # graph code, run in tf.data and in steps alike
 def to_float(images: tf.Tensor, normalization: Optional[Normalization] = None) -> tf.Tensor:
     """uint8 pixels 0..255 → float32 in [0, 1], or with `normalization`
     (a dataset's per-channel mean and std, `Splits.normalization`: ImageNet's)
@@ -202,7 +203,9 @@ def _host_cast(split: Split):
     """The host-side `to_float` of `image_dtype="float32"` batches of `split`
     (the split's normalization, if any), for batches of any arity."""
     normalization = getattr(split, "normalization", None)
-    return lambda images, *rest: (to_float(images, normalization), *rest)
+    # Not converted by autograph (tf.data's map would, parsing this whole file for the lambda).
+    return tf.autograph.experimental.do_not_convert(
+        lambda images, *rest: (to_float(images, normalization), *rest))
 
 
 def _check_image_dtype(image_dtype: str) -> None:

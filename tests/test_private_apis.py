@@ -20,6 +20,7 @@ PRIVATE = ("tensorflow.python", "keras.src")
 FENCED = {
     "collectives/_tf_private.py": "tests/collectives/test_collectives_tf_private.py",
     "engine/loop/iterators.py": "tests/engine/loop/test_iterators.py",
+    "engine/task/user_code.py": "tests/engine/task/test_user_code.py",
 }
 
 

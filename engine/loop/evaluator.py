@@ -1,6 +1,7 @@
 """Distributed evaluation over a finite dataset, every example counted once.
 
-One `evaluate()` call is one compiled loop over a fresh iterator::
+One `evaluate()` call is one compiled loop over a fresh iterator (a
+`tf.while_loop`, the engine's code unconverted: `engine.task.user_code`)::
 
     while steps < num_steps or num_steps < 0:      # inside one tf.function
         batch = iterator.get_next_as_optional()
@@ -20,6 +21,7 @@ import tensorflow as tf
 
 from tfloop.engine.loop import iterators
 from tfloop.engine.recipe.ema import WeightAverage
+from tfloop.engine.task import user_code
 from tfloop.engine.task.losses import LossFn, classification_loss
 from tfloop.engine.loop.replica_step import metric_names
 from tfloop.engine.loop.replica_sums import ReplicaSums
@@ -50,7 +52,8 @@ class Evaluator(AbstractEvaluator):
         self.metric_names = ["loss"] + metric_names(self._loss_fn, model,
                                                     eval_dataset.element_spec)
         self._sums = ReplicaSums(strategy, self.metric_names)
-        self._loop = tf.function(self._eval_loop)
+        self._loss = user_code.converted(self._loss_fn)  # the loop itself is not (its docstring)
+        self._loop = tf.function(self._eval_loop, autograph=False)
 
     def evaluate(self, num_steps: int = -1) -> Metrics:
         """Evaluates `num_steps` batches, or the whole dataset when negative.
@@ -64,17 +67,25 @@ class Evaluator(AbstractEvaluator):
 
     def _eval_loop(self, iterator, num_steps):
         self._sums.reset()
-        step = tf.constant(0, tf.int32)
-        while num_steps < 0 or step < num_steps:
+
+        def goes_on(step, more):
+            return tf.logical_and(more, tf.logical_or(num_steps < 0, step < num_steps))
+
+        def step(step, more):
             batch = iterator.get_next_as_optional()
-            if not batch.has_value():
-                break
-            self.strategy.run(self._replica_step, args=(batch.get_value(),))
-            step += 1
+
+            def evaluate():
+                self.strategy.run(self._replica_step, args=(batch.get_value(),))
+                return step + 1
+
+            more = batch.has_value()  # false: the dataset ended
+            return tf.cond(more, evaluate, lambda: step), more
+
+        tf.while_loop(goes_on, step, (tf.constant(0, tf.int32), tf.constant(True)))
         return self._sums.means()
 
     def _replica_step(self, batch):
-        output = self._loss_fn(self.model, batch, training=False)
+        output = self._loss(self.model, batch, training=False)
         count = tf.shape(output.per_example_loss)[0]
         self._sums.add(count, {"loss": output.per_example_loss, **output.metrics})
 

@@ -20,6 +20,7 @@ import keras
 import tensorflow as tf
 
 from tfloop.engine.task import failures as task_failures
+from tfloop.engine.task import user_code
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.task.losses import Gradients, LossFn, LossOutput
 
@@ -44,11 +45,11 @@ def metric_names(loss_fn: LossFn, model: Any, element_spec: Any,
         if step_fn is not None:
             _, per_example_loss, metrics = step_fn(batch)
             return per_example_loss, metrics
-        output = loss_fn(model, batch, training=False)
+        output = user_code.converted(loss_fn)(model, batch, training=False)
         return output.per_example_loss, dict(output.metrics)
 
-    try:
-        per_example_loss, metrics = tf.function(probe).get_concrete_function(
+    try:  # the engine's code: no autograph; the user's is converted (engine.task.user_code)
+        per_example_loss, metrics = tf.function(probe, autograph=False).get_concrete_function(
             per_replica_spec(element_spec)).structured_outputs
     except ConfigError:
         raise

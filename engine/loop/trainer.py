@@ -2,7 +2,9 @@
 
 One call of `Trainer.train(num_steps)` is one loop: a single `tf.function`
 call whose body is a `tf.while_loop`, so Python runs once per loop, not once
-per step::
+per step. The loop is written out (`tf.while_loop`, `tf.cond`) and traced
+without autograph; only the task's code it calls is converted
+(`engine.task.user_code`)::
 
     optimizer.learning_rate = schedule(global_step)    # a constant rate: once per loop
     totals = zeros on every replica                    # the loop's running sums
@@ -112,6 +114,7 @@ from tfloop.engine.recipe import objectives as objectives_lib
 from tfloop.engine.option import INT32_MAX
 from tfloop.engine.recipe.ema import WeightAverage
 from tfloop.engine.errors import NonFinite, steps_text
+from tfloop.engine.task import user_code
 from tfloop.engine.task.losses import LossFn, classification_loss
 from tfloop.engine.loop.replica_step import (WholeStep, accumulated_gradients, hook_gradients,
                                              metric_names, replica_gradients,
@@ -265,12 +268,14 @@ class Trainer(AbstractTrainer):
             _scales_loss(o.optimizer) for o in self.objectives)
         self._build_state()
         self._build_input(options.synthetic_on_device)
-        compile_fn = ((lambda f: tf.function(f, jit_compile=True)) if options.jit_compile
+        compile_fn = ((lambda f: tf.function(f, jit_compile=True, autograph=False))
+                      if options.jit_compile
                       else (lambda f: f))
         self._gradients = [compile_fn(functools.partial(self._compute_gradients, o))
                            for o in self.objectives]
         # Traced once per value of `sampled` (engine.observe.clock): two at most.
-        self._loop = tf.function(self._train_loop)
+        # The loop is the engine's: no autograph (engine.task.user_code says why).
+        self._loop = tf.function(self._train_loop, autograph=False)
         for objective in self.objectives:  # a plug-in's results, checked before anything is written
             checked.probe(collective, self.strategy, list(objective.variables))
 
@@ -401,14 +406,16 @@ class Trainer(AbstractTrainer):
                                                           state)
         else:
             # The loop a hand-written one is: its condition reads the step
-            # counter alone, on the host. (A `break` anywhere in a loop's body
-            # makes autograph carry a flag the condition reads; on a GPU that
-            # flag lives on the device, and reading it made the host wait for
-            # every step: `_skipping_steps`.)
-            done = tf.constant(0)
-            while self._goes_on(done, num_steps):
+            # counter alone, on the host. (A condition on anything a step
+            # computes, as `max_skips` needs, is read on the device: on a GPU
+            # the host then waits for every step: `_skipping_steps`.)
+            def step(done, totals, state):
                 _, totals, state = self._next_step(iterator, totals, stamps, state)
-                done += 1
+                return done + 1, totals, state
+
+            _, totals, state = tf.while_loop(
+                lambda done, *_: self._goes_on(done, num_steps), step,
+                (tf.constant(0), totals, state))
         for sums, total in zip(self._sums, totals):
             self.strategy.run(sums.assign, args=(total,))
         results = {**self._means(), **objectives_lib.learning_rates(self.objectives)}
@@ -424,24 +431,27 @@ class Trainer(AbstractTrainer):
         `max_skips` in a row. That stop is a condition on a value the device
         computes, so each step ends with the host reading it: the price of
         `max_skips`, paid only where it is set."""
-        skipped = tf.constant(0, tf.int64)
-        done = tf.constant(0)
-        if not self.max_skips:
-            while self._goes_on(done, num_steps):
-                step_skipped, totals, state = self._next_step(iterator, totals, stamps, state)
-                skipped += tf.cast(step_skipped, tf.int64)
-                done += 1
-            return totals, skipped, state
-        # Skipped steps in a row (loop-carried; the variable written once, after the loop).
-        streak = tf.convert_to_tensor(self._skip_streak)
-        while self._goes_on(done, num_steps):
+        def step(done, skipped, streak, stop, totals, state):
             step_skipped, totals, state = self._next_step(iterator, totals, stamps, state)
             skipped += tf.cast(step_skipped, tf.int64)
-            done += 1
-            streak = tf.where(step_skipped, streak + 1, tf.constant(0, tf.int64))
-            if streak >= self.max_skips:
-                break
-        self._skip_streak.assign(streak)
+            if self.max_skips:  # skipped steps in a row: `max_skips` of them end the loop
+                streak = tf.where(step_skipped, streak + 1, tf.constant(0, tf.int64))
+                stop = streak >= self.max_skips
+            return done + 1, skipped, streak, stop, totals, state
+
+        # The streak is loop-carried; its variable is written once, after the loop.
+        streak = (tf.convert_to_tensor(self._skip_streak) if self.max_skips
+                  else tf.constant(0, tf.int64))
+
+        def goes_on(done, skipped, streak, stop, *_):
+            more = self._goes_on(done, num_steps)
+            return tf.logical_and(tf.logical_not(stop), more) if self.max_skips else more
+
+        _, skipped, streak, _, totals, state = tf.while_loop(
+            goes_on, step, (tf.constant(0), tf.constant(0, tf.int64), streak,
+                            tf.constant(False), totals, state))
+        if self.max_skips:
+            self._skip_streak.assign(streak)
         return totals, skipped, state
 
     def request_stop(self) -> None:
@@ -557,13 +567,14 @@ class Trainer(AbstractTrainer):
         bound to the objective: the rest of the step is the same."""
         if objective.gradients is None:
             return replica_gradients
-        return functools.partial(hook_gradients, objective.gradients, objective.name)
+        return functools.partial(hook_gradients, user_code.converted(objective.gradients),
+                                 objective.name)
 
     def _probe_step(self, objective):
         """The task's own step over one batch, for `metric_names` to trace."""
         def step(batch):
             return self._gradients_fn(objective)(
-                objective.loss, self.model, batch, list(objective.variables),
+                user_code.converted(objective.loss), self.model, batch, list(objective.variables),
                 optimizer=objective.optimizer, global_batch_size=self.global_batch_size,
                 micro_batches=self.accumulation_steps)
         step.__qualname__ = getattr(objective.gradients, "__qualname__", "gradients")  # its errors
@@ -572,12 +583,13 @@ class Trainer(AbstractTrainer):
     def _compute_gradients(self, objective, batch):
         """Forward and backward pass of one replica (XLA-compiled with jit_compile)."""
         gradients_fn = self._gradients_fn(objective)
+        loss = user_code.converted(objective.loss)
         if self.accumulation_steps > 1:
             return accumulated_gradients(
-                objective.loss, self.model, batch, list(objective.variables),
+                loss, self.model, batch, list(objective.variables),
                 optimizer=objective.optimizer, global_batch_size=self.global_batch_size,
                 micro_batches=self.accumulation_steps, gradients_fn=gradients_fn)
-        return gradients_fn(objective.loss, self.model, batch, list(objective.variables),
+        return gradients_fn(loss, self.model, batch, list(objective.variables),
                             optimizer=objective.optimizer, global_batch_size=self.global_batch_size)
 
     def _replica_step(self, index, stamps, batch, totals):
@@ -635,7 +647,8 @@ class Trainer(AbstractTrainer):
 
         step = WholeStep(all_reduce=all_reduce, optimizer=objective.optimizer,
                          global_batch_size=self.global_batch_size)
-        reported_loss, metrics = whole_step_output(objective.train_step, self.model, batch, step)
+        reported_loss, metrics = whole_step_output(user_code.converted(objective.train_step),
+                                                   self.model, batch, step)
         count = _examples(reported_loss)
         grad_norm = marks.get("norm", tf.constant(0.0))
         step_totals = self._sums[index].step_totals(count, {

@@ -44,6 +44,7 @@ import tensorflow as tf
 from tfloop.engine.loop.replica_step import replica_gradients
 from tfloop.engine.loop.trainer import Trainer
 from tfloop.engine.runtime import hardware
+from tfloop.engine.task import user_code
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +66,9 @@ def replica_spec(element_spec: Any, per_replica_batch: int) -> Optional[Any]:
 def count(fn: Callable[[Any], Any], spec: Any) -> Optional[float]:
     """Float operations of one call of `fn(batch)`, traced at `spec`; None
     when it cannot be traced or counted (a custom step may not trace
-    outside the loop): no count is better than a wrong one."""
+    outside the loop): no count is better than a wrong one. Traced without
+    autograph, as the engine's loops are: `fn` converts the user's code it
+    calls (`engine.task.user_code.converted`)."""
     if spec is None:
         return None
     began = time.perf_counter()
@@ -75,7 +78,7 @@ def count(fn: Callable[[Any], Any], spec: Any) -> Optional[float]:
     # process; nothing the user can act on.
     tf_logger.setLevel(logging.ERROR)
     try:
-        graph = tf.function(fn).get_concrete_function(spec).graph
+        graph = tf.function(fn, autograph=False).get_concrete_function(spec).graph
         options = (tf.compat.v1.profiler.ProfileOptionBuilder(
             tf.compat.v1.profiler.ProfileOptionBuilder.float_operation())
             .with_empty_output().build())
@@ -125,7 +128,7 @@ def of_trainer(trainer: Trainer) -> Optional[float]:
     total = 0.0
     for objective in trainer.objectives:
         flops = count(functools.partial(
-            replica_gradients, objective.loss, trainer.model, variables=list(objective.variables),
+            replica_gradients, user_code.converted(objective.loss), trainer.model, variables=list(objective.variables),
             optimizer=objective.optimizer, global_batch_size=trainer.global_batch_size), spec)
         if flops is None:
             return None

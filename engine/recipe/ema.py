@@ -86,8 +86,9 @@ class WeightAverage:
                                  aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
                 for key, weight in zip(keys, self._weights)}
         self._pairs = list(zip(self._weights, self.averages.values()))
-        self._trade_all = tf.function(self._trade_places)
-        self._reset_all = tf.function(self._copy_weights)
+        # Graph-building Python only: no autograph (engine.task.user_code says why).
+        self._trade_all = tf.function(self._trade_places, autograph=False)
+        self._reset_all = tf.function(self._copy_weights, autograph=False)
 
     def update(self, step: tf.Tensor) -> None:
         """The average after global step `step`; cross-replica context (the
