@@ -71,7 +71,7 @@ class Evaluator(AbstractEvaluator):
         def goes_on(step, more):
             return tf.logical_and(more, tf.logical_or(num_steps < 0, step < num_steps))
 
-        def step(step, more):
+        def next_batch(step, more):
             batch = iterator.get_next_as_optional()
 
             def evaluate():
@@ -81,7 +81,7 @@ class Evaluator(AbstractEvaluator):
             more = batch.has_value()  # false: the dataset ended
             return tf.cond(more, evaluate, lambda: step), more
 
-        tf.while_loop(goes_on, step, (tf.constant(0, tf.int32), tf.constant(True)))
+        tf.while_loop(goes_on, next_batch, (tf.constant(0, tf.int32), tf.constant(True)))
         return self._sums.means()
 
     def _replica_step(self, batch):

@@ -3,7 +3,10 @@
 `Trainer`, `ParameterServerTrainer` and `Evaluator` differ in how they loop
 and reduce, not in what one replica computes: the loss over the *global*
 batch, the gradients, and which metrics the user's loss function reports.
-Keeping that here means a fix to the loss scaling reaches every strategy::
+Keeping that here means a fix to the loss scaling reaches every strategy.
+It is also where a step calls the user's code (`loss_fn`, a task's
+`gradients` and `train_step`), so that code is converted by autograph here
+(`engine.task.user_code`), whichever loop, traced without autograph, calls it::
 
     out   = loss_fn(model, batch, training=True)
     loss  = compute_average_loss(out.per_example_loss, global_batch_size)
@@ -197,7 +200,7 @@ class WholeStep:
 def whole_step_output(step_fn: Callable, model: Any, batch: Any, step: WholeStep):
     """`step_fn(model, batch, step)` (`Task.train_step`) checked as the
     engine's records need it: (per-example loss in float32, metrics)."""
-    output = step_fn(model, batch, step)
+    output = user_code.converted(step_fn)(model, batch, step)
     where = getattr(step_fn, "__qualname__", "train_step")
     if not isinstance(output, LossOutput):
         raise ConfigError(f"{where} returned {type(output).__name__}, not a tfloop.LossOutput("
@@ -216,7 +219,7 @@ def hook_gradients(hook: Callable, objective: str, loss_fn: LossFn, model: Any, 
     step = ReplicaStep(objective=objective, loss_fn=loss_fn, variables=variables,
                        optimizer=optimizer, global_batch_size=global_batch_size,
                        micro_batches=micro_batches)
-    output = hook(model, batch, step)
+    output = user_code.converted(hook)(model, batch, step)
     where = getattr(hook, "__qualname__", "gradients")
     if not isinstance(output, Gradients):
         raise ConfigError(f"{where} returned {type(output).__name__}, not tfloop.Gradients("
@@ -255,7 +258,7 @@ def replica_gradients(loss_fn: LossFn, model: Any, batch: Any, variables: list, 
       loss function's metrics).
     """
     with tf.GradientTape() as tape:
-        output: LossOutput = loss_fn(model, batch, training=True)
+        output: LossOutput = user_code.converted(loss_fn)(model, batch, training=True)
         per_example_loss = tf.cast(output.per_example_loss, tf.float32)
         loss = tf.nn.compute_average_loss(per_example_loss, global_batch_size=global_batch_size)
         regularization = getattr(model, "losses", None)

@@ -3,8 +3,8 @@
 One call of `Trainer.train(num_steps)` is one loop: a single `tf.function`
 call whose body is a `tf.while_loop`, so Python runs once per loop, not once
 per step. The loop is written out (`tf.while_loop`, `tf.cond`) and traced
-without autograph; only the task's code it calls is converted
-(`engine.task.user_code`)::
+without autograph; only the task's code it calls is converted, where
+`engine.loop.replica_step` calls it (`engine.task.user_code`)::
 
     optimizer.learning_rate = schedule(global_step)    # a constant rate: once per loop
     totals = zeros on every replica                    # the loop's running sums
@@ -114,7 +114,6 @@ from tfloop.engine.recipe import objectives as objectives_lib
 from tfloop.engine.option import INT32_MAX
 from tfloop.engine.recipe.ema import WeightAverage
 from tfloop.engine.errors import NonFinite, steps_text
-from tfloop.engine.task import user_code
 from tfloop.engine.task.losses import LossFn, classification_loss
 from tfloop.engine.loop.replica_step import (WholeStep, accumulated_gradients, hook_gradients,
                                              metric_names, replica_gradients,
@@ -567,14 +566,13 @@ class Trainer(AbstractTrainer):
         bound to the objective: the rest of the step is the same."""
         if objective.gradients is None:
             return replica_gradients
-        return functools.partial(hook_gradients, user_code.converted(objective.gradients),
-                                 objective.name)
+        return functools.partial(hook_gradients, objective.gradients, objective.name)
 
     def _probe_step(self, objective):
         """The task's own step over one batch, for `metric_names` to trace."""
         def step(batch):
             return self._gradients_fn(objective)(
-                user_code.converted(objective.loss), self.model, batch, list(objective.variables),
+                objective.loss, self.model, batch, list(objective.variables),
                 optimizer=objective.optimizer, global_batch_size=self.global_batch_size,
                 micro_batches=self.accumulation_steps)
         step.__qualname__ = getattr(objective.gradients, "__qualname__", "gradients")  # its errors
@@ -583,13 +581,12 @@ class Trainer(AbstractTrainer):
     def _compute_gradients(self, objective, batch):
         """Forward and backward pass of one replica (XLA-compiled with jit_compile)."""
         gradients_fn = self._gradients_fn(objective)
-        loss = user_code.converted(objective.loss)
         if self.accumulation_steps > 1:
             return accumulated_gradients(
-                loss, self.model, batch, list(objective.variables),
+                objective.loss, self.model, batch, list(objective.variables),
                 optimizer=objective.optimizer, global_batch_size=self.global_batch_size,
                 micro_batches=self.accumulation_steps, gradients_fn=gradients_fn)
-        return gradients_fn(loss, self.model, batch, list(objective.variables),
+        return gradients_fn(objective.loss, self.model, batch, list(objective.variables),
                             optimizer=objective.optimizer, global_batch_size=self.global_batch_size)
 
     def _replica_step(self, index, stamps, batch, totals):
@@ -647,8 +644,7 @@ class Trainer(AbstractTrainer):
 
         step = WholeStep(all_reduce=all_reduce, optimizer=objective.optimizer,
                          global_batch_size=self.global_batch_size)
-        reported_loss, metrics = whole_step_output(user_code.converted(objective.train_step),
-                                                   self.model, batch, step)
+        reported_loss, metrics = whole_step_output(objective.train_step, self.model, batch, step)
         count = _examples(reported_loss)
         grad_norm = marks.get("norm", tf.constant(0.0))
         step_totals = self._sums[index].step_totals(count, {

@@ -44,7 +44,6 @@ import tensorflow as tf
 from tfloop.engine.loop.replica_step import replica_gradients
 from tfloop.engine.loop.trainer import Trainer
 from tfloop.engine.runtime import hardware
-from tfloop.engine.task import user_code
 
 logger = logging.getLogger(__name__)
 
@@ -67,8 +66,8 @@ def count(fn: Callable[[Any], Any], spec: Any) -> Optional[float]:
     """Float operations of one call of `fn(batch)`, traced at `spec`; None
     when it cannot be traced or counted (a custom step may not trace
     outside the loop): no count is better than a wrong one. Traced without
-    autograph, as the engine's loops are: `fn` converts the user's code it
-    calls (`engine.task.user_code.converted`)."""
+    autograph, as the engine's loops are: `replica_gradients` converts the
+    user's code it calls (`engine.task.user_code`)."""
     if spec is None:
         return None
     began = time.perf_counter()
@@ -128,7 +127,7 @@ def of_trainer(trainer: Trainer) -> Optional[float]:
     total = 0.0
     for objective in trainer.objectives:
         flops = count(functools.partial(
-            replica_gradients, user_code.converted(objective.loss), trainer.model, variables=list(objective.variables),
+            replica_gradients, objective.loss, trainer.model, variables=list(objective.variables),
             optimizer=objective.optimizer, global_batch_size=trainer.global_batch_size), spec)
         if flops is None:
             return None

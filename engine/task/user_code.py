@@ -10,7 +10,8 @@ CPU of a fresh process's first 30-step mirrored MLP run, paid again by every
 values, and their two loops are written out.
 
 What a step calls of the user's (a task's `loss`, `gradients`, `train_step`,
-and through them the model) still runs converted, exactly as
+and through them the model) still runs converted where the engine calls it
+(`engine.loop.replica_step`, the evaluator's step), exactly as
 `tf.function` and `strategy.run` convert it: Python `if`, `for` and `while`
 over tensors in a task work as before; Keras's and TensorFlow's own code
 stays unconverted (autograph's allowlist, which `tf.function` applies too);

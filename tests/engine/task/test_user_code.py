@@ -41,7 +41,7 @@ def test_a_users_function_is_converted_inside_a_function_traced_without_autograp
     assert user_code.converted(None) is None
 
 
-def test_what_autograph_leaves_alone_stays_unconverted():
+def test_what_autograph_leaves_alone_stays_unconverted(fresh_conversions):
     left_alone = tf.autograph.experimental.do_not_convert(_branches)
     traced = tf.function(lambda x: user_code.converted(left_alone)(x), autograph=False)
     with pytest.raises(tf.errors.OperatorNotAllowedInGraphError):
@@ -49,6 +49,7 @@ def test_what_autograph_leaves_alone_stays_unconverted():
     layer = keras.layers.Dense(2)  # Keras's own code: autograph's allowlist, as in tf.function
     out = tf.function(lambda x: user_code.converted(layer)(x), autograph=False)(tf.ones([3, 4]))
     assert out.shape == (3, 2)
+    assert fresh_conversions == []  # neither the marked function nor any of Keras's
 
 
 def _branching_loss(model, batch, training):
