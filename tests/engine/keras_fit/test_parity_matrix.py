@@ -213,11 +213,6 @@ class KernelSums(keras.callbacks.Callback):
         logs["learning_rate_seen"] = float(self.model.optimizer.learning_rate.numpy())
 
 
-def test_a_callback_that_reads_self_model(tmp_path):
-    parity.compare(dense, dataset(), model_dir=tmp_path, epochs=2,
-                   callbacks=lambda: [KernelSums()])
-
-
 def test_learning_rate_scheduler(tmp_path):
     parity.compare(dense, dataset(), model_dir=tmp_path, epochs=3, callbacks=lambda: [
         keras.callbacks.LearningRateScheduler(lambda epoch, lr: 0.2 / (epoch + 1)),
@@ -258,13 +253,28 @@ def test_dropout_seeded(tmp_path, replicas):
     parity.compare(dropped_out, dataset(), replicas=replicas, model_dir=tmp_path, epochs=2)
 
 
-def test_a_second_fit_on_the_same_model(tmp_path):
-    """Keras: `model.fit(epochs=2)` twice trains four epochs. tfloop: the
-    model_dir resumes, so the second call names the total (epochs=4); it
-    trains the same two more epochs, numbered 2 and 3 (Keras numbers them 0, 1)."""
-    first = parity.run_keras(dense, dataset(), epochs=2)
+def test_a_callback_that_reads_self_model_then_a_second_fit_on_the_same_model(tmp_path):
+    """Two former cases on one pair of first fits (the second case's first
+    fits were not compared; the first case's were exactly these, callback
+    included, and a callback that only reads the model changes no weight):
+
+    - (was test_a_callback_that_reads_self_model) `KernelSums`, a callback
+      reading `self.model` (its weights and optimizer) at each epoch's end
+      and putting it in the logs: the first fits (dense, 88 examples at 16,
+      2 replicas, 2 epochs) agree on every log, the callback's included, and
+      every weight (parity.assert_same, as parity.compare asserts);
+    - (was test_a_second_fit_on_the_same_model) Keras: `model.fit(epochs=2)`
+      twice trains four epochs. tfloop: the model_dir resumes, so the second
+      call names the total (epochs=4); it trains the same two more epochs,
+      numbered 2 and 3 (Keras numbers them 0, 1)."""
+    first = parity.run_keras(dense, dataset(), epochs=2, callbacks=lambda: [KernelSums()])
+    first_ours = parity.run_tfloop(dense, dataset(), model_dir=tmp_path, epochs=2,
+                                   callbacks=lambda: [KernelSums()])
+    # The callback that reads self.model: the first fits agree, its logs included.
+    assert {"kernel_sum", "learning_rate_seen"} <= set(first_ours.history)
+    parity.assert_same(first, first_ours)
+    # The second fit on the same model: two more epochs, the same as Keras's.
     theirs = parity.run_keras(dense, dataset(), epochs=2, model=first.model)
-    parity.run_tfloop(dense, dataset(), model_dir=tmp_path, epochs=2)
     ours = parity.run_tfloop(dense, dataset(), model_dir=tmp_path, epochs=4)
     assert theirs.epoch == [0, 1] and ours.epoch == [2, 3]
     ours.epoch = theirs.epoch
