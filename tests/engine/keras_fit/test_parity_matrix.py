@@ -22,18 +22,32 @@ def _compiled(model, metrics=("accuracy",), optimizer=None):
     return model
 
 
-def batch_normalized():
+def batch_normalized_and_dropped_out():
+    """BatchNormalization, then a seeded Dropout (was two models: BN's
+    `Dense(8), BN, relu, Dense(2)` and Dropout's `Dense(8, relu), Dropout(0.5,
+    seed=11), Dense(2)`)."""
     return _compiled(keras.Sequential([
         keras.Input((6,)), keras.layers.Dense(8), keras.layers.BatchNormalization(),
-        keras.layers.Activation("relu"), keras.layers.Dense(2)]))
+        keras.layers.Activation("relu"), keras.layers.Dropout(0.5, seed=11),
+        keras.layers.Dense(2)]))
 
 
 @pytest.mark.parametrize("replicas", [1, 2, 4])
-def test_batch_normalization_with_a_partial_last_batch(tmp_path, replicas):
-    """88 examples at 16: the last batch holds 8 (2 per replica on 4). The
-    padding that fills the engine's static step must not enter BN's batch
-    statistics, nor its moving mean and variance (compared as weights)."""
-    parity.compare(batch_normalized, dataset(), replicas=replicas, model_dir=tmp_path, epochs=2)
+def test_batch_normalization_and_seeded_dropout_with_a_partial_last_batch(tmp_path, replicas):
+    """88 examples at 16: the last batch holds 8 (2 per replica on 4), on 1,
+    2 and 4 replicas, 2 epochs; logs and every weight within 1e-6. Two former
+    cases of the same data, replicas and epochs on one model (each layer's
+    behaviour is checked by the same comparison: a wrong BN statistic or a
+    different mask moves the logs and weights as it did alone):
+
+    - (was test_batch_normalization_with_a_partial_last_batch[1, 2, 4]) the
+      padding that fills the engine's static step must not enter BN's batch
+      statistics, nor its moving mean and variance (compared as weights);
+    - (was test_dropout_seeded[1, 2]) Dropout with a seed draws the same
+      masks on both sides (each replica's batch, the partial last one
+      included); now on 4 replicas too."""
+    parity.compare(batch_normalized_and_dropped_out, dataset(), replicas=replicas,
+                   model_dir=tmp_path, epochs=2)
 
 
 def test_a_replica_left_empty_by_the_partial_batch_adds_nothing(tmp_path):
@@ -238,19 +252,6 @@ def test_early_stopping_restores_the_best_weights(tmp_path):
                                       "val_loss", patience=1, min_delta=10,
                                       restore_best_weights=True)])
     assert ours.epoch == [0, 1]
-
-
-def dropped_out():
-    return _compiled(keras.Sequential([
-        keras.Input((6,)), keras.layers.Dense(8, activation="relu"),
-        keras.layers.Dropout(0.5, seed=11), keras.layers.Dense(2)]))
-
-
-@pytest.mark.parametrize("replicas", [1, 2])
-def test_dropout_seeded(tmp_path, replicas):
-    """Dropout with a seed draws the same masks on both sides (each replica's
-    batch, the partial last one included)."""
-    parity.compare(dropped_out, dataset(), replicas=replicas, model_dir=tmp_path, epochs=2)
 
 
 def test_a_callback_that_reads_self_model_then_a_second_fit_on_the_same_model(tmp_path):
