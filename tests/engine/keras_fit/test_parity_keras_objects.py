@@ -148,16 +148,38 @@ def _mixed():
     return model
 
 
+@pytest.fixture(scope="module")
+def keras_mixed_float16():
+    """Keras's fit of `_mixed` under a global mixed_float16 policy (2
+    replicas, 2 epochs, `_dataset()`), made once per module and worker: the
+    Keras side of both mixed_float16 cases below, which only read it (its
+    History, weights and model's optimizer). The policy is restored after it."""
+    previous = keras.config.dtype_policy()
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        return parity.run_keras(_mixed, _dataset(), replicas=2, epochs=2)
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+@pytest.mark.xdist_group("keras_objects_keras_mixed_float16")
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
-def test_a_global_dtype_policy_is_the_runs_as_keras_honours_it(tmp_path, global_policy, policy):
+def test_a_global_dtype_policy_is_the_runs_as_keras_honours_it(tmp_path, global_policy, policy,
+                                                                keras_mixed_float16):
     """`keras.mixed_precision.set_global_policy(...)` at the top of the
     script (Keras's mixed precision guide): the model computes in float16
     (bfloat16), under mixed_float16 with the LossScaleOptimizer Keras's
     `compile` made (not wrapped twice), as Keras's fit trains it: logs and
-    weights within 1e-3; run.json's range says the precision."""
+    weights within 1e-3; run.json's range says the precision. Keras's side
+    under mixed_float16 is the module's `keras_mixed_float16` (the same fit
+    as test_run_config_mixed_precision_wins_over_the_global_policy's)."""
     global_policy(policy)
-    theirs, ours = parity.compare(_mixed, _dataset(), replicas=2, model_dir=tmp_path, epochs=2,
-                                  rtol=1e-3, atol=1e-4)
+    if policy == "mixed_float16":
+        theirs = keras_mixed_float16
+    else:
+        theirs = parity.run_keras(_mixed, _dataset(), replicas=2, epochs=2)
+    ours = parity.run_tfloop(_mixed, _dataset(), model_dir=tmp_path, replicas=2, epochs=2)
+    parity.assert_same(theirs, ours, rtol=1e-3, atol=1e-4)  # as parity.compare asserts
     assert ours.model.layers[0].compute_dtype == policy.split("_")[1]
     optimizer = ours.model.optimizer
     if policy == "mixed_float16":
@@ -170,14 +192,15 @@ def test_a_global_dtype_policy_is_the_runs_as_keras_honours_it(tmp_path, global_
     assert record["ranges"][-1]["mixed_precision"] == policy
 
 
-def test_run_config_mixed_precision_wins_over_the_global_policy(tmp_path, global_policy):
+@pytest.mark.xdist_group("keras_objects_keras_mixed_float16")
+def test_run_config_mixed_precision_wins_over_the_global_policy(tmp_path, global_policy,
+                                                                keras_mixed_float16):
     """`RunConfig(mixed_precision="mixed_float16")` (`bin/train
     --mixed_precision`) over a global mixed_bfloat16: float16 with one
     LossScaleOptimizer (Keras's `compile`, under the policy the engine sets
     for the model, made it; the engine does not wrap it again), as Keras's
-    fit under mixed_float16, within 1e-3."""
-    global_policy("mixed_float16")
-    theirs = parity.run_keras(_mixed, _dataset(), replicas=2, epochs=2)
+    fit under mixed_float16 (the module's `keras_mixed_float16`), within 1e-3."""
+    theirs = keras_mixed_float16
     global_policy("mixed_bfloat16")
     ours = parity.run_tfloop(_mixed, _dataset(), model_dir=tmp_path, replicas=2, epochs=2,
                              config_overrides={"mixed_precision": "mixed_float16"})

@@ -22,18 +22,32 @@ def _compiled(model, metrics=("accuracy",), optimizer=None):
     return model
 
 
-def batch_normalized():
+def batch_normalized_and_dropped_out():
+    """BatchNormalization, then a seeded Dropout (was two models: BN's
+    `Dense(8), BN, relu, Dense(2)` and Dropout's `Dense(8, relu), Dropout(0.5,
+    seed=11), Dense(2)`)."""
     return _compiled(keras.Sequential([
         keras.Input((6,)), keras.layers.Dense(8), keras.layers.BatchNormalization(),
-        keras.layers.Activation("relu"), keras.layers.Dense(2)]))
+        keras.layers.Activation("relu"), keras.layers.Dropout(0.5, seed=11),
+        keras.layers.Dense(2)]))
 
 
 @pytest.mark.parametrize("replicas", [1, 2, 4])
-def test_batch_normalization_with_a_partial_last_batch(tmp_path, replicas):
-    """88 examples at 16: the last batch holds 8 (2 per replica on 4). The
-    padding that fills the engine's static step must not enter BN's batch
-    statistics, nor its moving mean and variance (compared as weights)."""
-    parity.compare(batch_normalized, dataset(), replicas=replicas, model_dir=tmp_path, epochs=2)
+def test_batch_normalization_and_seeded_dropout_with_a_partial_last_batch(tmp_path, replicas):
+    """88 examples at 16: the last batch holds 8 (2 per replica on 4), on 1,
+    2 and 4 replicas, 2 epochs; logs and every weight within 1e-6. Two former
+    cases of the same data, replicas and epochs on one model (each layer's
+    behaviour is checked by the same comparison: a wrong BN statistic or a
+    different mask moves the logs and weights as it did alone):
+
+    - (was test_batch_normalization_with_a_partial_last_batch[1, 2, 4]) the
+      padding that fills the engine's static step must not enter BN's batch
+      statistics, nor its moving mean and variance (compared as weights);
+    - (was test_dropout_seeded[1, 2]) Dropout with a seed draws the same
+      masks on both sides (each replica's batch, the partial last one
+      included); now on 4 replicas too."""
+    parity.compare(batch_normalized_and_dropped_out, dataset(), replicas=replicas,
+                   model_dir=tmp_path, epochs=2)
 
 
 def test_a_replica_left_empty_by_the_partial_batch_adds_nothing(tmp_path):
@@ -76,16 +90,10 @@ def mean_logit(y_true, y_pred):
     return keras.ops.mean(y_pred, axis=-1)
 
 
-def metric_functions():
-    return _compiled(keras.Sequential([keras.Input((6,)), keras.layers.Dense(2)]),
-                     metrics=[keras.metrics.sparse_categorical_accuracy, mean_logit])
-
-
-def test_metric_functions(tmp_path):
-    """`metrics=[keras.metrics.sparse_categorical_accuracy]` as the
-    MirroredStrategy note writes it, and a function of the user's own."""
-    theirs, ours = parity.compare(metric_functions, dataset(), model_dir=tmp_path, epochs=2)
-    assert {"sparse_categorical_accuracy", "mean_logit"} <= set(ours.history)
+#: "accuracy" (the subclassed cases' own), then
+#: `metrics=[keras.metrics.sparse_categorical_accuracy]` as the
+#: MirroredStrategy note writes it, and a function of the user's own.
+METRIC_FUNCTIONS = ("accuracy", keras.metrics.sparse_categorical_accuracy, mean_logit)
 
 
 class Subclassed(keras.Model):
@@ -99,18 +107,31 @@ class Subclassed(keras.Model):
 
 
 def subclassed():
-    return _compiled(Subclassed())
+    return _compiled(Subclassed(), metrics=METRIC_FUNCTIONS)
 
 
 def subclassed_built():
     model = Subclassed()
     model.build((None, 6))
-    return _compiled(model)
+    return _compiled(model, metrics=METRIC_FUNCTIONS)
 
 
 @pytest.mark.parametrize("build", [subclassed, subclassed_built], ids=["unbuilt", "built"])
-def test_a_subclassed_model(tmp_path, build):
-    parity.compare(build, dataset(), model_dir=tmp_path, epochs=2)
+def test_a_subclassed_model_with_metric_functions(tmp_path, build):
+    """Two former cases of the same data, replicas (2) and epochs (2) on one
+    model, compiled with metric functions (how a model is defined and which
+    metrics it compiles are independent: the metrics run on the outputs
+    whatever made them):
+
+    - (was test_a_subclassed_model[unbuilt, built]) a subclassed
+      `keras.Model`, built by its first call or before `compile`: logs and
+      weights within 1e-6;
+    - (was test_metric_functions, on a `Dense(2)` model, now on both of these)
+      `metrics=[keras.metrics.sparse_categorical_accuracy]` as the
+      MirroredStrategy note writes it, and a function of the user's own:
+      logged under their names, within 1e-6 of Keras's ("accuracy" too)."""
+    theirs, ours = parity.compare(build, dataset(), model_dir=tmp_path, epochs=2)
+    assert {"sparse_categorical_accuracy", "mean_logit"} <= set(ours.history)
 
 
 def test_class_weight_validation_freq_and_initial_epoch(tmp_path):
@@ -213,11 +234,6 @@ class KernelSums(keras.callbacks.Callback):
         logs["learning_rate_seen"] = float(self.model.optimizer.learning_rate.numpy())
 
 
-def test_a_callback_that_reads_self_model(tmp_path):
-    parity.compare(dense, dataset(), model_dir=tmp_path, epochs=2,
-                   callbacks=lambda: [KernelSums()])
-
-
 def test_learning_rate_scheduler(tmp_path):
     parity.compare(dense, dataset(), model_dir=tmp_path, epochs=3, callbacks=lambda: [
         keras.callbacks.LearningRateScheduler(lambda epoch, lr: 0.2 / (epoch + 1)),
@@ -245,26 +261,28 @@ def test_early_stopping_restores_the_best_weights(tmp_path):
     assert ours.epoch == [0, 1]
 
 
-def dropped_out():
-    return _compiled(keras.Sequential([
-        keras.Input((6,)), keras.layers.Dense(8, activation="relu"),
-        keras.layers.Dropout(0.5, seed=11), keras.layers.Dense(2)]))
+def test_a_callback_that_reads_self_model_then_a_second_fit_on_the_same_model(tmp_path):
+    """Two former cases on one pair of first fits (the second case's first
+    fits were not compared; the first case's were exactly these, callback
+    included, and a callback that only reads the model changes no weight):
 
-
-@pytest.mark.parametrize("replicas", [1, 2])
-def test_dropout_seeded(tmp_path, replicas):
-    """Dropout with a seed draws the same masks on both sides (each replica's
-    batch, the partial last one included)."""
-    parity.compare(dropped_out, dataset(), replicas=replicas, model_dir=tmp_path, epochs=2)
-
-
-def test_a_second_fit_on_the_same_model(tmp_path):
-    """Keras: `model.fit(epochs=2)` twice trains four epochs. tfloop: the
-    model_dir resumes, so the second call names the total (epochs=4); it
-    trains the same two more epochs, numbered 2 and 3 (Keras numbers them 0, 1)."""
-    first = parity.run_keras(dense, dataset(), epochs=2)
+    - (was test_a_callback_that_reads_self_model) `KernelSums`, a callback
+      reading `self.model` (its weights and optimizer) at each epoch's end
+      and putting it in the logs: the first fits (dense, 88 examples at 16,
+      2 replicas, 2 epochs) agree on every log, the callback's included, and
+      every weight (parity.assert_same, as parity.compare asserts);
+    - (was test_a_second_fit_on_the_same_model) Keras: `model.fit(epochs=2)`
+      twice trains four epochs. tfloop: the model_dir resumes, so the second
+      call names the total (epochs=4); it trains the same two more epochs,
+      numbered 2 and 3 (Keras numbers them 0, 1)."""
+    first = parity.run_keras(dense, dataset(), epochs=2, callbacks=lambda: [KernelSums()])
+    first_ours = parity.run_tfloop(dense, dataset(), model_dir=tmp_path, epochs=2,
+                                   callbacks=lambda: [KernelSums()])
+    # The callback that reads self.model: the first fits agree, its logs included.
+    assert {"kernel_sum", "learning_rate_seen"} <= set(first_ours.history)
+    parity.assert_same(first, first_ours)
+    # The second fit on the same model: two more epochs, the same as Keras's.
     theirs = parity.run_keras(dense, dataset(), epochs=2, model=first.model)
-    parity.run_tfloop(dense, dataset(), model_dir=tmp_path, epochs=2)
     ours = parity.run_tfloop(dense, dataset(), model_dir=tmp_path, epochs=4)
     assert theirs.epoch == [0, 1] and ours.epoch == [2, 3]
     ours.epoch = theirs.epoch
