@@ -35,11 +35,26 @@ def _built_in(strategy, seed=3):
         return _build()
 
 
+@pytest.fixture(scope="module")
+def keras_fit():
+    """Keras's own `fit` of `_build` on 2 replicas, 2 epochs, validated each
+    epoch on the training data: the reference of both comparing tests below
+    (validation trains nothing: its weights are those of the same fit without
+    it). Read only."""
+    data = parity.dataset(EXAMPLES, BATCH)
+    return parity.run_keras(_build, data, epochs=2, validation_data=data)
+
+
+#: The tests reading `keras_fit`: one worker runs it once (`--dist loadgroup`).
+KERAS_FIT = pytest.mark.xdist_group("test_fit_adopts_keras_fit")
+
+
+@KERAS_FIT
 @pytest.mark.compares  # trained against Keras's own fit (tests/tiers.py)
-def test_fit_trains_the_scripts_model_on_its_strategy_as_keras_fit_does(tmp_path):
+def test_fit_trains_the_scripts_model_on_its_strategy_as_keras_fit_does(tmp_path, keras_fit):
     data = parity.dataset(EXAMPLES, BATCH)
     strategy = parity.keras_strategy(2)
-    theirs = parity.run_keras(_build, data, epochs=2, validation_data=data)
+    theirs = keras_fit
 
     model = _built_in(strategy)
     before = [np.array(w) for w in model.get_weights()]
@@ -95,15 +110,17 @@ def test_which_strategies_are_adopted_and_as_what():
         adoption.adopted_placement(object())
 
 
+@KERAS_FIT
 @pytest.mark.compares  # trained against Keras's own fit (tests/tiers.py)
-def test_after_fit_the_scripts_optimizer_reduces_as_keras_again(tmp_path):
+def test_after_fit_the_scripts_optimizer_reduces_as_keras_again(tmp_path, keras_fit):
     """The engine turns Keras's own gradient reduction off for its run and on
     again after it: one epoch of tfloop.fit then one of Keras's `model.fit`
     on the same model trains what two epochs of Keras's fit train (left off,
-    Keras's epoch would apply each replica's gradient alone)."""
+    Keras's epoch would apply each replica's gradient alone; the two epochs
+    are `keras_fit`'s, whose validation trains nothing)."""
     data = parity.dataset(EXAMPLES, BATCH)
     strategy = parity.keras_strategy(2)
-    theirs = parity.run_keras(_build, data, epochs=2)
+    theirs = keras_fit
 
     model = _built_in(strategy)
     fit(model, data, epochs=1, verbose=0,

@@ -58,14 +58,31 @@ def one_device(model_dir, **overrides):
 
 # --- item 3: a second fit on a finished run ------------------------------------------------
 
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished `fit` of `dense`: one device, 2 epochs, validated each epoch:
+    (its History, its model_dir). Read by the second-fit test (which fits
+    again in its model_dir: nothing trains there, and no other test reads the
+    folder) and, as the uninterrupted run, by the BackupAndRestore test (its
+    weights and train logs: the validation trains nothing)."""
+    model_dir = tmp_path_factory.mktemp("finished")
+    history = fit(dense, dataset(), epochs=2, validation_data=dataset(32, seed=1),
+                  config=one_device(model_dir), verbose=0)
+    return history, model_dir
+
+
+#: The tests reading `finished`: one worker trains it once (`--dist loadgroup`).
+FINISHED = pytest.mark.xdist_group("test_fit_callbacks_finished")
+
+
+@FINISHED
 def test_a_second_fit_of_a_finished_run_with_validation_trains_nothing_as_keras_initial_epoch(
-        tmp_path):
+        finished):
     """The same call again resumes; the run is done, so nothing trains: an empty
     History, as Keras's `fit(epochs=2, initial_epoch=2)` returns (no exception)."""
-    first = fit(dense, dataset(), epochs=2, validation_data=dataset(32, seed=1),
-                config=one_device(tmp_path), verbose=0)
+    first, model_dir = finished
     again = fit(dense, dataset(), epochs=2, validation_data=dataset(32, seed=1),
-                config=one_device(tmp_path), verbose=0)
+                config=one_device(model_dir), verbose=0)
     keras_side = dense().fit(dataset(), epochs=2, initial_epoch=2,
                              validation_data=dataset(32, seed=1), verbose=0)
     assert first.epoch == [0, 1] and "val_loss" in first.history
@@ -75,29 +92,51 @@ def test_a_second_fit_of_a_finished_run_with_validation_trains_nothing_as_keras_
         np.testing.assert_array_equal(a, b)  # the finished run's weights, restored
 
 
-# --- item 8: ModelCheckpoint and BackupAndRestore ---------------------------------------------
+# --- item 8: ModelCheckpoint and BackupAndRestore; item 10: LearningRateScheduler -------------
 
-def test_model_checkpoint_writes_what_keras_writes(tmp_path):
+@pytest.fixture(scope="module")
+def checkpointed(tmp_path_factory):
+    """One parity run of `dense` on 2 replicas, 2 epochs, with the callbacks of
+    two former tests: ModelCheckpoint of the whole model each epoch and of the
+    best weights (each side into its own folder) and a LearningRateScheduler
+    halving the rate each epoch: (folder, keras's side, tfloop's side).
+    `parity.compare` asserted the sides agree (epochs, every log, every
+    weight). Read by the ModelCheckpoint and the History tests; nobody writes."""
+    folder = tmp_path_factory.mktemp("checkpointed")
     sides = iter(["keras", "tfloop"])
 
     def callbacks():
-        directory = tmp_path / next(sides)
+        directory = folder / next(sides)
         return [keras.callbacks.ModelCheckpoint(str(directory / "ckpt-{epoch}.keras")),
                 keras.callbacks.ModelCheckpoint(str(directory / "best.weights.h5"),
                                                 monitor="loss", save_best_only=True,
-                                                save_weights_only=True)]
+                                                save_weights_only=True),
+                keras.callbacks.LearningRateScheduler(lambda epoch, rate: rate * 0.5)]
 
-    theirs, ours = parity.compare(dense, dataset(), replicas=2, model_dir=tmp_path / "run",
+    theirs, ours = parity.compare(dense, dataset(), replicas=2, model_dir=folder / "run",
                                   epochs=2, callbacks=callbacks)
-    names = sorted(os.listdir(tmp_path / "keras"))
-    assert names == sorted(os.listdir(tmp_path / "tfloop")) == [
+    return folder, theirs, ours
+
+
+#: The tests reading `checkpointed`: one worker trains it once (`--dist loadgroup`).
+CHECKPOINTED = pytest.mark.xdist_group("test_fit_callbacks_checkpointed")
+
+
+@CHECKPOINTED
+def test_model_checkpoint_writes_what_keras_writes(checkpointed):
+    """Both ModelCheckpoints write the same files as Keras's, the whole-model
+    ones with the same weights, apart from the engine's own checkpoints
+    (in the run of `checkpointed`, with its LearningRateScheduler)."""
+    folder, _, _ = checkpointed
+    names = sorted(os.listdir(folder / "keras"))
+    assert names == sorted(os.listdir(folder / "tfloop")) == [
         "best.weights.h5", "ckpt-1.keras", "ckpt-2.keras"]
     for name in ("ckpt-1.keras", "ckpt-2.keras"):
-        a = keras.models.load_model(tmp_path / "keras" / name)
-        b = keras.models.load_model(tmp_path / "tfloop" / name)
+        a = keras.models.load_model(folder / "keras" / name)
+        b = keras.models.load_model(folder / "tfloop" / name)
         for x, y in zip(a.get_weights(), b.get_weights()):
             np.testing.assert_allclose(y, x, rtol=parity.RTOL, atol=parity.ATOL)
-    assert "ckpt-2.keras" not in os.listdir(tmp_path / "run")  # the engine's own are apart
+    assert "ckpt-2.keras" not in os.listdir(folder / "run")  # the engine's own are apart
 
 
 class _Interrupt(keras.callbacks.Callback):
@@ -113,10 +152,15 @@ class _Interrupt(keras.callbacks.Callback):
             raise RuntimeError("interrupted")
 
 
-def test_backup_and_restore_is_the_engines_exact_resume_and_is_deleted_when_done(tmp_path):
+@FINISHED
+def test_backup_and_restore_is_the_engines_exact_resume_and_is_deleted_when_done(
+        tmp_path, finished):
+    """Interrupted mid-epoch and fitted again with BackupAndRestore: it resumes
+    from the backup at step 6 and trains the weights and the epoch's logs of
+    the uninterrupted run (`finished`: the same model, data, seed and
+    config, validated besides), then deletes its backup."""
     backup_dir = tmp_path / "backup"
-    straight = fit(dense, dataset(), epochs=2, config=one_device(tmp_path / "straight"),
-                   verbose=0)
+    straight, _ = finished
     config = RunConfig(strategy="one_device", devices="cpu:0", seed=3, steps_per_loop=2)
     backup = lambda: keras.callbacks.BackupAndRestore(str(backup_dir), save_freq=2)  # noqa
     with pytest.raises(RuntimeError, match="interrupted"):
@@ -172,11 +216,11 @@ def test_without_terminate_on_nan_the_engine_still_stops_with_its_error(tmp_path
 
 # --- item 10: jit_compile, verbose, History ---------------------------------------------------
 
-def test_history_has_what_keras_logs_learning_rate_included_and_no_grad_norm(tmp_path):
-    schedule = lambda: [keras.callbacks.LearningRateScheduler(  # noqa: E731
-        lambda epoch, rate: rate * 0.5)]
-    theirs, ours = parity.compare(dense, dataset(), replicas=2, model_dir=tmp_path, epochs=2,
-                                  callbacks=schedule)
+@CHECKPOINTED
+def test_history_has_what_keras_logs_learning_rate_included_and_no_grad_norm(checkpointed):
+    """With a LearningRateScheduler halving the rate (`checkpointed`'s run):
+    the same log names as Keras's History, the rate among them, no grad_norm."""
+    _, theirs, ours = checkpointed
     assert set(ours.history) == set(theirs.history)
     assert "learning_rate" in ours.history and "grad_norm" not in ours.history
     np.testing.assert_allclose(ours.history["learning_rate"], [0.05, 0.025])

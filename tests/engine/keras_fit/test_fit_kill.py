@@ -28,8 +28,18 @@ def _run(model_dir, log, kill_at, interval):
                       timeout=300, env=bin_env(), cwd=os.getcwd())
 
 
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """The uninterrupted run both cases' rows must be: the script's `fit` in
+    this process, to its end (fit's default checkpoints: how often it saves
+    changes no step it trains, so it is the run of either interval). Read only."""
+    return fit(dense, dataset(), epochs=3, verbose=0,
+               config=config(str(tmp_path_factory.mktemp("straight")), 0))
+
+
+@pytest.mark.xdist_group("test_fit_kill_straight")  # `straight` trained once (--dist loadgroup)
 @pytest.mark.parametrize("interval, resumes_at", [(0, 8), (3, 6)])
-def test_a_killed_fit_resumes_and_logs_each_epoch_once(tmp_path, interval, resumes_at):
+def test_a_killed_fit_resumes_and_logs_each_epoch_once(tmp_path, straight, interval, resumes_at):
     model_dir, log = tmp_path / "run", tmp_path / "log.csv"
     killed = _run(model_dir, log, 2, interval)
     assert killed.returncode == -9, killed.stderr[-2000:]
@@ -40,8 +50,6 @@ def test_a_killed_fit_resumes_and_logs_each_epoch_once(tmp_path, interval, resum
     assert result["start_step"] == resumes_at  # not step 0
     rows = list(csv.DictReader(log.open()))
     assert [row["epoch"] for row in rows] == ["0", "1", "2"]  # each once, none lost
-    straight = fit(dense, dataset(), epochs=3, verbose=0,
-                   config=config(str(tmp_path / "straight"), interval))
     for name in ("loss", "accuracy"):
         np.testing.assert_allclose([float(row[name]) for row in rows],
                                    straight.history[name], rtol=1e-6, err_msg=name)

@@ -83,16 +83,46 @@ def binary_with_stateful_metrics():
     return model
 
 
-def test_auc_precision_recall_and_a_threshold_as_keras_train_and_validation(tmp_path):
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    """`compared(build)`: Keras's `fit` and `tfloop.fit` of `build`
+    ("compiled": `binary_with_stateful_metrics`; "train_step": `penalized`) on
+    2 replicas, the weighted binary data, 2 epochs, validated each epoch: one
+    pair per module, trained on first use. Read by the parity tests of both
+    models (which assert `parity.assert_same` on it) and, as the uninterrupted
+    run, by the stop-and-resume test (its runs are its own). Nobody mutates
+    the sides or the tfloop side's model_dir."""
+    sides = {}
+
+    def get(build):
+        if build not in sides:
+            function = {"compiled": binary_with_stateful_metrics, "train_step": penalized}[build]
+            data, validation = _binary(weighted=True), _binary(40, seed=1)
+            theirs = parity.run_keras(function, data, replicas=2, epochs=2,
+                                      validation_data=validation)
+            ours = parity.run_tfloop(function, data, replicas=2, epochs=2,
+                                     validation_data=validation,
+                                     model_dir=tmp_path_factory.mktemp(f"compared_{build}"))
+            sides[build] = theirs, ours
+        return sides[build]
+
+    return get
+
+
+#: The tests reading `compared`: one worker trains each pair once (`--dist loadgroup`).
+STATEFUL = pytest.mark.xdist_group("test_parity_metrics_and_steps_stateful")
+
+
+@STATEFUL
+def test_auc_precision_recall_and_a_threshold_as_keras_train_and_validation(compared):
     """AUC, Precision, Recall (and a weighted AUC) computed by their own
     objects on each replica's rows, summed over the replicas as Keras reads
     them, reset at each epoch and around each validation: the same logs as
     Keras, train and `val_`; `BinaryAccuracy(threshold=0.7)` keeps its
     threshold. After `fit`, `model.metrics` holds what Keras's holds (the
     last validation's running values)."""
-    theirs, ours = parity.compare(binary_with_stateful_metrics, _binary(weighted=True),
-                                  replicas=2, model_dir=tmp_path, epochs=2,
-                                  validation_data=_binary(40, seed=1))
+    theirs, ours = compared("compiled")
+    parity.assert_same(theirs, ours)
     history = theirs.history
     assert history["acc_at_07"] != history["acc"]  # the threshold matters here
     assert all(0.0 < v <= 1.0 for name in ("auc", "precision", "recall", "val_auc",
@@ -120,17 +150,20 @@ class _Interrupt(keras.callbacks.Callback):
             raise RuntimeError("interrupted")
 
 
+@STATEFUL
 @pytest.mark.parametrize("build", ["compiled", "train_step"])
 def test_a_stateful_metric_resumed_inside_an_epoch_logs_what_the_uninterrupted_run_logs(
-        tmp_path, build):
+        tmp_path, compared, build):
     """AUC's counts are in the run's checkpoints: a run stopped inside its
     second epoch and resumed logs that epoch's AUC over all its steps, as the
     run that was never stopped (without them: over the steps after the
     resume); the same for a model's own `train_step` (its metrics, and the
-    weights it trains)."""
+    weights it trains). The uninterrupted run is `compared`'s tfloop side (the
+    same model, data, seed and epochs; its validation trains nothing, so its
+    weights and train logs are those of a run without it, and its `val_` logs
+    are not compared here: the stopped and resumed runs are not validated)."""
+    straight = compared(build)[1]
     build = {"compiled": binary_with_stateful_metrics, "train_step": penalized}[build]
-    straight = parity.run_tfloop(build, _binary(weighted=True),
-                                 model_dir=tmp_path / "straight", epochs=2)
     overrides = {"checkpoint_interval": 3}
     with pytest.raises(RuntimeError, match="interrupted"):
         parity.run_tfloop(build, _binary(weighted=True), model_dir=tmp_path / "resumed",
@@ -140,9 +173,13 @@ def test_a_stateful_metric_resumed_inside_an_epoch_logs_what_the_uninterrupted_r
                                 epochs=2, config_overrides=overrides)
     assert resumed.returned.run_result["start_step"] == 9  # inside epoch 2 (steps 6..11)
     assert resumed.epoch == [1] and "auc" in straight.history
-    for name, values in straight.history.items():
+    trained = {name: values for name, values in straight.history.items()
+               if not name.startswith("val_")}
+    assert set(resumed.history) == set(trained), (sorted(resumed.history), sorted(trained))
+    for name, values in trained.items():
         np.testing.assert_allclose(resumed.history[name], values[1:], rtol=parity.RTOL,
                                    err_msg=name)
+    assert len(resumed.weights) == len(straight.weights)
     for (name, a), (_, b) in zip(resumed.weights, straight.weights):
         np.testing.assert_allclose(a, b, rtol=parity.RTOL, atol=parity.ATOL, err_msg=name)
 
@@ -281,11 +318,11 @@ def penalized():
     return model
 
 
-def test_a_train_step_with_a_penalty_trains_what_keras_trains(tmp_path):
+@STATEFUL
+def test_a_train_step_with_a_penalty_trains_what_keras_trains(compared):
     """The penalty is in the weights (was: the compiled loss alone, weights
     3.6 relative apart); validation runs Keras's own `test_step`."""
-    parity.compare(penalized, _binary(weighted=True), replicas=2, model_dir=tmp_path, epochs=2,
-                   validation_data=_binary(40, seed=1))
+    parity.assert_same(*compared("train_step"))
 
 
 class Raising(keras.Sequential):
