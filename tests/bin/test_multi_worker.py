@@ -23,6 +23,8 @@ FLAGS = ["--global_batch_size=32", f"--train_steps={TRAIN_STEPS}", "--steps_per_
          f"--checkpoint_interval={CHECKPOINT_INTERVAL}", "--optimizer=sgd",
          "--learning_rate=0.1", "--mode=train", "--seed=3", "--deterministic"]
 CLUSTER = ["--strategy=multi_worker", "--collective=ring", *FLAGS]
+#: The tests that read `mirrored_weights`: on one pytest worker, so it trains once.
+MIRRORED = pytest.mark.xdist_group("test_multi_worker_mirrored")
 
 
 def _launch(*args: str, **kwargs):
@@ -58,6 +60,7 @@ def mirrored_weights(tmp_path_factory):
     return _weights(model_dir)
 
 
+@MIRRORED
 def test_two_workers_train_like_mirrored_over_two_devices(tmp_path, mirrored_weights):
     worker_tmp = tmp_path / "worker_tmp"
     worker_tmp.mkdir()
@@ -121,6 +124,7 @@ def _first_checkpoint_written(model_dir):
     return lambda: tf.train.latest_checkpoint(str(model_dir)) is not None
 
 
+@MIRRORED
 def test_kill_9_of_one_process_resumes_to_the_uninterrupted_weights(tmp_path, mirrored_weights):
     model_dir = tmp_path / "run"
     command = ["bin/train", "--strategy=mirrored", "--devices=cpu:0,cpu:1",
@@ -138,6 +142,7 @@ def test_kill_9_of_one_process_resumes_to_the_uninterrupted_weights(tmp_path, mi
     _assert_same_weights(model_dir, mirrored_weights, rtol=0, atol=0)
 
 
+@MIRRORED
 def test_a_killed_worker_leaves_the_survivor_retryable_and_the_cluster_resumes_exactly(
         tmp_path, mirrored_weights):
     """A worker killed mid-run: the SURVIVOR ends with one line naming the
