@@ -23,6 +23,17 @@ FLAGS = ["--global_batch_size=32", f"--train_steps={TRAIN_STEPS}", "--steps_per_
          f"--checkpoint_interval={CHECKPOINT_INTERVAL}", "--optimizer=sgd",
          "--learning_rate=0.1", "--mode=train", "--seed=3", "--deterministic"]
 CLUSTER = ["--strategy=multi_worker", "--collective=ring", *FLAGS]
+#: The tests that read `mirrored_weights`: on one pytest worker, so it trains once.
+MIRRORED = pytest.mark.xdist_group("test_multi_worker_mirrored")
+
+
+def _launch(*args: str, **kwargs):
+    """`bin/launch args...` run to its end in a fresh interpreter: the launcher
+    imports no TensorFlow (its tasks are fresh interpreters either way), so it
+    starts for ~0.3 s of CPU, where a fork of the binary server pays ~1 s of
+    CPU and seconds of wall time at its exit (the interpreter's last garbage
+    collection walks, and so copies, the server's TensorFlow heap)."""
+    return run_bin("launch", *args, fresh=True, **kwargs)
 
 
 def _weights(model_dir):
@@ -49,12 +60,13 @@ def mirrored_weights(tmp_path_factory):
     return _weights(model_dir)
 
 
+@MIRRORED
 def test_two_workers_train_like_mirrored_over_two_devices(tmp_path, mirrored_weights):
     worker_tmp = tmp_path / "worker_tmp"
     worker_tmp.mkdir()
     cluster_dir = tmp_path / "cluster"
-    result = run_bin(
-        "launch", "--num_workers=2", "--grace_period=5", "--",
+    result = _launch(
+        "--num_workers=2", "--grace_period=5", "--",
         "bin/train", f"--model_dir={cluster_dir}", *CLUSTER,
         env={"TMPDIR": str(worker_tmp)}, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -112,6 +124,7 @@ def _first_checkpoint_written(model_dir):
     return lambda: tf.train.latest_checkpoint(str(model_dir)) is not None
 
 
+@MIRRORED
 def test_kill_9_of_one_process_resumes_to_the_uninterrupted_weights(tmp_path, mirrored_weights):
     model_dir = tmp_path / "run"
     command = ["bin/train", "--strategy=mirrored", "--devices=cpu:0,cpu:1",
@@ -129,6 +142,7 @@ def test_kill_9_of_one_process_resumes_to_the_uninterrupted_weights(tmp_path, mi
     _assert_same_weights(model_dir, mirrored_weights, rtol=0, atol=0)
 
 
+@MIRRORED
 def test_a_killed_worker_leaves_the_survivor_retryable_and_the_cluster_resumes_exactly(
         tmp_path, mirrored_weights):
     """A worker killed mid-run: the SURVIVOR ends with one line naming the
@@ -172,7 +186,7 @@ def test_a_killed_worker_leaves_the_survivor_retryable_and_the_cluster_resumes_e
     killed_at = tf.train.latest_checkpoint(str(model_dir))
     assert killed_at is not None
 
-    result = run_bin("launch", "--num_workers=2", "--grace_period=3", "--", "bin/train",
+    result = _launch("--num_workers=2", "--grace_period=3", "--", "bin/train",
                      f"--model_dir={model_dir}", *CLUSTER, env={"TMPDIR": str(worker_tmp)},
                      timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -287,8 +301,8 @@ def test_the_evaluator_evaluates_checkpoints_and_stops_after_the_last(tmp_path):
 
     records = write_tfrecord_dir(str(tmp_path / "records"), num_shards=4)
     model_dir = tmp_path / "run"
-    result = run_bin(
-        "launch", "--num_workers=2", "--evaluator", "--grace_period=5", "--evaluator_timeout=120",
+    result = _launch(
+        "--num_workers=2", "--evaluator", "--grace_period=5", "--evaluator_timeout=120",
         "--", "bin/train", "--strategy=multi_worker", f"--model_dir={model_dir}",
         "--dataset=tfrecord", f"--data_dir={records}", "--auto_shard_policy=file",
         "--eval_timeout=60", *FLAGS, env={"TF_NUM_INTRAOP_THREADS": None}, timeout=300)

@@ -47,6 +47,13 @@ def wait_for(*names, timeout=20):
         time.sleep(0.02)
 """
 
+#: bin/launch imports no TensorFlow (its tasks here are stand-ins), so a fresh
+#: interpreter starts it for ~0.3 s of CPU; a fork of the binary server costs
+#: more (~1 s of CPU and seconds of wall time at its exit, when the interpreter's
+#: last garbage collection walks, and so copies, the server's TensorFlow heap).
+#: Every launch in this file runs fresh, as a user runs it.
+LAUNCH_FRESH = True
+
 _LINE = re.compile(r"^\[([a-z]+(?::\d+)?)\] (.*)$")
 
 
@@ -57,8 +64,9 @@ def _script(tmp_path, body: str) -> list[str]:
     return [sys.executable, str(path), str(tmp_path)]
 
 
-def _launch(*args: str, timeout: float = 60):
-    return run_bin("launch", *args, timeout=timeout)
+def _launch(*args: str, timeout: float = 60, env: dict | None = None):
+    """`bin/launch args...` run to its end, in a fresh interpreter (`LAUNCH_FRESH`)."""
+    return run_bin("launch", *args, timeout=timeout, env=env, fresh=LAUNCH_FRESH)
 
 
 def _pids(tmp_path) -> dict[str, int]:
@@ -468,7 +476,7 @@ def _threads_seen(tmp_path, *launch_args: str, env: dict, command_args=()):
     command = _script(tmp_path, """
         print("threads", os.environ.get("TF_NUM_INTRAOP_THREADS"))
     """)
-    result = run_bin("launch", *launch_args, "--", *command, *command_args, env=env, timeout=60)
+    result = _launch(*launch_args, "--", *command, *command_args, env=env, timeout=60)
     assert result.returncode == 0, result.stderr
     return result, {role: text.split()[1] for role, text in _prefixed(result.stdout)
                     if text.startswith("threads ")}
@@ -497,7 +505,7 @@ def test_each_task_gets_its_share_of_the_cores_unless_the_user_chose(tmp_path):
 
 
 def test_a_bad_thread_count_in_the_environment_is_one_line(tmp_path):
-    result = run_bin("launch", "--num_workers=2", "--", sys.executable, "-c", "pass",
+    result = _launch("--num_workers=2", "--", sys.executable, "-c", "pass",
                      env={"TF_NUM_INTRAOP_THREADS": "many"}, timeout=30)
     assert result.returncode == 2
     assert_one_line_error(result, contains="TF_NUM_INTRAOP_THREADS='many' must be a whole number")
@@ -531,7 +539,7 @@ def test_launch_timeout_asks_every_task_for_a_dump_and_gathers_them(tmp_path):
             sys.exit(0)
         time.sleep(60)
     """)
-    result = run_bin("launch", "--num_workers=2", "--timeout=2", "--grace_period=2", "--",
+    result = _launch("--num_workers=2", "--timeout=2", "--grace_period=2", "--",
                      *command, env={"TMPDIR": str(temp)}, timeout=60)
     assert result.returncode == 124, result.stderr
     assert "launch: --timeout: still running after 2 s; asked every task" in result.stderr
@@ -545,7 +553,7 @@ def test_launch_timeout_asks_every_task_for_a_dump_and_gathers_them(tmp_path):
 
     for name in os.listdir(temp):
         shutil.rmtree(temp / name)
-    finished = run_bin("launch", "--num_workers=1", "--", *command, "done",
+    finished = _launch("--num_workers=1", "--", *command, "done",
                        env={"TMPDIR": str(temp)}, timeout=60)
     assert finished.returncode == 0, finished.stderr
     assert os.listdir(temp) == [] and "diagnostics" not in finished.stderr
