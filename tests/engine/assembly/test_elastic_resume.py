@@ -76,6 +76,7 @@ def stopped_on_four(tmp_path_factory):
     return model_dir
 
 
+@pytest.mark.xdist_group("test_elastic_resume_stopped_on_four")  # the two module runs, once
 @pytest.mark.parametrize("replicas, batch_flags, micro", [
     # fewer: 4 per replica in 2 micro-batches
     (2, ["--global_batch_size=16", "--max_per_replica_batch_size=4"], 2),

@@ -91,6 +91,7 @@ def _copy(trained, tmp_path):
     return tmp_path / "run"
 
 
+@pytest.mark.xdist_group("test_run_and_resume_trained_10")  # trained_10, trained once
 def test_rerun_at_the_final_step_trains_nothing_and_evaluates(trained_10, tmp_path):
     model_dir = _copy(trained_10[0], tmp_path)
     again = run(_config(model_dir, train_steps=10))
@@ -98,6 +99,7 @@ def test_rerun_at_the_final_step_trains_nothing_and_evaluates(trained_10, tmp_pa
     assert "eval/accuracy" in again
 
 
+@pytest.mark.xdist_group("test_run_and_resume_trained_10")
 def test_evaluate_mode_reads_the_latest_checkpoint(trained_10, tmp_path):
     trained_dir, trained = trained_10
     assert "eval/loss" not in trained

@@ -22,6 +22,9 @@ from tfloop.engine.runtime import files
 
 SMALL = dict(strategy="one_device", devices="cpu:0", train_steps=4, steps_per_loop=2,
              global_batch_size=32, summary_interval=0, export=False)
+#: The tests that damage a copy of the module's one trained run (`trained_copy`,
+#: tests/engine/conftest.py): on one worker, so that the run is trained once.
+TRAINED = pytest.mark.xdist_group("test_model_dir_faults_trained")
 
 
 # --- the run lock -----------------------------------------------------------------------------
@@ -176,6 +179,7 @@ def test_the_free_space_of_a_url_is_unknown(monkeypatch):
     assert tf.io.gfile.glob("ram://tfloop-full/run/metrics.json*") == []
 
 
+@TRAINED
 def test_a_full_disk_at_start_up_is_one_line_and_keeps_the_previous_record(
         trained_copy, tmp_path, monkeypatch):
     model_dir = trained_copy  # a finished 4-step run
@@ -273,6 +277,7 @@ def test_a_file_named_like_a_directory_this_run_does_not_use_is_left_alone(tmp_p
     assert run(RunConfig(model_dir=str(model_dir), **SMALL))["status"] == "finished"
 
 
+@TRAINED
 @pytest.mark.parametrize("name, error_type, message", [
     ("run.json", ConfigError, "{d}/run.json cannot be read (Is a directory); restore it, or "
                               "move it away to start that record afresh"),

@@ -5,6 +5,7 @@ and `run.json` records what each range of steps was trained with."""
 
 import json
 import logging
+import shutil
 
 import numpy as np
 import pytest
@@ -45,6 +46,27 @@ def _run(config):
     return run(config, task=Recording.from_config(config))
 
 
+#: One trained run, read by several tests: each resumes a copy of it.
+SHARED = pytest.mark.xdist_group("test_resume_changes_trained_4")
+
+
+@pytest.fixture(scope="module")
+def trained_4(tmp_path_factory):
+    """`_config`'s 4 steps (the default optimizer, adam, its default learning
+    rate and numerics), trained once with `Recording`, for the tests that
+    resume from such a run: each resumes its own copy (`_copy`)."""
+    model_dir = tmp_path_factory.mktemp("trained_4") / "run"
+    Recording.skipped = []
+    _run(_config(model_dir))
+    assert Recording.skipped == [0]  # a new run skips nothing
+    return model_dir
+
+
+def _copy(trained, tmp_path):
+    """A copy of the shared run in this test's own folder (its lock left behind)."""
+    return shutil.copytree(trained, tmp_path / "run", ignore=shutil.ignore_patterns("*.lock"))
+
+
 def test_a_changed_rate_and_batch_take_effect_are_logged_and_recorded(tmp_path, caplog):
     model_dir = tmp_path / "run"
     Recording.skipped = []
@@ -66,15 +88,16 @@ def test_a_changed_rate_and_batch_take_effect_are_logged_and_recorded(tmp_path, 
     assert len(json.loads((model_dir / "run.json").read_text())["ranges"]) == 2
 
 
-def test_a_resumed_run_reads_run_json_once_and_hands_it_down(tmp_path, monkeypatch):
+@SHARED
+def test_a_resumed_run_reads_run_json_once_and_hands_it_down(trained_4, tmp_path, monkeypatch):
     """The plan reads run.json; the identity check, the batch decision, the
     numerics of a --deterministic resume, the data's skip and the new range
-    all take that value (`Plan.run_json`), not a read of their own."""
+    all take that value (`Plan.run_json`), not a read of their own. (The
+    first run, `trained_4`, skipped 0 examples: the fixture asserts it.)"""
     from tfloop.engine.run_dir import layout
 
-    model_dir = tmp_path / "run"
+    model_dir = _copy(trained_4, tmp_path)
     Recording.skipped = []
-    _run(_config(model_dir))
     reads = []
     read_json = layout.read_json
 
@@ -86,7 +109,7 @@ def test_a_resumed_run_reads_run_json_once_and_hands_it_down(tmp_path, monkeypat
     monkeypatch.setattr(layout, "read_json", counting)
     _run(_config(model_dir, global_batch_size=16, train_steps=6, deterministic=True))
     assert len(reads) == 1, reads
-    assert Recording.skipped == [0, 4 * 8]  # the first range's batch, from the plan's value
+    assert Recording.skipped == [4 * 8]  # the first range's batch, from the plan's value
     ranges = json.loads((model_dir / "run.json").read_text())["ranges"]
     assert [(r["from_step"], r["global_batch_size"]) for r in ranges] == [(0, 8), (4, 16)]
 
@@ -144,9 +167,10 @@ def test_the_engine_skips_exactly_the_examples_trained_on(trained, first):
     np.testing.assert_array_equal(batch.numpy(), np.arange(first, first + 8))
 
 
-def test_another_optimizer_on_resume_is_refused_naming_the_stored_one(tmp_path):
-    model_dir = tmp_path / "run"
-    run(_config(model_dir, optimizer="adam"))
+@SHARED
+def test_another_optimizer_on_resume_is_refused_naming_the_stored_one(trained_4, tmp_path):
+    model_dir = _copy(trained_4, tmp_path)  # trained with --optimizer=adam (the default)
+    assert json.loads((model_dir / "run.json").read_text())["ranges"][0]["optimizer"] == "adam"
     before = (model_dir / "run.json").read_bytes()
     with pytest.raises(ConfigError) as error:
         run(_config(model_dir, optimizer="sgd", train_steps=6))
@@ -203,9 +227,9 @@ def test_run_json_records_the_numerics_and_a_deterministic_resume_on_others_says
     assert [r["from_step"] for r in ranges] == [0, 6]  # the new numerics start a range
 
 
-def test_a_resume_that_is_not_deterministic_does_not_warn(tmp_path, caplog):
-    model_dir = tmp_path / "run"
-    _run(_config(model_dir))
+@SHARED
+def test_a_resume_that_is_not_deterministic_does_not_warn(trained_4, tmp_path, caplog):
+    model_dir = _copy(trained_4, tmp_path)
     stored = json.loads((model_dir / "run.json").read_text())
     stored["ranges"][0]["numerics"]["cpu_isa"] = "sse41"
     (model_dir / "run.json").write_text(json.dumps(stored))

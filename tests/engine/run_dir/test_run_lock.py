@@ -4,13 +4,12 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
 
-from helpers import REPO, assert_one_line_error, run_bin, start_bin, wait_for_output
+from helpers import (REPO, assert_one_line_error, bin_env, run_bin, start_bin, start_python,
+                     wait_for_output)
 from tfloop.engine.run_dir import plan_reading, run_lock
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError
@@ -18,18 +17,21 @@ from tfloop.engine.assembly.run import run
 from tfloop.launch import tf_config
 
 _HOLD = """
-import sys
+import sys, time
 from tfloop.engine.run_dir import run_lock
 lock = run_lock.acquire(sys.argv[1], sys.argv[2])
 print("held", flush=True)
-sys.stdin.read()
+while True:
+    time.sleep(3600)
 """
 
 
 def _holder(model_dir, name=run_lock.TRAIN):
-    """A process holding `name` on `model_dir` until its stdin closes (or it is killed)."""
-    process = subprocess.Popen([sys.executable, "-c", _HOLD, str(model_dir), name],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    """A process of its own holding `name` on `model_dir` until it is killed:
+    a fork of the binary server (`helpers.start_python`), which has imported
+    the engine already, so the holder costs no TensorFlow import of its own
+    (importing `run_lock` imports TensorFlow: 5 s of CPU in a fresh interpreter)."""
+    process = start_python(["-c", _HOLD, str(model_dir), name], env=bin_env(), cwd=REPO)
     assert process.stdout.readline().strip() == "held"
     return process
 

@@ -292,10 +292,22 @@ def write_source(kind, tmp_path):
 
 KINDS = ["checkpoint", "export", "keras", "h5"]
 
+#: The tests that only read `sources` (a refused or a partial load writes nothing there).
+READS_SOURCES = pytest.mark.xdist_group("test_warm_start_sources")
 
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    """`write_source` of each kind, written once for the module in one folder
+    (their names differ: run/, export/, model.keras, model.weights.h5)."""
+    folder = tmp_path_factory.mktemp("sources")
+    return {kind: write_source(kind, folder) for kind in KINDS}
+
+
+@READS_SOURCES
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_shape_mismatch_names_the_variable(tmp_path, strategy, kind):
-    path = write_source(kind, tmp_path)
+def test_a_shape_mismatch_names_the_variable(sources, strategy, kind):
+    path = sources[kind]
     model = build_under(strategy, lambda: mlp(outputs=5))  # the first layer still fits
     before = values(model)
 
@@ -308,9 +320,10 @@ def test_a_shape_mismatch_names_the_variable(tmp_path, strategy, kind):
     assert_weights(model, before)  # not even the layer that fits was written
 
 
+@READS_SOURCES
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_variable_the_source_lacks_is_named(tmp_path, strategy, kind):
-    path = write_source(kind, tmp_path)
+def test_a_variable_the_source_lacks_is_named(sources, strategy, kind):
+    path = sources[kind]
     model = build_under(strategy, lambda: mlp(extra_layer=True))
     before = values(model)
 
@@ -322,9 +335,10 @@ def test_a_variable_the_source_lacks_is_named(tmp_path, strategy, kind):
     assert_weights(model, before)
 
 
+@READS_SOURCES
 @pytest.mark.parametrize("kind", KINDS)
-def test_values_the_model_has_no_place_for_are_refused(tmp_path, strategy, kind):
-    path = write_source(kind, tmp_path)
+def test_values_the_model_has_no_place_for_are_refused(sources, strategy, kind):
+    path = sources[kind]
     smaller = lambda: keras.Sequential([keras.Input((4,)), keras.layers.Dense(8)])  # noqa: E731
     model = build_under(strategy, smaller)
     before = values(model)
@@ -390,11 +404,12 @@ def test_weights_h5_into_a_module_is_refused(tmp_path):
 
 # --- partial warm start: --init_from_skip_mismatch ------------------------------
 
+@READS_SOURCES
 @pytest.mark.parametrize("kind", KINDS)
-def test_skip_mismatch_loads_the_body_and_skips_the_new_head(tmp_path, strategy, kind, caplog):
+def test_skip_mismatch_loads_the_body_and_skips_the_new_head(sources, strategy, kind, caplog):
     """Fine-tuning 3 classes -> 5: the first layer comes from the source, the
     head keeps its fresh values, and each variable is logged, loaded or skipped."""
-    path = write_source(kind, tmp_path)
+    path = sources[kind]
     model = build_under(strategy, lambda: mlp(outputs=5))
     fresh = values(model)
 
@@ -415,8 +430,9 @@ def test_skip_mismatch_loads_the_body_and_skips_the_new_head(tmp_path, strategy,
     assert len(lines) == 4
 
 
-def test_skip_mismatch_still_refuses_a_source_of_which_nothing_fits(tmp_path, strategy):
-    path = write_source("checkpoint", tmp_path)
+@READS_SOURCES
+def test_skip_mismatch_still_refuses_a_source_of_which_nothing_fits(sources, strategy):
+    path = sources["checkpoint"]
     model = build_under(strategy, lambda: mlp(hidden=6, outputs=5))  # every shape differs
     before = values(model)
     with pytest.raises(ConfigError) as error:
