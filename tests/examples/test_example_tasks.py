@@ -2,6 +2,7 @@
 stopped or killed run resumes to the uninterrupted weights."""
 
 import os
+import shutil
 import signal
 import subprocess
 
@@ -56,10 +57,36 @@ def one_device(tmp_path_factory):
     return trained
 
 
-@pytest.mark.parametrize("name", sorted(TASKS))
-def test_four_replicas_equal_one_device(tmp_path, name, one_device):
+@pytest.fixture(scope="module")
+def four_replicas(tmp_path_factory):
+    """`four_replicas(name)`: the plain four-replica run of task `name`
+    (`_config`'s defaults: 20 steps, checkpoints at 10 and 20, exported),
+    trained once per module: (its result, its model_dir). Read by the
+    comparison with one device, by the GAN's update counts (its ckpt-10 is
+    the state of a 10-step run) and, copied, as the first half of a stopped
+    and resumed run (the same flags; the copy leaves the export out, as the
+    stopped run's `export=False` would). Nobody writes to it."""
+    done: dict = {}
+
+    def trained(name):
+        if name not in done:
+            model_dir = tmp_path_factory.mktemp(f"four_{name}")
+            result = run(_config(model_dir, export=True), task=TASKS[name]())
+            done[name] = (result, model_dir)
+        return done[name]
+    return trained
+
+
+def _group(*names: str) -> list:
+    """The parameters `names`, each in the xdist group of its task's shared
+    runs (`one_device`, `four_replicas`), so that one worker trains them once."""
+    return [pytest.param(n, marks=pytest.mark.xdist_group(f"example_tasks_{n}")) for n in names]
+
+
+@pytest.mark.parametrize("name", _group(*sorted(TASKS)))
+def test_four_replicas_equal_one_device(tmp_path, name, one_device, four_replicas):
     one_replicas, one = one_device(name)
-    four = run(_config(tmp_path / "four", export=True), task=TASKS[name]())
+    four, _ = four_replicas(name)
     assert four["num_replicas"] == 4 and one_replicas == 1
     initial = run(_config(tmp_path / "init", train_steps=0), task=TASKS[name]())
     moved = max(float(np.max(np.abs(x - y))) for x, y in zip(one, _weights(initial)))
@@ -74,7 +101,7 @@ RECIPE = dict(accumulation_steps=2, clip_norm=0.5, ema_decay=0.9, lr_schedule="c
               warmup_steps=5, weight_decay=1e-3, optimizer="momentum")
 
 
-@pytest.mark.parametrize("name", ["regression", "gan"])
+@pytest.mark.parametrize("name", _group("regression", "gan"))
 def test_a_recipe_on_four_replicas_equals_one_device(tmp_path, name, one_device):
     """The step options reach a user's task (the GAN: two objectives, one
     every second step) and keep N replicas equal to one device."""
@@ -102,20 +129,29 @@ def test_a_task_s_own_step_on_four_replicas_equals_one_device(tmp_path):
     assert max(float(np.max(np.abs(x - y))) for x, y in zip(raw, _weights(four))) > 1e-4
 
 
-@pytest.mark.parametrize("name", ["two_heads", "gan"])
-def test_stopped_and_resumed_equals_uninterrupted(tmp_path, name):
-    run(_config(tmp_path / "resumed", train_steps=20), task=TASKS[name]())
+@pytest.mark.parametrize("name", _group("two_heads", "gan"))
+def test_stopped_and_resumed_equals_uninterrupted(tmp_path, name, four_replicas):
+    """Stopped at step 20 and resumed to 40 (another run call on the same
+    model_dir) ends with the weights of an uninterrupted 40-step run. The first
+    20 steps are the shared four-replica run (`four_replicas`: the same flags),
+    copied without its export: the resume writes to the copy only."""
+    _, first_half = four_replicas(name)
+    shutil.copytree(first_half, tmp_path / "resumed", ignore=shutil.ignore_patterns("export"))
+    assert tf.train.latest_checkpoint(str(tmp_path / "resumed")).endswith("ckpt-20")
     resumed = run(_config(tmp_path / "resumed", train_steps=40), task=TASKS[name]())
     assert resumed["start_step"] == 20 and resumed["step"] == 40
     straight = run(_config(tmp_path / "straight", train_steps=40), task=TASKS[name]())
     _assert_same_weights(_weights(resumed), _weights(straight), atol=1e-6)
 
 
-def test_the_gan_updates_its_generator_every_second_step(tmp_path):
-    result = run(_config(tmp_path / "gan", train_steps=10, steps_per_loop=10), task=gan.RingGAN())
+@pytest.mark.xdist_group("example_tasks_gan")
+def test_the_gan_updates_its_generator_every_second_step(four_replicas):
+    """The GAN's 10-step state is the shared four-replica run's ckpt-10 (the
+    same flags as a 10-step run: steps_per_loop 10, a checkpoint every 10)."""
+    result, model_dir = four_replicas("gan")
     assert "train/generator/loss" in result and "train/discriminator/accuracy" in result
     # Each optimizer counts its own updates, and the checkpoint holds both.
-    reader = tf.train.load_checkpoint(str(tmp_path / "gan"))
+    reader = tf.train.load_checkpoint(os.path.join(model_dir, "ckpt-10"))
     iterations = {name: int(reader.get_tensor(f"optimizer/{name}/_iterations/.ATTRIBUTES/"
                                               "VARIABLE_VALUE"))
                   for name in ("discriminator", "generator")}

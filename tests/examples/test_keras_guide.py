@@ -2,17 +2,17 @@
 (`tfloop.use_devices` at the top, `tfloop.fit` for `model.fit`) runs on two logical
 CPUs, its fault-tolerance section included (issue 31 items 8 and 12).
 
-It runs as a script in a fresh process, as a user runs it: its dataset is built
-before `fit`, so the devices must be set before (`use_devices`). A `train.lock`
+It runs as a script in a process of its own, as a user runs it (`python
+script.py`; a fork of the binary server, whose TensorFlow runtime has not
+started, as in a fresh interpreter; `TFLOOP_TEST_FRESH=1` runs it fresh): its
+dataset is built before `fit`, so the devices must be set before (`use_devices`). A `train.lock`
 and a checkpoint index planted in its `./ckpt` (what a tfloop `model_dir` there
 would hold) are not taken for models.
 """
 
 import os
-import subprocess
-import sys
 
-from helpers import REPO, bin_env
+from helpers import REPO, bin_env, run_python
 from tutorials import changed_lines
 
 SCRIPT = os.path.join(REPO, "examples", "keras_multi_gpu_guide.py")
@@ -23,8 +23,8 @@ def test_the_guide_runs_with_two_changed_lines_and_resumes_from_its_keras_checkp
     (tmp_path / "tmp").mkdir()
     (tmp_path / "ckpt" / "train.lock").write_text("")
     (tmp_path / "ckpt" / "ckpt-3.index").write_bytes(b"\0")
-    result = subprocess.run([sys.executable, SCRIPT], cwd=tmp_path, capture_output=True,
-                            text=True, timeout=400, env=bin_env({"TMPDIR": str(tmp_path / "tmp")}))
+    result = run_python([SCRIPT], cwd=str(tmp_path), timeout=400,
+                        env=bin_env({"TMPDIR": str(tmp_path / "tmp")}))
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     assert "Number of devices: 2" in out

@@ -6,8 +6,11 @@ test_keras_guide.py. The MWMS tutorial's main.py runs on two workers under
 bin/launch with two changed lines, counted by `diff` against the tutorial's own
 code (tests/examples/originals/), as is the note.
 
-Each runs as its user runs it, in a fresh process and its own folder; the
-engine's start-up line says what `fit` trained on.
+Each runs as its user runs it, in a process of its own and its own folder
+(`tutorials.run_script`: a fork of the binary server, TensorFlow's runtime not
+yet started, as in a fresh interpreter; under bin/launch, the workers are the
+launcher's fresh interpreters); the engine's start-up line says what `fit`
+trained on.
 """
 
 import os

@@ -7,10 +7,9 @@ differ only because nothing downloads here are marked otherwise and say so.
 """
 
 import os
-import subprocess
 import sys
 
-from helpers import REPO, bin_env
+from helpers import REPO, bin_env, run_python
 
 #: Runs the script as `python script.py` would (sys.path[0] its folder,
 #: `__main__`), with the engine's INFO lines (the strategy and its replicas)
@@ -24,14 +23,20 @@ _RUNNER = ("import logging, os, runpy, sys; script = sys.argv[1]; sys.argv = sys
 
 def run_script(script: str, cwd, *, env: dict | None = None, timeout: float = 400,
                launch: tuple[str, ...] = (), args: tuple[str, ...] = ()):
-    """Runs `script` (with its command-line `args`) in `cwd` in a fresh
-    process, or with `launch` (bin/launch's flags) once per task of a local
-    cluster; returns the CompletedProcess."""
-    command = [sys.executable, "-c", _RUNNER, script, *args]
+    """Runs `script` (with its command-line `args`) in `cwd` in a process of
+    its own, or with `launch` (bin/launch's flags) once per task of a local
+    cluster; returns the CompletedProcess. The process (the launcher, with
+    `launch`) is a fork of the binary server (`helpers.run_python`): a
+    `python -c` whose TensorFlow is imported but whose runtime has not started,
+    as in a fresh interpreter, so the script still sets its devices before
+    anything runs (`TFLOOP_TEST_FRESH=1` runs it fresh). The launcher starts
+    its workers as a user's launch does, each a fresh `python -c`."""
     if launch:
-        command = [sys.executable, os.path.join(REPO, "bin", "launch"), *launch, "--", *command]
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env=bin_env(env or {}))
+        command = [os.path.join(REPO, "bin", "launch"), *launch, "--",
+                   sys.executable, "-c", _RUNNER, script, *args]
+    else:
+        command = ["-c", _RUNNER, script, *args]
+    return run_python(command, cwd=str(cwd), timeout=timeout, env=bin_env(env or {}))
 
 
 def changed_lines(script: str) -> list[str]:
