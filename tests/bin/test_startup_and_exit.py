@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from helpers import REPO, assert_one_line_error, run_bin, start_bin
+from helpers import REPO, assert_one_line_error, run_bin, start_bin, start_python
 
 TINY = ["--train_steps=20", "--steps_per_loop=10", "--global_batch_size=32", "--devices=cpu:0"]
 CHATTER = re.compile(r"cuInit|oneDNN|absl::InitializeLog|cudart|cpu_feature_guard|"
@@ -108,12 +108,15 @@ def test_bin_train_exits_right_after_its_last_line(tmp_path):
     `cli.run(skip_teardown=True)` and engine.loop.iterators this was 1 to 30 s (a
     tf.data iterator's destructor waiting); the bound is generous for a
     loaded 2-core machine."""
-    process = subprocess.Popen(
-        [sys.executable, f"{REPO}/bin/train", "--devices=cpu:0,cpu:1,cpu:2,cpu:3",
+    # A fork of the binary server (helpers.start_python), not a fresh
+    # interpreter: what is timed happens after the last line, at the end of a
+    # run (the interpreter's own end, which a served binary goes through as a
+    # fresh one does), not inside the interpreter's start or `import tensorflow`.
+    process = start_python(
+        [f"{REPO}/bin/train", "--devices=cpu:0,cpu:1,cpu:2,cpu:3",
          "--train_steps=200", "--steps_per_loop=50", "--global_batch_size=64",
          "--eval_interval=100", f"--model_dir={tmp_path / 'run'}"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     last_line_at = None
     lines = []
     for line in process.stdout:
@@ -159,9 +162,11 @@ def test_a_script_ends_a_sigterm_or_a_lost_peer_in_one_line_and_its_status(
 
     script = tmp_path / "train.py"
     script.write_text(_SCRIPT)
-    process = subprocess.Popen(
-        [sys.executable, str(script), how, str(tmp_path / "run")], stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=bin_env(PYTHONUNBUFFERED="1"))
+    # `python train.py` as a fork of the binary server (helpers.start_python):
+    # what is checked happens at the script's end (the excepthook the first run
+    # installs), not inside the interpreter's start or `import tensorflow`.
+    process = start_python([str(script), how, str(tmp_path / "run")], cwd=str(tmp_path),
+                           env=bin_env(PYTHONUNBUFFERED="1"))
     try:
         if how == "sigterm":
             _, stderr = _signal_at(process, signal.SIGTERM, marker="loop")
@@ -250,9 +255,10 @@ def test_a_fit_script_sigtermed_in_build_model_ends_in_one_line_and_143(tmp_path
 
     script = tmp_path / "train.py"
     script.write_text(_FIT_SCRIPT)
-    process = subprocess.Popen(
-        [sys.executable, str(script), str(tmp_path / "run")], stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=bin_env(PYTHONUNBUFFERED="1"))
+    # A fork of the binary server (helpers.start_python): the signal comes in
+    # the user's build_model, long after the interpreter's start and its imports.
+    process = start_python([str(script), str(tmp_path / "run")], cwd=str(tmp_path),
+                           env=bin_env(PYTHONUNBUFFERED="1"))
     try:
         _, stderr = _signal_at(process, signal.SIGTERM, marker="building")
     finally:

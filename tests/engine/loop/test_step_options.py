@@ -72,15 +72,41 @@ def max_difference(a, b):
     return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b))
 
 
+# The one-device SGD run (STEPS steps, no accumulation, no clipping) and its
+# initial weights are read, never changed, by several cases below: trained once
+# per module instead of once per case. The readers share an xdist group so that
+# one worker builds them once.
+SHARED = pytest.mark.xdist_group("step_options_one_device_sgd")
+
+
+@pytest.fixture(scope="module")
+def one_device_sgd(cpu_devices):
+    """train(cpu_devices[:1]): (weights, metrics, all-reduce count), SGD(0.1)."""
+    return train(cpu_devices[:1])
+
+
+@pytest.fixture(scope="module")
+def one_device_sgd_initial(cpu_devices):
+    """The same run's weights before any step."""
+    return train(cpu_devices[:1], steps=0, loops=1)
+
+
+@SHARED
 @pytest.mark.parametrize("name, optimizer", [
     ("sgd", lambda: keras.optimizers.SGD(0.1)),
     ("adam", lambda: keras.optimizers.Adam(1e-3)),
 ])
 def test_accumulated_micro_batches_on_four_replicas_equal_one_device_step(
-        cpu_devices, name, optimizer):
-    one, one_metrics, _ = train(cpu_devices[:1], optimizer=optimizer)
+        cpu_devices, request, name, optimizer):
+    """The sgd case's one-device run is train()'s default (SGD(0.1)): the shared one."""
+    if name == "sgd":
+        (one, one_metrics, _), (initial, _, _) = (
+            request.getfixturevalue("one_device_sgd"),
+            request.getfixturevalue("one_device_sgd_initial"))
+    else:
+        one, one_metrics, _ = train(cpu_devices[:1], optimizer=optimizer)
+        initial, _, _ = train(cpu_devices[:1], optimizer=optimizer, steps=0, loops=1)
     four, four_metrics, reductions = train(cpu_devices, accumulation_steps=4, optimizer=optimizer)
-    initial, _, _ = train(cpu_devices[:1], optimizer=optimizer, steps=0, loops=1)
     assert max_difference(one, initial) > 1e-3  # the steps moved the weights
     assert max_difference(one, four) < 1e-5
     assert reductions == STEPS  # one all-reduce per optimizer step, not per micro-batch
@@ -89,8 +115,9 @@ def test_accumulated_micro_batches_on_four_replicas_equal_one_device_step(
     assert four_metrics["loss"] == pytest.approx(one_metrics["loss"], rel=1e-5)
 
 
-def test_accumulation_with_packing_equals_one_device(cpu_devices):
-    one, _, _ = train(cpu_devices[:1])
+@SHARED
+def test_accumulation_with_packing_equals_one_device(cpu_devices, one_device_sgd):
+    one, _, _ = one_device_sgd
     four, _, reductions = train(cpu_devices, accumulation_steps=2, num_packs=2)
     assert max_difference(one, four) < 1e-5
     assert reductions == STEPS
@@ -158,10 +185,11 @@ def test_clipping_on_four_replicas_equals_the_numpy_one_device_update(cpu_device
         assert all(np.array_equal(copies[0], c) for c in copies)  # identical, not only close
 
 
-def test_clipped_four_replicas_equal_clipped_one_device(cpu_devices):
+@SHARED
+def test_clipped_four_replicas_equal_clipped_one_device(cpu_devices, one_device_sgd):
     one, one_metrics, _ = train(cpu_devices[:1], clip_norm=0.05)
     four, four_metrics, _ = train(cpu_devices, clip_norm=0.05)
-    unclipped, unclipped_metrics, _ = train(cpu_devices[:1])
+    unclipped, unclipped_metrics, _ = one_device_sgd
     assert unclipped_metrics["grad_norm"] > 0.05  # the clip was active
     assert max_difference(one, unclipped) > 1e-4
     assert max_difference(one, four) < 1e-5

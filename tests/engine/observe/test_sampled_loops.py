@@ -50,6 +50,19 @@ def _trainer(devices, clock=None, optimizer=lambda: keras.optimizers.SGD(0.1), *
                    optimizer=optimizer(), clock=clock, **options)
 
 
+#: The tests that read (trace, never train) the module's one GPU trainer with a
+#: sampled clock: one xdist group, so that one worker builds and traces it once.
+SHARED = pytest.mark.xdist_group("sampled_loops_gpu_trainer")
+
+
+@pytest.fixture(scope="module")
+def gpu_trainer():
+    """`_trainer(GPUS, clock_lib.SampledClock())`, built once: its loop is
+    only traced (its concrete functions for `sampled` False and True, which
+    `tf.function` keeps), its model only cloned."""
+    return _trainer(GPUS, clock_lib.SampledClock())
+
+
 def _functions(trainer, sampled: bool):
     """Every function body of the traced loop (the while loop's body among
     them), as {name: [NodeDef]}, from its public GraphDef."""
@@ -96,8 +109,9 @@ def _findings(trainer, sampled: bool) -> dict:
     return found
 
 
-def test_an_unsampled_gpu_loop_holds_no_stamp_and_no_host_wait():
-    trainer = _trainer(GPUS, clock_lib.SampledClock())
+@SHARED
+def test_an_unsampled_gpu_loop_holds_no_stamp_and_no_host_wait(gpu_trainer):
+    trainer = gpu_trainer
     quiet = _findings(trainer, sampled=False)
     assert quiet == {"timestamps": 0, "held_until": 0, "host_waits": []}, quiet
     # The same trainer's sampled loop has them: the check sees what it looks for.
@@ -141,7 +155,8 @@ def _condition_devices(graph_def) -> set:
     return {node.device for node in cond.node_def if node.op not in ("Less", "Identity", "NoOp")}
 
 
-def test_the_loop_condition_reads_the_step_counter_and_the_host_stop_flag_alone():
+@SHARED
+def test_the_loop_condition_reads_the_step_counter_and_the_host_stop_flag_alone(gpu_trainer):
     """The loop's condition is a hand loop's, `i < num_steps` on host integers,
     plus the stop flag a signal sets (`Trainer.request_stop`), a variable in
     host memory; the loop carries the counters and the running sums, nothing
@@ -151,7 +166,7 @@ def test_the_loop_condition_reads_the_step_counter_and_the_host_stop_flag_alone(
     Trainer with its per-step bookkeeping removed still ran at 0.75x the hand
     loop, the host waiting for the flag each step. Only `max_skips`, which
     stops on a count the device computes, keeps a condition on it."""
-    trainer = _trainer(GPUS, clock_lib.SampledClock())
+    trainer = gpu_trainer
     for sampled in (False, True):
         graph_def = _loop_graph(trainer, sampled)
         assert _condition_ops(graph_def) == STOPPABLE, sampled
@@ -222,13 +237,14 @@ def _engine_loop_body(trainer, sampled=False) -> list:
         trainer._iterator, tf.constant(2), sampled).graph.as_graph_def())
 
 
-def test_an_unsampled_gpu_step_writes_no_variable_beyond_the_update_and_its_counts():
+@SHARED
+def test_an_unsampled_gpu_step_writes_no_variable_beyond_the_update_and_its_counts(gpu_trainer):
     """Issue 30's per-step cost: the loop's running sums are loop-carried
     tensors (written once, after the loop) and a constant learning rate is
     set once per loop, so a step writes only what the optimizer's update
     writes, the global step, and the hang dump's two marks (its batch
     arrived, its all-reduce started)."""
-    trainer = _trainer(GPUS, clock_lib.SampledClock())
+    trainer = gpu_trainer
     engine, hand = _engine_loop_body(trainer), _hand_loop_body(trainer)
     assert _writes(hand) >= 2 * len(trainer.model.trainable_variables)  # it sees the update
     # The global step: one write per device's copy (a mirrored variable); the marks: two.

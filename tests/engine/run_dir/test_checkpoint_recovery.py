@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import shutil
+import types
 
 import keras
 import pytest
@@ -38,12 +39,31 @@ def _config(model_dir, **overrides):
     return RunConfig(**settings)
 
 
+#: The tests that read the module's one trained run (a copy of it, or what it
+#: saw while training): one xdist group, so that one worker trains it once.
+SHARED = pytest.mark.xdist_group("checkpoint_recovery_trained")
+
+
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A run with ckpt-10, ckpt-20 and ckpt-30."""
+def trained_run(tmp_path_factory):
+    """A run with ckpt-10, ckpt-20 and ckpt-30, never changed (tests change a
+    copy: `model_dir`), and what it said while it ran: metrics.json as each
+    loop ended (`seen`, by step), metrics.json at the end (`final`) and run()'s
+    record (`result`)."""
     model_dir = tmp_path_factory.mktemp("trained") / "run"
-    run(_config(model_dir))
-    return model_dir
+    seen = {}
+
+    def look(step, metrics):
+        seen[step] = json.loads((model_dir / "metrics.json").read_text())
+
+    result = run(_config(model_dir), on_loop_end=look)
+    final = json.loads((model_dir / "metrics.json").read_text())
+    return types.SimpleNamespace(model_dir=model_dir, seen=seen, final=final, result=result)
+
+
+@pytest.fixture(scope="module")
+def trained(trained_run):
+    return trained_run.model_dir
 
 
 @pytest.fixture
@@ -82,6 +102,7 @@ NEWEST_DAMAGED = {
 }
 
 
+@SHARED
 @pytest.mark.parametrize("case", NEWEST_DAMAGED)
 def test_a_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_before(
         model_dir, case, caplog):
@@ -119,6 +140,7 @@ STATE_FILE = {
 }
 
 
+@SHARED
 @pytest.mark.parametrize("case", STATE_FILE)
 def test_a_damaged_state_file_is_rebuilt_from_the_checkpoints_on_disk(model_dir, case):
     STATE_FILE[case](model_dir / "checkpoint")
@@ -131,6 +153,7 @@ def test_a_damaged_state_file_is_rebuilt_from_the_checkpoints_on_disk(model_dir,
     assert not (model_dir / "ckpt-10.index").exists()
 
 
+@SHARED
 def test_a_checkpoint_the_state_file_does_not_name_yet_is_resumed_from(model_dir):
     """A kill -9 between `ckpt-30.index` appearing and the state file naming it."""
     state = (model_dir / "checkpoint").read_text().splitlines()
@@ -146,6 +169,7 @@ def test_a_checkpoint_the_state_file_does_not_name_yet_is_resumed_from(model_dir
         "ckpt-20", "ckpt-30", "ckpt-40"]
 
 
+@SHARED
 def test_when_no_checkpoint_reads_it_is_one_line_and_nothing_is_written(model_dir):
     for step in (10, 20, 30):
         _truncate(model_dir / f"ckpt-{step}.data-00000-of-00001")
@@ -159,6 +183,7 @@ def test_when_no_checkpoint_reads_it_is_one_line_and_nothing_is_written(model_di
     assert sorted(os.listdir(model_dir)) == entries and _bytes(model_dir) == before
 
 
+@SHARED
 def test_evaluate_and_export_read_the_newest_readable_and_move_nothing(model_dir, caplog):
     _truncate(model_dir / DATA)
     before = _bytes(model_dir)
@@ -176,6 +201,7 @@ def test_evaluate_and_export_read_the_newest_readable_and_move_nothing(model_dir
     assert not (model_dir / "damaged").exists()
 
 
+@SHARED
 def test_stale_save_directories_are_removed_at_start_up(model_dir, caplog):
     (model_dir / "ckpt-35_temp").mkdir()
     (model_dir / "ckpt-35_temp" / "part-00000-of-00001.index").write_bytes(b"x")
@@ -192,6 +218,7 @@ def _small_model(input_shape, num_classes):
                              keras.layers.Dense(32), keras.layers.Dense(num_classes)])
 
 
+@SHARED
 def test_a_checkpoint_of_another_model_names_the_first_variable_that_differs(model_dir):
     with pytest.raises(ConfigError) as error:
         _run_with_model(_config(model_dir, train_steps=40), _small_model)
@@ -229,6 +256,7 @@ def test_a_model_with_a_variable_of_its_own_resumes_from_its_checkpoint(tmp_path
     assert result["start_step"] == 10 and result["step"] == 20
 
 
+@SHARED
 def test_bin_train_over_another_models_checkpoint_is_one_line_without_tensorflow_warnings(
         model_dir):
     os.remove(model_dir / "run.json")  # else the stored --model=mlp is the refusal
@@ -242,18 +270,15 @@ def test_bin_train_over_another_models_checkpoint_is_one_line_without_tensorflow
     assert "could not be found" not in result.stdout + result.stderr
 
 
-def test_metrics_json_says_running_with_the_last_checkpoints_step_while_training(tmp_path):
-    seen = {}
-
-    def look(step, metrics):
-        seen[step] = json.loads((tmp_path / "run" / "metrics.json").read_text())
-
-    result = run(_config(tmp_path / "run"), on_loop_end=look)
+@SHARED
+def test_metrics_json_says_running_with_the_last_checkpoints_step_while_training(trained_run):
+    """Read from the module's trained run (the same config, 30 steps), which
+    records metrics.json at each loop's end and after the run."""
+    seen, result, final = trained_run.seen, trained_run.result, trained_run.final
     # The loop ending at step 20 has not saved ckpt-20 yet.
     assert (seen[20]["status"], seen[20]["step"], seen[20]["interrupted"]) == ("running", 10, True)
-    assert seen[20]["checkpoint"] == f"{tmp_path}/run/ckpt-10"
+    assert seen[20]["checkpoint"] == f"{trained_run.model_dir}/ckpt-10"
     assert (seen[10]["status"], seen[10]["step"], seen[10]["checkpoint"]) == ("running", 0, None)
-    final = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert (final["status"], final["step"], final["interrupted"]) == ("finished", 30, False)
     assert result["status"] == "finished" and "unsaved_step" not in final
 

@@ -105,6 +105,13 @@ def test_bin_train_refuses_a_best_folder_that_is_a_link_in_one_line(tmp_path, vi
 
 # --- unlinked as links: what the run left and removes ---------------------------------------------
 
+#: The tests that plant links in a copy of the module's one trained run
+#: (`trained_copy`, tests/engine/conftest.py): one xdist group, so that one
+#: worker trains it once.
+SHARED = pytest.mark.xdist_group("links_trained")
+
+
+@SHARED
 def test_left_overs_that_are_links_are_unlinked_and_their_targets_stay(
         trained_copy, tmp_path, victim):
     """A stale `ckpt-N_temp`, `export/.N.tmp-*` and record temporary as links;
@@ -179,6 +186,7 @@ def test_an_export_being_replaced_that_is_a_link_goes_as_a_link_and_modes_ignore
     assert too_open == []
 
 
+@SHARED
 def test_bin_export_replaces_an_export_that_is_a_link_without_touching_its_target(
         trained_copy, tmp_path, victim):
     model_dir = trained_copy

@@ -5,6 +5,7 @@ at the end of training and on demand, warm start."""
 import json
 import logging
 import os
+import shutil
 
 import keras
 import numpy as np
@@ -121,12 +122,33 @@ def test_export_at_the_end_serves_the_engines_predictions(tmp_path):
     np.testing.assert_allclose(loaded(features).numpy(), expected, atol=1e-6)
 
 
-def test_export_on_demand_of_a_kept_checkpoint_and_its_refusals(tmp_path):
+#: The tests that start from the module's one trained run of the built-in
+#: task (a copy each): one xdist group, so that one worker trains it once.
+SHARED = pytest.mark.xdist_group("tasks_built_in_run")
+
+
+@pytest.fixture(scope="module")
+def built_in_run(tmp_path_factory):
+    """`run(_config(model_dir, export=False))` of the built-in task (ckpt-5,
+    ckpt-10), never changed (each test changes a copy: `_copy`), and its
+    model's weights at the end."""
+    model_dir = tmp_path_factory.mktemp("built_in") / "run"
+    record = run(_config(model_dir, export=False))
+    return model_dir, record.model.get_weights()
+
+
+def _copy(built_in_run, to):
+    """A copy of the shared run at `to` (its lock left behind)."""
+    return shutil.copytree(built_in_run[0], to, ignore=shutil.ignore_patterns("*.lock"))
+
+
+@SHARED
+def test_export_on_demand_of_a_kept_checkpoint_and_its_refusals(tmp_path, built_in_run):
     model_dir = tmp_path / "run"
     with pytest.raises(ConfigError, match="has no checkpoint to export"):
         export_checkpoint(_config(model_dir))
     assert not model_dir.exists()
-    run(_config(model_dir, export=False))
+    _copy(built_in_run, model_dir)  # what run(_config(model_dir, export=False)) writes
     with pytest.raises(ConfigError, match="keeps checkpoints of steps 5, 10"):
         export_checkpoint(_config(model_dir), step=7)
     path = export_checkpoint(_config(model_dir), step=5)
@@ -134,9 +156,12 @@ def test_export_on_demand_of_a_kept_checkpoint_and_its_refusals(tmp_path):
     assert tf.io.gfile.exists(os.path.join(path, "saved_model.pb"))
 
 
-def test_warm_start_begins_at_step_zero_from_another_runs_weights(tmp_path, caplog):
-    source = run(_config(tmp_path / "source", export=False))
-    source_weights = source.model.get_weights()
+@SHARED
+def test_warm_start_begins_at_step_zero_from_another_runs_weights(tmp_path, caplog,
+                                                                  built_in_run):
+    # The source: a copy of run(_config(tmp_path / "source", export=False)).
+    _copy(built_in_run, tmp_path / "source")
+    source_weights = built_in_run[1]
     init_from = str(tmp_path / "source")
     with caplog.at_level(logging.INFO, logger="tfloop"):
         tuned = run(_config(tmp_path / "tuned", train_steps=0, init_from=init_from,
