@@ -13,7 +13,7 @@ import pytest
 
 from tfloop.launch import gpus, launcher
 from tfloop.launch.launcher import LaunchConfig, LaunchError
-from tests.helpers import assert_one_line_error, run_bin
+from helpers import assert_one_line_error, run_bin
 
 _REPORT = ("import json, os; print(json.dumps({'visible': os.environ.get('CUDA_VISIBLE_DEVICES'),"
            " 'task': json.loads(os.environ['TF_CONFIG'])['task']}))")

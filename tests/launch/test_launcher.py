@@ -24,7 +24,7 @@ import pytest
 from tfloop.launch import launcher, tf_config
 from tfloop.launch.launcher import LaunchConfig, LaunchError
 from tfloop.launch.tf_config import Role
-from tests.helpers import REPO, assert_one_line_error, process_alive, run_bin
+from helpers import REPO, assert_one_line_error, process_alive, run_bin
 
 _PREAMBLE = """\
 import json, os, signal, subprocess, sys, time

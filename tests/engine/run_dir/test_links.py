@@ -14,7 +14,7 @@ import stat
 
 import pytest
 
-from tests.helpers import assert_one_line_error, run_bin
+from helpers import assert_one_line_error, run_bin
 from tfloop.engine.config import RunConfig
 from tfloop.engine.errors import ConfigError, ExportFailure
 from tfloop.engine.assembly.run import run
