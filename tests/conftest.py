@@ -44,11 +44,28 @@ NUM_LOGICAL_CPUS = 4
 engine_devices.ensure_logical_cpus(NUM_LOGICAL_CPUS)
 engine_devices.configure_threads([f"/cpu:{i}" for i in range(NUM_LOGICAL_CPUS)])
 
+import isolation  # noqa: E402
 import quiet_teardown  # noqa: E402
 
 # Dropping hundreds of distributed iterators in one process waits out their
 # autotune threads (up to 60 s each); tests/quiet_teardown.py says why and how.
 quiet_teardown.install()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _isolated_module():
+    """What a module's shared runs change (its module-scoped fixtures), put
+    back after its last test (tests/isolation.py)."""
+    with isolation.restored():
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _isolated():
+    """What a test changes for its worker (the `tfloop` logger, op
+    determinism) is put back after it (tests/isolation.py)."""
+    with isolation.restored():
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,10 @@ from helpers import REPO, assert_one_line_error, run_bin, without_tensorflow
 from tfloop.bench import check_report, gpu_check
 from tfloop.bench.check_report import CheckResult, Report
 
+#: Every test here reads the one dry run (about two minutes), so they run on
+#: one worker (`--dist loadgroup`), which makes it once.
+pytestmark = pytest.mark.xdist_group("gpu_check_dry_run")
+
 CHECKS = ["environment", "training_plain", "training_xla", "training_mixed_float16",
           "equivalence_gpus", "busbw", "equivalence_virtual_gpus", "nccl_refused", "multi_worker",
           "gpu_tests"]

@@ -30,9 +30,7 @@ MIRRORED = pytest.mark.xdist_group("test_multi_worker_mirrored")
 def _launch(*args: str, **kwargs):
     """`bin/launch args...` run to its end in a fresh interpreter: the launcher
     imports no TensorFlow (its tasks are fresh interpreters either way), so it
-    starts for ~0.3 s of CPU, where a fork of the binary server pays ~1 s of
-    CPU and seconds of wall time at its exit (the interpreter's last garbage
-    collection walks, and so copies, the server's TensorFlow heap)."""
+    starts for ~0.3 s of CPU, about what a fork of the binary server costs."""
     return run_bin("launch", *args, fresh=True, **kwargs)
 
 

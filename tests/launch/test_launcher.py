@@ -48,10 +48,8 @@ def wait_for(*names, timeout=20):
 """
 
 #: bin/launch imports no TensorFlow (its tasks here are stand-ins), so a fresh
-#: interpreter starts it for ~0.3 s of CPU; a fork of the binary server costs
-#: more (~1 s of CPU and seconds of wall time at its exit, when the interpreter's
-#: last garbage collection walks, and so copies, the server's TensorFlow heap).
-#: Every launch in this file runs fresh, as a user runs it.
+#: interpreter starts it for ~0.3 s of CPU, about what a fork of the binary
+#: server costs (0.27 s): every launch in this file runs fresh, as a user runs it.
 LAUNCH_FRESH = True
 
 _LINE = re.compile(r"^\[([a-z]+(?::\d+)?)\] (.*)$")
