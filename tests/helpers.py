@@ -85,13 +85,21 @@ def _server():
     return _SERVER
 
 
+#: Binaries that import no TensorFlow (`bin/launch`; `bin/data_service`'s
+#: supervisor, whose dispatcher and workers it starts fresh itself): a fresh
+#: interpreter starts them for 0.1-0.3 s of CPU, what a fork of the binary server
+#: costs, and is how a user runs them, so `run_bin`/`start_bin` always start them fresh.
+WITHOUT_TENSORFLOW = ("launch", "data_service")
+
+
 def run_bin(name: str, *args: str, timeout: float = 240, env: dict | None = None,
             fresh: bool = False):
     """Runs `bin/<name> args...`; returns CompletedProcess. A fork of the binary
-    server (tests/bin_server.py) unless `fresh`: then this interpreter, started
-    anew, for what happens before TensorFlow is imported."""
+    server (tests/bin_server.py) unless `fresh` or the binary imports no
+    TensorFlow (`WITHOUT_TENSORFLOW`): then this interpreter, started anew, for
+    what happens before TensorFlow is imported."""
     return run_python([os.path.join(REPO, "bin", name), *args], env=bin_env(env),
-                      timeout=timeout, fresh=fresh)
+                      timeout=timeout, fresh=fresh or name in WITHOUT_TENSORFLOW)
 
 
 def _completed(process, timeout: float) -> subprocess.CompletedProcess:
@@ -118,7 +126,8 @@ def without_tensorflow(tmp_path) -> dict:
 def start_bin(name: str, *args: str, fresh: bool = False, env: dict | None = None):
     """Starts `bin/<name>` without waiting (a `subprocess.Popen`, or the server's
     fork that answers as one: `run_bin` says when); the caller must bound its waits."""
-    return start_python([os.path.join(REPO, "bin", name), *args], fresh=fresh,
+    return start_python([os.path.join(REPO, "bin", name), *args],
+                        fresh=fresh or name in WITHOUT_TENSORFLOW,
                         env=bin_env(env, PYTHONUNBUFFERED="1"))
 
 

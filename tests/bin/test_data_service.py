@@ -25,11 +25,6 @@ from helpers import REPO, assert_one_line_error, bin_env, process_alive, run_bin
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 _WORKER = re.compile(r"data worker (\d+) \(pid (\d+)\)")
-#: bin/data_service's supervisor and its flag checks import no TensorFlow (its
-#: dispatcher and data workers are fresh interpreters it starts), so each runs
-#: in a fresh interpreter (~0.1 s of CPU), as a user runs it, not a fork of the
-#: binary server (0.27 s).
-FRESH = True
 
 
 class LocalService:
@@ -41,7 +36,8 @@ class LocalService:
             self.popen = start_python(
                 [os.path.join(REPO, "bin", "data_service"),
                  f"--workers={workers}", "--port=0", "--worker_timeout=2"],
-                stderr=log, env=bin_env(PYTHONUNBUFFERED="1"), fresh=FRESH)
+                stderr=log, env=bin_env(PYTHONUNBUFFERED="1"),
+                fresh=True)  # as run_bin starts it (helpers.WITHOUT_TENSORFLOW)
         self.address = self._first_line(timeout=180)
         self.dispatcher_pid = int(re.search(r"dispatcher \(pid (\d+)\) and", self.stderr()).group(1))
         self.worker_pids = {int(i): int(pid) for i, pid in _WORKER.findall(self.stderr())}
@@ -156,8 +152,7 @@ def test_a_port_in_use_is_one_line():
     with socket.socket() as taken:
         taken.bind(("", 0))
         taken.listen()
-        result = run_bin("data_service", f"--port={taken.getsockname()[1]}", timeout=60,
-                         fresh=FRESH)
+        result = run_bin("data_service", f"--port={taken.getsockname()[1]}", timeout=60)
     assert result.returncode == 2
     assert_one_line_error(result, contains="the port is in use")
     assert result.stdout == ""
@@ -170,7 +165,7 @@ def test_a_port_in_use_is_one_line():
     (["--workers=0"], "--workers=0 must be 1 to"),
 ])
 def test_mistakes_are_one_line(args, says):
-    result = run_bin("data_service", *args, timeout=60, fresh=FRESH)
+    result = run_bin("data_service", *args, timeout=60)
     assert result.returncode == 2
     assert_one_line_error(result, contains=says)
 

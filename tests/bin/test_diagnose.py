@@ -65,7 +65,7 @@ def test_the_slow_worker_is_named_and_a_hang_is_dumped_by_every_worker(tmp_path)
         "--strategy=multi_worker", "--collective=ring", "--global_batch_size=32",
         "--train_steps=40", "--steps_per_loop=4", "--checkpoint_interval=0", "--export=false",
         f"--hang_timeout={HANG_TIMEOUT_S}", "--straggler_threshold=2", "--mode=train",
-        env=env, timeout=300, fresh=True)  # bin/launch imports no TensorFlow: fresh is cheaper
+        env=env, timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     # The chief names the slow worker, its host, and its input as the cause; not worker 0.

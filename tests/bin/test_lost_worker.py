@@ -25,12 +25,12 @@ def test_a_lost_worker_is_left_out_and_the_run_finishes_on_two_exactly(tmp_path)
     model_dir, marker = tmp_path / "cluster", tmp_path / "worker-2-lost"
     env = {"COUNTING_BATCH": str(BATCH),
            "PYTHONPATH": os.pathsep.join([ENGINE_TESTS, os.environ.get("PYTHONPATH", "")])}
-    result = run_bin(  # fresh: bin/launch imports no TensorFlow (test_multi_worker._launch)
+    result = run_bin(
         "launch", "--num_workers=3", "--min_workers=2", "--max_restarts=3", "--grace_period=3",
         "--timeout=400", "--", sys.executable, os.path.join(REPO, "tests", "bin", "lost_worker.py"),
         str(marker), "2", str(model_dir), "--", os.path.join(REPO, "bin", "train"),
         f"--model_dir={model_dir}", "--strategy=multi_worker", "--collective=ring",
-        "--devices=cpu:0", *FLAGS, env=env, timeout=450, fresh=True)
+        "--devices=cpu:0", *FLAGS, env=env, timeout=450)
     assert result.returncode == 0, result.stderr[-4000:]
     lines = [line for line in result.stderr.splitlines() if "cannot come back" in line]
     assert lines == ["launch: worker:2 exited with status 1 (exit 1: failed: a restart cannot "
@@ -74,7 +74,7 @@ def test_a_killed_worker_resumes_the_cluster_from_a_local_checkpoint_every_worke
     victim = local_checkpoints.folder(str(local), str(model_dir), "worker:1")
     env = {"COUNTING_BATCH": str(batch),
            "PYTHONPATH": os.pathsep.join([ENGINE_TESTS, os.environ.get("PYTHONPATH", "")])}
-    result = run_bin(  # fresh: bin/launch imports no TensorFlow (test_multi_worker._launch)
+    result = run_bin(
         "launch", "--num_workers=2", "--max_restarts=1", "--grace_period=3", "--timeout=400",
         "--", sys.executable, os.path.join(REPO, "tests", "bin", "kill_once.py"),
         str(tmp_path / "killed"), "1", os.path.join(victim, "ckpt-6.index"), "--",
@@ -82,7 +82,7 @@ def test_a_killed_worker_resumes_the_cluster_from_a_local_checkpoint_every_worke
         "--strategy=multi_worker", "--collective=ring", "--devices=cpu:0",
         *counting_task.flags(steps=steps), "--steps_per_loop=1", "--checkpoint_interval=100",
         f"--global_batch_size={batch}", f"--local_checkpoint_dir={local}",
-        "--local_checkpoint_interval=2", env=env, timeout=450, fresh=True)
+        "--local_checkpoint_interval=2", env=env, timeout=450)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "worker:1 exited with status 137" in result.stderr, result.stderr[-3000:]
     agreed = re.findall(r"\[(worker:\d)\] .*resuming from the local checkpoint \S+/ckpt-(\d+), "

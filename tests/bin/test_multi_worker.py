@@ -28,10 +28,8 @@ MIRRORED = pytest.mark.xdist_group("test_multi_worker_mirrored")
 
 
 def _launch(*args: str, **kwargs):
-    """`bin/launch args...` run to its end in a fresh interpreter: the launcher
-    imports no TensorFlow (its tasks are fresh interpreters either way), so it
-    starts for ~0.3 s of CPU, about what a fork of the binary server costs."""
-    return run_bin("launch", *args, fresh=True, **kwargs)
+    """`bin/launch args...` run to its end (a fresh interpreter: helpers.WITHOUT_TENSORFLOW)."""
+    return run_bin("launch", *args, **kwargs)
 
 
 def _weights(model_dir):

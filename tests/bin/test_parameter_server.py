@@ -27,8 +27,7 @@ def test_chief_two_workers_one_ps_train_and_survive_a_dead_worker(tmp_path):
         "launch", "--chief", "--num_workers=2", "--num_ps=1", "--grace_period=5", "--",
         "bin/train", "--strategy=parameter_server", f"--model_dir={model_dir}",
         "--global_batch_size=32", f"--train_steps={TRAIN_STEPS}", "--steps_per_loop=20",
-        "--checkpoint_interval=100", "--mode=train", "--optimizer=sgd", "--learning_rate=0.1",
-        fresh=True)  # bin/launch imports no TensorFlow: a fresh one is cheaper than a fork
+        "--checkpoint_interval=100", "--mode=train", "--optimizer=sgd", "--learning_rate=0.1")
     stderr: list[str] = []
     reader = threading.Thread(target=lambda: stderr.extend(launch.stderr), daemon=True)
     reader.start()

@@ -47,10 +47,6 @@ def wait_for(*names, timeout=20):
         time.sleep(0.02)
 """
 
-#: bin/launch imports no TensorFlow (its tasks here are stand-ins), so a fresh
-#: interpreter starts it for ~0.3 s of CPU, about what a fork of the binary
-#: server costs (0.27 s): every launch in this file runs fresh, as a user runs it.
-LAUNCH_FRESH = True
 
 _LINE = re.compile(r"^\[([a-z]+(?::\d+)?)\] (.*)$")
 
@@ -63,8 +59,8 @@ def _script(tmp_path, body: str) -> list[str]:
 
 
 def _launch(*args: str, timeout: float = 60, env: dict | None = None):
-    """`bin/launch args...` run to its end, in a fresh interpreter (`LAUNCH_FRESH`)."""
-    return run_bin("launch", *args, timeout=timeout, env=env, fresh=LAUNCH_FRESH)
+    """`bin/launch args...` run to its end (a fresh interpreter: helpers.WITHOUT_TENSORFLOW)."""
+    return run_bin("launch", *args, timeout=timeout, env=env)
 
 
 def _pids(tmp_path) -> dict[str, int]:

@@ -402,8 +402,7 @@ def test_two_workers_evaluate_alike_stop_together_and_only_the_chief_keeps_the_b
         "--checkpoint_interval=10", "--eval_interval=10", "--eval_steps=4",
         "--learning_rate=0.01", "--mode=train_and_evaluate", "--best_metric=eval/loss",
         "--early_stopping_patience=3", "--seed=1", "--max_checkpoints=100",
-        env={"TMPDIR": str(worker_tmp)}, timeout=300,
-        fresh=True)  # bin/launch imports no TensorFlow: a fresh one is cheaper than a fork
+        env={"TMPDIR": str(worker_tmp)}, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((model_dir / "metrics.json").read_text())
     step, value, stop = _expected(_evaluations(model_dir, "loss"), "min", 3)
