@@ -21,7 +21,8 @@ same model, data pipeline, strategy, devices and optimizer, it times:
 
 Each variant runs `warmup` untimed repetitions (2 by default: its one-time
 work is done by then: the engine's first loop traces, counts the step's
-FLOPs and warms its sampled loop, its second is that sampled loop; fit's and
+FLOPs and warms its sampled loop, its second is that sampled loop (on CPUs
+too: the benchmark times a long run's loops, `engine.observe.clock`); fit's and
 the hand loop's first traces) and then `repetitions` (5) timed repetitions
 of `steps` steps, in `rounds` rounds of rotated order (`bench.timing`); the
 report (`bench.report`) gives the median examples/sec, the spread (min and
@@ -266,11 +267,18 @@ def time_engine(config: TrainBenchConfig, **speed_flags) -> list[float]:
     `fused_optimizer`; `synthetic_on_device` for the step alone); the
     engine's own defaults otherwise."""
     from tfloop.engine.assembly.run import run
+    from tfloop.engine.observe import clock
 
     ends: list[float] = []
-    with tempfile.TemporaryDirectory(prefix="bench_train-") as model_dir:
-        run(run_config(config, model_dir, **speed_flags),
-            on_loop_end=lambda step, metrics: ends.append(time.perf_counter()))
+    # The loops of a long run, whatever this one's length: on CPUs a short run
+    # would keep the per-step stamps in every loop (engine.observe.clock).
+    short_runs_stamped, clock.SHORT_RUNS_STAMPED = clock.SHORT_RUNS_STAMPED, False
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench_train-") as model_dir:
+            run(run_config(config, model_dir, **speed_flags),
+                on_loop_end=lambda step, metrics: ends.append(time.perf_counter()))
+    finally:
+        clock.SHORT_RUNS_STAMPED = short_runs_stamped
     # Loop k's seconds: from the end of loop k-1 (the first loop, which
     # traces, has no start here and is always warm-up).
     return [b - a for a, b in zip(ends, ends[1:])][config.warmup - 1:]

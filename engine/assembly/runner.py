@@ -318,14 +318,17 @@ class Runner:
         handed to `build_trainer`; None where the loops run on other machines
         (`StrategySpec.loop_runs_here`: parameter_server's). The straggler
         table compares every loop's own time of each worker: a multi-worker
-        cluster with `--straggler_threshold` samples every loop."""
+        cluster with `--straggler_threshold` samples every loop. The run's
+        last step tells it whether a run on CPUs is short."""
         plan = self.plan
         if not plan.spec.loop_runs_here:
             return None
+        in_cluster = plan.role.num_workers > 1
         return clock.for_run(
             self.parts.strategy, precision=plan.config.mixed_precision,
-            compares_every_loop=bool(plan.spec.compares_workers and plan.role.num_workers > 1
-                                     and plan.config.straggler_threshold))
+            compares_every_loop=bool(plan.spec.compares_workers and in_cluster
+                                     and plan.config.straggler_threshold),
+            in_cluster=in_cluster, target_step=plan.config.train_steps)
 
     def build_actions(self, trainer: Optional[AbstractTrainer],
                       checkpoints: Checkpoints) -> LoopActions:

@@ -130,8 +130,8 @@ class LoopClock:
     nothing (the do-nothing default). `engine.observe.clock.SampledClock` is
     the engine's: wall time for every loop, per-step stamps in sampled loops.
 
-        sampled = clock.begin(start_step)        # host, before the loop: stamp this one?
-        loop(..., stamps=clock.stamps(sampled))  # traced once per value of `sampled`
+        with_stamps = clock.begin(start_step)        # host, before the loop: stamp this one?
+        loop(..., stamps=clock.stamps(with_stamps))  # traced once per value
         metrics |= clock.end(trainer, start=, steps=, stamped=)   # host, once the loop's
                                                  # results are fetched: its wall time ends
 
@@ -149,7 +149,7 @@ class LoopClock:
     def begin(self, start_step: int) -> bool:
         return False
 
-    def stamps(self, sampled: bool) -> StepStamps:
+    def stamps(self, with_stamps: bool) -> StepStamps:
         return StepStamps()
 
     def end(self, trainer: AbstractTrainer, *, start: int, steps: int, stamped: dict) -> Metrics:

@@ -272,7 +272,7 @@ class Trainer(AbstractTrainer):
                       else (lambda f: f))
         self._gradients = [compile_fn(functools.partial(self._compute_gradients, o))
                            for o in self.objectives]
-        # Traced once per value of `sampled` (engine.observe.clock): two at most.
+        # Traced once per value of `with_stamps` (engine.observe.clock): two at most.
         # The loop is the engine's: no autograph (engine.task.user_code says why).
         self._loop = tf.function(self._train_loop, autograph=False)
         for objective in self.objectives:  # a plug-in's results, checked before anything is written
@@ -346,10 +346,10 @@ class Trainer(AbstractTrainer):
             raise ValueError(f"`num_steps` ({num_steps!r}) must be between 0 and 2**31 - 1 "
                              "(a loop counts its steps in int32)")
         start = int(self.global_step.numpy())
-        sampled = self.clock.begin(start)
+        with_stamps = self.clock.begin(start)
         try:
             results, weights_finite, stamped = self._loop(
-                self._iterator, tf.constant(num_steps, tf.int32), sampled)
+                self._iterator, tf.constant(num_steps, tf.int32), with_stamps)
         except tf.errors.InvalidArgumentError:
             mismatch = checked.mismatch(self.collective)  # --check_collective stopped the step
             if mismatch is None:
@@ -386,14 +386,15 @@ class Trainer(AbstractTrainer):
         del count  # counted by the clock, once, outside any timed loop
         return self.clock.flops
 
-    def warm_sampled(self) -> None:
-        """Traces the sampled loop function and runs it for 0 steps (no batch
-        taken, no step counted): the clock's one-time work after the first
-        loop, so that no timed loop traces or instantiates a function."""
-        self._loop(self._iterator, tf.constant(0, tf.int32), True)
+    def warm(self, with_stamps: bool) -> None:
+        """Traces the loop function with or without the stamps and runs it for
+        0 steps (no batch taken, no step counted): the clock's one-time work
+        after the first loop, so that no timed loop traces or instantiates a
+        function."""
+        self._loop(self._iterator, tf.constant(0, tf.int32), with_stamps)
 
-    def _train_loop(self, iterator, num_steps, sampled):
-        stamps = self.clock.stamps(sampled)  # no ops at all when not sampled
+    def _train_loop(self, iterator, num_steps, with_stamps):
+        stamps = self.clock.stamps(with_stamps)  # no ops at all without
         self.step_phase.begin()  # once per loop: the hang dump's counters
         schedules.assign_per_loop(self.objectives, self.global_step)  # a rate that never varies
         # Each replica's running sums, carried by the loop and written once after it.

@@ -104,6 +104,12 @@ def _device_kind(name: str) -> str:
     return tf.DeviceSpec.from_string(name).device_type or "CPU"
 
 
+def all_cpus(devices: Sequence[str]) -> bool:
+    """Whether every one of `devices` is a CPU: the host computes the steps
+    itself, so a host op that reads their tensors waits for no other device."""
+    return bool(devices) and all(_device_kind(d).upper() == "CPU" for d in devices)
+
+
 def _gpu_names(devices: Sequence[str]) -> list[str]:
     """The model name of each physical GPU under `devices` (virtual GPUs
     split one physical GPU, which counts once; the process sees only the

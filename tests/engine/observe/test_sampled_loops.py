@@ -286,7 +286,7 @@ def test_the_schedule_samples_the_second_loop_then_one_in_n_and_on_request():
     assert [n for n in range(1, 25) if clock_lib.SampledClock().scheduled(n)] == [2, 12, 22]
     clock = clock_lib.SampledClock(sample_every=3, first_samples=3)  # a cluster's
     assert [n for n in range(1, 12) if clock.scheduled(n)] == [2, 3, 4, 7, 10]
-    fake = types.SimpleNamespace()  # no trainer to probe: no peak, no warm_sampled
+    fake = types.SimpleNamespace()  # no trainer to probe: no peak, no warm
     sampled = []
     for loop in range(1, 8):
         if loop == 5:
@@ -305,7 +305,7 @@ def test_the_sampled_loop_is_warmed_before_the_first_sampled_loop_and_only_if_on
     ops: a run of one loop never samples and never pays it; a longer run pays
     it once, before the second loop's timer starts."""
     events = []
-    trainer = types.SimpleNamespace(warm_sampled=lambda: events.append("warm"))
+    trainer = types.SimpleNamespace(warm=lambda with_stamps: events.append(("warm", with_stamps)))
     clock = clock_lib.SampledClock()
     clock.begin(0)
     clock.end(trainer, start=0, steps=1, stamped={})
@@ -313,17 +313,17 @@ def test_the_sampled_loop_is_warmed_before_the_first_sampled_loop_and_only_if_on
     with monkeypatch.context() as patch:
         patch.setattr(clock_lib.time, "perf_counter", lambda: events.append("timer") or 0.0)
         assert clock.begin(1) is True
-    assert events == ["warm", "timer"]  # warmed, then the loop's timer starts
+    assert events == [("warm", True), "timer"]  # warmed, then the loop's timer starts
     clock.end(trainer, start=1, steps=1, stamped={})
     for loop in range(3, 30):
         clock.begin(loop)
         clock.end(trainer, start=loop, steps=1, stamped={})
-    assert events.count("warm") == 1
+    assert events.count(("warm", True)) == 1 and len(events) == 2
     untimed = clock_lib.SampledClock(timed=False)
     for loop in range(3):
         untimed.begin(loop)
         untimed.end(trainer, start=loop, steps=1, stamped={})
-    assert events.count("warm") == 1  # an untimed clock never samples, never warms
+    assert len(events) == 2  # an untimed clock never samples, never warms
 
 
 def test_the_runs_clock_samples_every_loop_only_where_the_workers_are_compared(monkeypatch):
@@ -340,6 +340,19 @@ def test_the_runs_clock_samples_every_loop_only_where_the_workers_are_compared(m
     assert (compared.peak, compared.timed) == ("peak", step_time.timestamps_allowed())
     devices = clock_lib.hardware.local_devices(strategy)
     assert asked == [(devices, "mixed_bfloat16"), (devices, "float32")]
+    # A short run on CPUs stamps every loop; not on GPUs, nor in a cluster (whose
+    # workers must run the same loop functions), nor while the benchmark times loops.
+    assert alone.short_runs_stamped and alone.target_step is None
+    assert clock_lib.for_run(strategy, precision="float32", compares_every_loop=False,
+                             target_step=600).target_step == 600
+    assert not clock_lib.for_run(strategy, precision="float32", compares_every_loop=False,
+                                 in_cluster=True).short_runs_stamped
+    on_gpus = clock_lib.for_run(tf.distribute.MirroredStrategy(GPUS), precision="float32",
+                                compares_every_loop=False)
+    assert not on_gpus.short_runs_stamped
+    monkeypatch.setattr(clock_lib, "SHORT_RUNS_STAMPED", False)
+    assert not clock_lib.for_run(strategy, precision="float32",
+                                 compares_every_loop=False).short_runs_stamped
 
 
 def test_a_sampled_cpu_loop_gives_the_breakdown(cpu_devices, caplog):
@@ -363,6 +376,74 @@ def test_a_sampled_cpu_loop_gives_the_breakdown(cpu_devices, caplog):
     sample = report.sample
     assert sample.stamped > 0 and sample.input >= 0 and sample.all_reduce > 0
     assert sum(sample.shares().values()) == pytest.approx(1.0)
+
+
+def _run_loops(trainer, clock, report, loops, steps=4):
+    """`loops` loops of `steps` steps, each reported; whether each was sampled."""
+    sampled = []
+    for _ in range(loops):
+        start = int(trainer.global_step.numpy())
+        trainer.train(steps)
+        report(LoopEnd(start=start, step=start + steps, target=10**6, num_steps=steps,
+                       seconds=clock.last.seconds, metrics={}))
+        sampled.append(clock.last.sampled)
+    return sampled
+
+
+def test_on_cpus_a_short_run_stamps_every_loop_and_reads_only_the_sampled_ones(
+        cpu_devices, caplog):
+    """Where the replicas are CPUs a stamp makes no host wait. A run whose
+    rest, at loop 2's rate, is shorter than its first loop (which traced and
+    compiled) keeps the stamps in every loop, from one loop function, and the
+    schedule still decides which are read: the same line, after loop 2 only,
+    as with two functions."""
+    clock = clock_lib.SampledClock(short_runs_stamped=True, target_step=20)
+    trainer = _trainer(cpu_devices[:2], clock)
+    report = step_time.Report(clock=clock, writer=None, interval=0)
+    report.train_begin(0)
+    try:
+        with caplog.at_level(logging.INFO, logger="tfloop.engine.observe.step_time"):
+            assert _run_loops(trainer, clock, report, 4) == [False, True, False, False]
+            clock.ask()  # a SIGUSR1: the next loop is sampled, from the same function
+            assert _run_loops(trainer, clock, report, 1) == [True]
+    finally:
+        report.close()
+    assert clock.last.asked and not clock.last.scheduled
+    assert trainer._loop.experimental_get_tracing_count() == 1
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step time")]
+    assert len(said) == 2 and said[0].startswith("step time, steps 5-8: "), said
+    assert said[1].startswith("step time, steps 17-20: "), said
+    sample = report.sample
+    assert sample.stamped > 0 and sample.input >= 0 and sample.all_reduce > 0
+    assert sum(sample.shares().values()) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("target_step", [10**6, None])
+def test_on_cpus_a_long_run_traces_the_unstamped_loop_after_loop_2(
+        cpu_devices, monkeypatch, target_step):
+    """A run whose rest takes longer than its first loop (or of unknown
+    length) traces the unstamped function once, at the end of loop 2, after
+    that loop's timer: from loop 3 on the unsampled loops run it, the
+    sampled loops the stamped one, as on GPUs."""
+    clock = clock_lib.SampledClock(short_runs_stamped=True, target_step=target_step)
+    trainer = _trainer(cpu_devices[:2], clock)
+    report = step_time.Report(clock=clock, writer=None, interval=0)
+    seconds = iter(range(0, 10**6, 5))  # every loop takes 5 s by the clock
+    events = []
+    warm = trainer.warm
+    monkeypatch.setattr(trainer, "warm", lambda with_stamps: (
+        events.append(("warm", with_stamps, int(trainer.global_step.numpy()))),
+        warm(with_stamps)))
+    monkeypatch.setattr(clock_lib, "time", types.SimpleNamespace(  # the clock's alone
+        perf_counter=lambda: float(next(seconds))))
+    traced = []
+    monkeypatch.setattr(clock, "stamps", lambda with_stamps: (
+        traced.append(with_stamps), clock_lib.SampledClock.stamps(clock, with_stamps))[1])
+    assert _run_loops(trainer, clock, report, 13, steps=1) == (
+        [False, True] + [False] * 9 + [True, False])
+    assert events == [("warm", False, 2)]  # once, after loop 2 (step 2)
+    assert traced == [True, False] and trainer._loop.experimental_get_tracing_count() == 2
+    assert report.sample.start == 11 and report.sample.scheduled
 
 
 def test_synthetic_on_device_trains_every_step_on_one_batch_taken_once(cpu_devices):
