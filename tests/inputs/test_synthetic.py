@@ -28,3 +28,20 @@ def test_imagenet_sized_images_are_uint8_within_a_memory_budget():
 def test_num_classes_is_for_synthetic_data_only():
     with pytest.raises(inputs.InputError, match="--num_classes=3 applies to --dataset=synthetic"):
         inputs.load("mnist", data_dir="/nonexistent", num_classes=3)
+
+
+def test_small_splits_are_made_once_per_process_and_cannot_be_changed():
+    """A notebook or a suite that runs again gets the same splits without
+    making them again, and no caller can change another's data."""
+    first = synthetic.load(seed=11, num_train=64, num_eval=16)
+    assert synthetic.load(seed=11, num_train=64, num_eval=16) is first
+    assert synthetic.load(seed=12, num_train=64, num_eval=16) is not first
+    with pytest.raises(ValueError, match="read-only"):
+        first.train.x[0, 0, 0, 0] = 1
+    with pytest.raises(ValueError, match="read-only"):
+        first.eval.y[0] = 1
+    # Over KEPT_BYTES: made on every call, as before (nothing large stays in memory).
+    large = dict(seed=11, num_train=synthetic.KEPT_BYTES // (28 * 28) + 1, num_eval=1)
+    made = synthetic.load(**large)
+    assert synthetic.load(**large) is not made and made.train.x.flags.writeable
+    np.testing.assert_array_equal(synthetic.load(**large).train.x[:64], made.train.x[:64])
