@@ -144,7 +144,12 @@ def test_a_worker_that_is_not_chief_writes_nothing_and_leaves_no_temporary_folde
     assert export_model(model, input_signature=tf.TensorSpec([None, 3]), directory=str(directory),
                         step=4, is_chief=False, worker_name="worker:1") is None
     assert not directory.exists()
-    assert os.listdir(scratch) == []
+    # Autograph writes the source of each function it first converts in a process into
+    # the temporary directory (`__autograph_generated_file*.py`, never removed): its
+    # file, not the export's. Run alone, or first on its worker, this test converts first.
+    left = [name for name in os.listdir(scratch)
+            if not name.startswith("__autograph_generated_file")]
+    assert left == []
 
 
 def test_latest_export_takes_the_highest_complete_step(tmp_path):
