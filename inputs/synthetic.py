@@ -63,7 +63,7 @@ def load(*, seed: int, num_train: int = 8192, num_eval: int = 2048, image_size: 
     if image_size < 0 or num_classes < 0:
         raise InputError(f"synthetic data needs --image_size >= 0 and --num_classes >= 0, got "
                          f"{image_size} and {num_classes}")
-    side, channels = (image_size, 3) if image_size else SHAPE[::2]
+    side, channels = (image_size, 3) if image_size else (SHAPE[0], SHAPE[2])
     if (num_train + num_eval) * side * side * channels <= KEPT_BYTES:
         return _kept(seed, num_train, num_eval, image_size, num_classes)
     return _made(seed, num_train, num_eval, image_size, num_classes)

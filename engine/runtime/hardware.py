@@ -41,6 +41,7 @@ from typing import Optional, Sequence
 
 import tensorflow as tf
 
+from tfloop.collectives import device_names
 from tfloop.engine.runtime import files
 
 logger = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ def _device_kind(name: str) -> str:
 def all_cpus(devices: Sequence[str]) -> bool:
     """Whether every one of `devices` is a CPU: the host computes the steps
     itself, so a host op that reads their tensors waits for no other device."""
-    return bool(devices) and all(_device_kind(d).upper() == "CPU" for d in devices)
+    return bool(devices) and all(device_names.kind(d) == "cpu" for d in devices)
 
 
 def _gpu_names(devices: Sequence[str]) -> list[str]:
