@@ -167,8 +167,12 @@ def float32_sizes(request: Request) -> list[int]:
     """Bytes of each gradient in float32: the model's variables, or
     `--parameters` split evenly over `--tensors`."""
     if request.model:
+        from tfloop import models
+
         shape = ((request.image_size, request.image_size, 3) if request.image_size
                  else (28, 28, 1))
+        models.check(request.model, shape, larger="add --image_size={size} (its default, 0, "
+                                                  "models the synthetic 28x28x1 images)")
         variables = scaling.model_variable_sizes(request.model, input_shape=shape,
                                                  num_classes=request.num_classes or 10)
         return [count * 4 for count, _ in variables]

@@ -41,9 +41,10 @@ def available() -> list[str]:
     return sorted(_BUILDERS)
 
 
-def check(name: str, input_shape=None) -> None:
+def check(name: str, input_shape=None, *, larger: str = "") -> None:
     """Raises the one-line error for an unknown name, or for images smaller than
-    the model accepts, without building anything."""
+    the model accepts, without building anything. `larger`: how the caller's
+    user asks for larger images (default: bin/train's flags)."""
     if name not in _BUILDERS:
         raise ModelError(
             f"--model={name!r} is not a model; choose one of: {', '.join(available())}"
@@ -53,8 +54,9 @@ def check(name: str, input_shape=None) -> None:
         height, width = input_shape[:2]
         raise ModelError(
             f"--model={name} needs images of at least {least}x{least}, and the dataset gives "
-            f"{height}x{width}; use larger images (e.g. --image_size={max(least, 224)} with "
-            "--dataset=synthetic or image_folder)"
+            f"{height}x{width}; " + (larger.format(size=max(least, 224)) or
+                                     f"use larger images (e.g. --image_size={max(least, 224)} "
+                                     "with --dataset=synthetic or image_folder)")
         )
 
 

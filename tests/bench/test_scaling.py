@@ -226,6 +226,16 @@ def test_requests_refused_in_one_line(override, message):
     assert "\n" not in str(error.value)
 
 
+def test_a_vision_model_without_its_image_size_names_predict_scalings_own_flag():
+    from tfloop.models import ModelError
+
+    request = predict.Request(model="resnet50", global_batch_size=256, step_ms=100.0)
+    with pytest.raises(ModelError, match=r"--model=resnet50 needs images of at least 32x32, .*; "
+                                         r"add --image_size=224 \(its default, 0, models the "
+                                         r"synthetic 28x28x1 images\)$"):
+        predict.float32_sizes(request)
+
+
 def test_bench_train_json_gives_the_one_device_step(tmp_path):
     path = tmp_path / "bench_train_mlp_1dev.json"
     path.write_text(json.dumps(dict(num_devices=1, config=dict(global_batch_size=256),
