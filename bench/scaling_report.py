@@ -30,7 +30,8 @@ def prediction_table(workload: Workload, predictions: Sequence[Prediction],
                  for c in collectives]
         best = p.best
         chosen = ("none (one device)" if p.devices == 1 else
-                  f"{best.choice} ({best.algorithms}, {best.all_reduces} all-reduces)")
+                  f"{best.choice} ({best.algorithms}, {best.all_reduces} "
+                  f"all-reduce{'' if best.all_reduces == 1 else 's'})")
         cells = [str(p.devices), str(p.hosts), *steps, chosen,
                  f"{_ms(best.comm)} ({_ms(best.exposed)})", f"{p.examples_per_second:,.0f}",
                  f"{p.efficiency:.1%}", best.basis]

@@ -18,6 +18,8 @@ def test_presets_print_the_table_and_write_json_without_a_plot(tmp_path):
     assert len(rows) == 2, result.stdout
     assert "| 64 | 8 |" in rows[1] and "link presets nvlink3+8xib_hdr" in rows[1]
     assert "n/a" in rows[1]  # hierarchical copy and reduce to one device: one host only
+    packed = [row for row in rows if "num_packs=1 (" in row]  # one pack: one all-reduce
+    assert packed and all(" 1 all-reduce)" in row for row in packed), rows
     assert "the all-reduce does not overlap the backward pass" in result.stdout
     written = json.loads((tmp_path / "predict_scaling.json").read_text())
     assert [p["devices"] for p in written["predictions"]] == [1, 8, 64]
