@@ -48,6 +48,7 @@ def test_both_losses_fall_and_metrics_are_reported(cpu_devices):
         last["loss"], last["digit_loss"] + two_heads.PARITY_WEIGHT * last["parity_loss"], rtol=1e-4)
 
 
+@pytest.mark.compares  # four replicas trained against one device (tests/tiers.py)
 def test_custom_step_on_four_replicas_matches_one_device(cpu_devices):
     weights = []
     for devices in (cpu_devices[:1], cpu_devices):

@@ -40,6 +40,7 @@ def one_device(cpu_devices):
 # `strategy` is what --collective=auto means here (the strategy's own
 # reduction onto the variables' device); ring stands for the explicit ones.
 @pytest.mark.xdist_group("test_central_storage_one_device")  # one_device, trained once
+@pytest.mark.compares  # four replicas trained against one device (tests/tiers.py)
 @pytest.mark.parametrize("collective", ["strategy", "ring"])
 def test_central_storage_matches_one_device(cpu_devices, one_device, collective):
     one, initial = one_device
