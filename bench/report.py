@@ -52,7 +52,7 @@ def write_csv(path: str, rows: Sequence[Any]) -> str:
 #: The refusal before a run that would plot and cannot: said before any timing,
 #: so a plain `pip install .` never ends a long sweep without its plot.
 NO_PLOT = ("matplotlib is not installed, and the PNG plot needs it: pip install '.[plot]' "
-           "(or 'tfloop[plot]'), or run with --noplot (the CSV and JSON are written either way)")
+           "(or 'tfloop[plot]'), or run with --noplot, which writes everything but the plot")
 
 
 #: The line a benchmark prints when it skips its plot for want of matplotlib.

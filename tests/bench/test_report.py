@@ -67,6 +67,7 @@ def test_without_matplotlib_the_json_is_still_written(tmp_path, monkeypatch):
     assert [path.rsplit("/", 1)[-1] for path in files] == ["bench_train.json"]
     assert not (tmp_path / "out" / "bench_train.png").exists()
     assert "pip install '.[plot]'" in report.NO_PLOT and "--noplot" in report.NO_PLOT
+    assert "CSV" not in report.NO_PLOT  # bench_train and predict_scaling write none
 
 
 def test_the_plot_extra_is_declared():
