@@ -44,7 +44,8 @@ def available() -> list[str]:
 def check(name: str, input_shape=None, *, larger: str = "") -> None:
     """Raises the one-line error for an unknown name, or for images smaller than
     the model accepts, without building anything. `larger`: how the caller's
-    user asks for larger images (default: bin/train's flags)."""
+    user asks for larger images, `{size}` standing for the size to ask for
+    (default: bin/train's flags)."""
     if name not in _BUILDERS:
         raise ModelError(
             f"--model={name!r} is not a model; choose one of: {', '.join(available())}"
