@@ -294,7 +294,7 @@ SOURCES = ("synthetic", "mnist", "image_folder")
 
 
 def convert(source: str, *, output_dir: str, num_shards: int, data_dir: str = "",
-            image_size: int = 224, eval_fraction: float = 0.2, seed: int = 0) -> str:
+            image_size: int = 0, eval_fraction: float = 0.2, seed: int = 0) -> str:
     """`bin/convert_to_tfrecord`: loads `source` as `--dataset=<source>` would and writes it."""
     if source not in SOURCES:
         raise InputError(f"--source={source!r} is not a source; choose one of: {', '.join(SOURCES)}")

@@ -3,6 +3,7 @@ mistakes are one line and leave nothing behind. The round trip (written
 records read back equal the source) is in test_tfrecord.py and
 test_image_folder.py."""
 
+import json
 import os
 import stat
 import time
@@ -66,6 +67,15 @@ def test_a_killed_conversions_staging_folder_is_removed_by_the_next_one(tmp_path
         ["records", os.path.basename(writing)])
     assert ".writing" not in os.listdir(output)  # the lock file is no part of the dataset
     lock.close()
+    # --source=synthetic with no --image_size writes `--dataset=synthetic`'s data:
+    # MNIST-shaped digits (it once took --image_size's image_folder default, 224,
+    # and wrote 300 MB of RGB images).
+    with open(output / "metadata.json") as file:
+        meta = json.load(file)
+    default = synthetic.load(seed=0)
+    assert meta["image_shape"] == list(synthetic.SHAPE) == list(default.input_shape)
+    assert (meta["splits"]["train"]["count"], meta["splits"]["eval"]["count"]) == (
+        len(default.train), len(default.eval))
 
 
 def test_a_staging_name_that_is_a_link_is_left_alone_and_staging_is_at_most_0755(tmp_path):

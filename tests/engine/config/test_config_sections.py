@@ -32,7 +32,7 @@ REPRESENTATIVE = ("image_size", "eval_fraction", "straggler_threshold", "hang_ti
 #: not a declaration: a binary picking the flags it takes, or its own flag.
 USES = {
     "image_size": {"bin/bench_train": "takes --image_size, with a sentence of its own",
-                   "bin/convert_to_tfrecord": "its own --image_size (default 224)",
+                   "bin/convert_to_tfrecord": "its own --image_size (0: each source's own size)",
                    "bin/predict_scaling": "its own --image_size: the input of the model whose "
                    "gradients it counts (no dataset)"},
     "eval_fraction": {"bin/convert_to_tfrecord": "its own --eval_fraction"},
