@@ -253,6 +253,7 @@ def run_config(config: TrainBenchConfig, model_dir: str, **fields) -> RunConfig:
         train_steps=config.steps * (config.repetitions + config.warmup),
         steps_per_loop=config.steps,
         checkpoint_interval=0, summary_interval=0, mode="train",
+        export=False,  # the model_dir is a temporary folder: nothing would read an export
         optimizer=config.optimizer, learning_rate=config.learning_rate, seed=config.seed,
         # What the process already runs with, as every other variant does.
         intra_op_threads=tf.config.threading.get_intra_op_parallelism_threads(),
