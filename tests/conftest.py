@@ -3,7 +3,9 @@
 TensorFlow fixes its device list the first time anything touches a device, and
 never again in that process. Every in-process multi-device test therefore
 shares these four logical CPUs; tests that need another layout run a binary in
-a subprocess (see `tests/helpers.py`).
+a subprocess (see `tests/helpers.py`). Under pytest-xdist (`-n 2`, the
+default) each worker sets them up in `pytest_configure`; the controller, which
+only hands out tests, never imports TensorFlow.
 
 The suite runs on CPUs whatever the machine: GPUs are hidden from it (and from
 the binaries it starts) before TensorFlow imports. Tests that need a GPU carry
@@ -37,25 +39,42 @@ os.environ.update(COMPARED_THREADS)
 
 import pytest  # noqa: E402
 
-from tfloop.engine.runtime import devices as engine_devices  # noqa: E402
-
 NUM_LOGICAL_CPUS = 4
 
-engine_devices.ensure_logical_cpus(NUM_LOGICAL_CPUS)
-engine_devices.configure_threads([f"/cpu:{i}" for i in range(NUM_LOGICAL_CPUS)])
 
-import isolation  # noqa: E402
-import quiet_teardown  # noqa: E402
+def _runs_tests(config) -> bool:
+    """Whether this process runs or collects tests itself: not pytest-xdist's
+    controller, which hands them to its workers. The controller never imports
+    TensorFlow (about 5 s of CPU, taken from the workers while they start)."""
+    if hasattr(config, "workerinput") or config.getvalue("collectonly"):
+        return True
+    try:
+        return not config.getoption("numprocesses")  # -n 0, or no -n
+    except ValueError:  # pytest-xdist not loaded (-p no:xdist)
+        return True
 
-# Dropping hundreds of distributed iterators in one process waits out their
-# autotune threads (up to 60 s each); tests/quiet_teardown.py says why and how.
-quiet_teardown.install()
+
+def pytest_configure(config):
+    if not _runs_tests(config):
+        return
+    from tfloop.engine.runtime import devices as engine_devices
+
+    engine_devices.ensure_logical_cpus(NUM_LOGICAL_CPUS)
+    engine_devices.configure_threads([f"/cpu:{i}" for i in range(NUM_LOGICAL_CPUS)])
+
+    import quiet_teardown
+
+    # Dropping hundreds of distributed iterators in one process waits out their
+    # autotune threads (up to 60 s each); tests/quiet_teardown.py says why and how.
+    quiet_teardown.install()
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _isolated_module():
     """What a module's shared runs change (its module-scoped fixtures), put
     back after its last test (tests/isolation.py)."""
+    import isolation  # TensorFlow's: imported where tests run (`_runs_tests`)
+
     with isolation.restored():
         yield
 
@@ -64,6 +83,8 @@ def _isolated_module():
 def _isolated():
     """What a test changes for its worker (the `tfloop` logger, op
     determinism) is put back after it (tests/isolation.py)."""
+    import isolation
+
     with isolation.restored():
         yield
 
