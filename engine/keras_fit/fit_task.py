@@ -177,6 +177,10 @@ class CompiledModelTask(Task):
             return None
         return self._dataset(self._validation, context)
 
+    # Unconverted, as Keras's own train and test functions run the compiled
+    # loss and the model's steps (`do_not_convert`): the engine's code, and the
+    # user's Keras objects exactly as `fit` runs them (engine.task.user_code).
+    @tf.autograph.experimental.do_not_convert
     def loss(self, model, batch, *, training: bool) -> LossOutput:
         if isinstance(batch, tuple) and len(batch) == 4:  # (`epochs.weighted_batches`)
             x, y, weight, real = batch

@@ -58,6 +58,7 @@ import tensorflow as tf
 
 from tfloop.engine.run_dir import checkpointing, layout
 from tfloop.engine.runtime import disk, files
+from tfloop.engine.task import user_code
 from tfloop.engine.errors import ConfigError, ExportFailure, RunFailure, one_line
 
 logger = logging.getLogger(__name__)
@@ -217,6 +218,7 @@ def _remove_quietly(path: str, directory: str) -> None:
                        one_line(str(error), 100))
 
 
+@tf.autograph.experimental.do_not_convert  # the engine's own (engine.task.user_code)
 def _call_model(model: Any, inputs: Any) -> Any:
     return model(inputs, training=False)
 
@@ -298,21 +300,23 @@ def _signature_outputs(outputs: Any) -> Optional[dict[str, tf.Tensor]]:
 def _trace(model: Any, serving_fn: ServingFn, signature: Any) -> ServingFunction:
     """The serving `tf.function`, traced once so that a mismatch fails before any write.
 
-    Autograph converts `serve` and so wraps any exception raised under it in
-    its own error type: unusable outputs are noted here and refused after the
-    trace, so that the refusal stays a ConfigError.
+    Traced without autograph, as the engine's loops are: `serving_fn`, the
+    user's (a task's `serve`), is converted where it is called
+    (`engine.task.user_code`), and autograph wraps any exception raised under
+    it in its own error type: unusable outputs are noted here and refused
+    after the trace, so that the refusal stays a ConfigError.
     """
     unusable = []
 
     def serve(inputs):
-        outputs = serving_fn(model, inputs)
+        outputs = user_code.converted(serving_fn)(model, inputs)
         named = _signature_outputs(outputs)
         if named is None:
             unusable.append(outputs)
             return {}
         return named
 
-    function = tf.function(serve, input_signature=[signature])
+    function = tf.function(serve, input_signature=[signature], autograph=False)
     try:
         function.get_concrete_function()
     except (ValueError, TypeError, KeyError) as error:

@@ -192,6 +192,9 @@ class CompiledLoss:
         self._objects = objects
         self._keras_logs = keras_logs
 
+    # Keras's train and test functions run the compiled loss and metrics
+    # unconverted (`do_not_convert`); so does the engine (engine.task.user_code).
+    @tf.autograph.experimental.do_not_convert
     def __call__(self, model, x, y, weight, *, training: bool, real=None) -> LossOutput:
         rows = None
         if real is not None:  # only the rows the data holds (the padding comes out)
@@ -319,6 +322,7 @@ class CompiledClassificationTask(ClassificationTask):
     def build_optimizer(self):
         return self._optimizer
 
+    @tf.autograph.experimental.do_not_convert  # as Keras runs a compiled loss (CompiledLoss)
     def loss(self, model, batch, *, training: bool) -> LossOutput:
         images, labels, *weight = batch
         return self._compiled(model, self.scaled(images), labels, weight[0] if weight else None,

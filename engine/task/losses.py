@@ -67,6 +67,7 @@ class LossFn(Protocol):
     def __call__(self, model: Any, batch: Any, *, training: bool) -> LossOutput: ...
 
 
+@tf.autograph.experimental.do_not_convert  # the engine's own code (engine.task.user_code)
 def classification_loss(model: Callable, batch, *, training: bool) -> LossOutput:
     """Sparse softmax cross-entropy on logits, with accuracy.
 

@@ -49,6 +49,7 @@ import tensorflow as tf
 
 from tfloop import inputs, models
 from tfloop.engine.task import failures as task_failures
+from tfloop.engine.task import user_code
 from tfloop.engine.errors import ConfigError
 from tfloop.engine.task.losses import Gradients, LossFn, LossOutput, classification_loss
 from tfloop.inputs import InputContext
@@ -204,6 +205,7 @@ class Task:
         return tf.nest.map_structure(
             lambda s: tf.TensorSpec([None, *s.shape[1:]], s.dtype, name=None), features)
 
+    @tf.autograph.experimental.do_not_convert  # the engine's default; a task's own is converted
     def serve(self, model: Any, features: Any) -> Any:
         """Inference for the export: the model's outputs on `features`."""
         return model(features, training=False)
@@ -332,15 +334,20 @@ class ClassificationTask(Task):
             shard_policy=context.shard_policy, num_workers=context.num_input_pipelines,
             deterministic=context.deterministic, image_dtype="uint8")
 
+    # The engine's own code runs unconverted, as its loops do; the loss function
+    # it calls may be the user's, and is converted (`engine.task.user_code`).
+    @tf.autograph.experimental.do_not_convert
     def loss(self, model, batch, *, training: bool) -> LossOutput:
         images, labels, *weight = batch  # exact epochs add a per-example weight
-        output = self._loss_fn(model, (self.scaled(images), labels), training=training)
+        output = user_code.converted(self._loss_fn)(model, (self.scaled(images), labels),
+                                                    training=training)
         if not weight:
             return output
         return LossOutput(per_example_loss=output.per_example_loss * weight[0],
                           metrics={k: tf.cast(v, tf.float32) * weight[0]
                                    for k, v in output.metrics.items()})
 
+    @tf.autograph.experimental.do_not_convert
     def scaled(self, images: tf.Tensor) -> tf.Tensor:
         """A batch's uint8 pixels as the model takes them, in the step: [0, 1],
         or normalized where the dataset asks (`inputs.to_float`); a subclass's
@@ -355,6 +362,7 @@ class ClassificationTask(Task):
         spec = super().serving_spec(element_spec)
         return tf.TensorSpec(spec.shape, tf.float32) if spec.dtype == tf.uint8 else spec
 
+    @tf.autograph.experimental.do_not_convert
     def serve(self, model: Any, features: Any) -> Any:
         """The model on float32 images in [0, 1], normalized first where the
         dataset normalizes (ImageNet's mean and std)."""
