@@ -17,7 +17,11 @@ over tensors in a task work as before; Keras's and TensorFlow's own code
 stays unconverted (autograph's allowlist, which `tf.function` applies too);
 a function marked `tf.autograph.experimental.do_not_convert` is not
 converted; conversions are cached per function, so a process converts each
-once.
+once. The engine's own code on that path is marked so: the default task's
+`loss`, `scaled` and `serve`, `classification_loss`, the compiled loss
+(`engine.task.compiled_model`, unconverted as Keras's `fit` runs it) and the
+export's serving function, which calls the task's `serve` through
+`converted` (tests/engine/task/test_user_code.py).
 
 Private API, fenced here: `tf.__internal__.autograph.tf_convert` is how
 TensorFlow's own higher-order functions (`strategy.run`, `Dataset.map`)
