@@ -102,6 +102,11 @@ def test_folder_mistakes_are_one_line_errors(tmp_path):
     write_image_folder(tmp_path / "hollow", classes=("cats",), per_class=1)
     (tmp_path / "hollow" / "dogs").mkdir()
     assert "dogs has no readable image" in error(str(tmp_path / "hollow"))
+    # `bin/convert_to_tfrecord --image_size=-1` was a traceback from tf.data's
+    # decode ("Dimension -1 must be >= 0"); bin/train's own flag is checked earlier.
+    two = write_image_folder(tmp_path / "two", per_class=2)
+    assert "--image_size=-1 must be a positive number of pixels (0 or left out: 224)" in error(
+        two, image_size=-1)
 
 
 def test_image_folder_converts_to_the_same_examples_as_tfrecords(tmp_path):
