@@ -20,8 +20,9 @@ same model, data pipeline, strategy, devices and optimizer, it times:
                     `tf.function`, the Keras optimizer's own all-reduce.
 
 Each variant runs `warmup` untimed repetitions (2 by default: its one-time
-work is done by then: the engine's first loop traces, counts the step's
-FLOPs and warms its sampled loop, its second is that sampled loop (on CPUs
+work is done by then: the engine's first loop traces and warms its sampled
+loop, its second is that sampled loop, after which it measures the devices'
+peak and counts the step's FLOPs (on CPUs
 too: the benchmark times a long run's loops, `engine.observe.clock`); fit's and
 the hand loop's first traces) and then `repetitions` (5) timed repetitions
 of `steps` steps, in `rounds` rounds of rotated order (`bench.timing`); the

@@ -381,7 +381,7 @@ class Trainer(AbstractTrainer):
         return self.clock.peak
 
     def flops_per_step(self, *, count: bool = False) -> Optional[float]:
-        """FLOPs of one step as the clock counted them after the first loop
+        """FLOPs of one step as the clock counted them for the first `mfu`
         (`engine.observe.step_flops`); None before, or when not counted."""
         del count  # counted by the clock, once, outside any timed loop
         return self.clock.flops

@@ -22,8 +22,12 @@ run for 0 steps (`trainer.warm(with_stamps)`) outside any loop's timer
 after loop 2's), so it does not trace or instantiate the function inside
 a timed loop either. A run of one loop never
 samples and so never pays for that trace (seconds for a model with many
-ops). The devices' peak rate (`engine.runtime.hardware.peak`) comes with
-the clock, probed before the trainer is built.
+ops). What `mfu` divides (the step's FLOPs, `engine.observe.step_flops`)
+and divides by (the devices' peak rate, `engine.runtime.hardware.peak`: on
+CPUs a matmul probe of about half a second) are had once, at the end of
+the first loop that reports `mfu`, the second, after its timer: a run's first
+step does not wait for them, and a run of one loop (which reports no `mfu`)
+never pays for them.
 
 Who calls what: the assembly builds the clock (`for_run`, from
 `engine.assembly.runner.Runner.build_clock`) and hands it to the strategy's
@@ -63,7 +67,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 from tfloop.engine.loop.contracts import LoopClock, Metrics, StepStamps
 from tfloop.engine.loop.trainer import Trainer
@@ -98,7 +102,7 @@ def for_run(strategy, *, precision: str, compares_every_loop: bool, in_cluster: 
       target_step: the step the run trains to (None: unknown, a long run).
     """
     devices = hardware.local_devices(strategy)
-    return SampledClock(peak=hardware.peak(devices, precision),
+    return SampledClock(peak_of=lambda: hardware.peak(devices, precision),
                         timed=step_time.timestamps_allowed(),
                         sample_every=1 if compares_every_loop else SAMPLE_EVERY,
                         short_runs_stamped=(SHORT_RUNS_STAMPED and not in_cluster
@@ -110,7 +114,8 @@ class SampledClock(LoopClock):
     """The engine's clock (see the module docstring).
 
     Args:
-      peak: the devices' peak rate (None: no `mfu`).
+      peak_of: measures the devices' peak rate (returning None: no `mfu`),
+        called once, when the first `mfu` is due; None: no `mfu`.
       timed: False where TensorFlow refuses `tf.timestamp` (op determinism):
         no loop is sampled, every loop still has its wall time.
       sample_every: one loop in this many is sampled after the first samples.
@@ -122,24 +127,28 @@ class SampledClock(LoopClock):
       target_step: the step the run trains to (None: unknown, a long run).
     """
 
-    def __init__(self, *, peak: Optional[Peak] = None, timed: bool = True,
+    def __init__(self, *, peak_of: Optional[Callable[[], Optional[Peak]]] = None,
+                 timed: bool = True,
                  sample_every: int = SAMPLE_EVERY, first_samples: int = 1,
                  short_runs_stamped: bool = False, target_step: Optional[int] = None):
         if sample_every < 1 or first_samples < 1:
             raise ValueError(f"`sample_every` ({sample_every!r}) and `first_samples` "
                              f"({first_samples!r}) must be positive integers")
         self.first_samples = first_samples
-        self.peak = peak
+        self._peak_of = peak_of
+        #: The devices' peak rate, once the first `mfu` measured it (None before).
+        self.peak: Optional[Peak] = None
         self.timed = timed
         self.sample_every = sample_every
         self.short_runs_stamped = short_runs_stamped
         self.target_step = target_step
+        #: FLOPs of one step, once the first `mfu` counted them (None before).
         self.flops: Optional[float] = None
         self.last: Optional[step_time.LoopTime] = None
         self.loops = 0
         self._asked = False
         self._sampling: tuple[bool, bool] = (False, False)  # (scheduled, asked) of this loop
-        self._probed = False
+        self._measured = False
         #: The trainer, kept after the first loop to warm its second loop
         #: function (`Trainer.warm`) when a loop first needs it.
         self._trainer: Optional[Trainer] = None
@@ -204,23 +213,24 @@ class SampledClock(LoopClock):
             self.last = step_time.LoopTime(start=start, steps=steps, seconds=seconds,
                                            sampled=False, scheduled=False)
         if self.loops == 1:
-            self._probe(trainer)
+            if self.timed and hasattr(trainer, "warm"):
+                self._trainer = trainer  # to `warm` its second loop function, if one comes
             return {}  # the first loop traces and compiles: its mfu would mean nothing
         if self.loops == 2 and self._stamping and steps:  # a short run's decision, once
             self._stamping = not self._long_after(start + steps, seconds / steps)
             if not self._stamping:
                 self._warm(False)  # after loop 2's timer, before loop 3's
+        self._measure(trainer)
         rate = step_flops.mfu(self.flops, steps, seconds,
                               self.peak.flops_per_second if self.peak else None)
         return {step_flops.MFU: rate} if rate is not None else {}
 
-    def _probe(self, trainer: Trainer) -> None:
-        """The one-time work after the untimed first loop: the FLOPs counted,
-        the trainer kept to `warm` its second loop function, if one comes."""
-        if self._probed:
+    def _measure(self, trainer: Trainer) -> None:
+        """What `mfu` needs, had once, when the first is due (after that
+        loop's timer): the devices' peak rate, then the step's FLOPs."""
+        if self._measured:
             return
-        self._probed = True
+        self._measured = True
+        self.peak = self._peak_of() if self._peak_of is not None else None
         if self.peak is not None:
             self.flops = step_flops.of_trainer(trainer)
-        if self.timed and hasattr(trainer, "warm"):
-            self._trainer = trainer

@@ -25,7 +25,8 @@ rate elsewhere): the wall time of the loop, as `steps/s` takes it. Never
 above 1: a loop faster than the peak says the peak is wrong, and no mfu is
 reported then (a debug line says why). The
 trainer's clock (`engine.observe.clock`) counts the FLOPs once, after the
-first loop (untimed: it traces and compiles), and reports `mfu` from the
+second loop's timer (the first traces and compiles, and reports no `mfu`;
+a run of one loop counts nothing), and reports `mfu` from the
 second loop on; the progress line, TensorBoard, metrics.json and
 `bin/bench_train` all divide by that same peak.
 """

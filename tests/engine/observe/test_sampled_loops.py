@@ -326,18 +326,61 @@ def test_the_sampled_loop_is_warmed_before_the_first_sampled_loop_and_only_if_on
     assert len(events) == 2  # an untimed clock never samples, never warms
 
 
+def test_the_peak_and_the_flops_are_had_once_when_the_first_mfu_is_due(monkeypatch):
+    """The matmul probe (about half a second on CPUs) and the FLOP count (a
+    second trace of the replica's step: seconds for a big model) serve `mfu`
+    alone, which the first loop never reports: a run's first step does not
+    wait for them, a run of one loop never pays for them, a longer one pays
+    once, at the end of loop 2, after its timer."""
+    events = []
+    peak = clock_lib.hardware.Peak(1e9, "probe")
+    monkeypatch.setattr(clock_lib.step_flops, "of_trainer",
+                        lambda trainer: events.append(("count", trainer)) or 1e6)
+    monkeypatch.setattr(clock_lib.time, "perf_counter", lambda: events.append("timer") or 0.0)
+    trainer = object()
+    clock = clock_lib.SampledClock(peak_of=lambda: events.append("peak") or peak)
+    clock.begin(0)
+    assert clock.end(trainer, start=0, steps=1, stamped={}) == {}
+    assert events == ["timer", "timer"] and (clock.peak, clock.flops) == (None, None)
+    events.clear()
+    clock.begin(1)
+    clock.end(trainer, start=1, steps=1, stamped={})
+    # The loop's timer stopped, then the peak is measured and the step counted.
+    assert events == ["timer", "timer", "peak", ("count", trainer)]
+    assert (clock.peak, clock.flops) == (peak, 1e6)
+    events.clear()
+    for loop in range(2, 5):
+        clock.begin(loop)
+        clock.end(trainer, start=loop, steps=1, stamped={})
+    assert "peak" not in events and not [e for e in events if e[0] == "count"]
+    unknown = clock_lib.SampledClock(peak_of=lambda: None)  # no peak: nothing to count
+    for loop in range(3):
+        unknown.begin(loop)
+        unknown.end(trainer, start=loop, steps=1, stamped={})
+    assert not [e for e in events if e[0] == "count"] and unknown.flops is None
+
+
 def test_the_runs_clock_samples_every_loop_only_where_the_workers_are_compared(monkeypatch):
     """`for_run`, the clock the assembly builds and hands to the trainer: the
-    peak rate of the strategy's devices in the run's precision, and every
+    peak rate of the strategy's devices in the run's precision (measured
+    when the first `mfu` is due, not when the clock is built), and every
     loop sampled where the straggler table compares workers."""
     asked = []
+    peak = clock_lib.hardware.Peak(1e9, "probe")
     monkeypatch.setattr(clock_lib.hardware, "peak",
-                        lambda devices, precision: asked.append((devices, precision)) or "peak")
+                        lambda devices, precision: asked.append((devices, precision)) or peak)
+    monkeypatch.setattr(clock_lib.step_flops, "of_trainer", lambda trainer: None)
     strategy = tf.distribute.get_strategy()
     compared = clock_lib.for_run(strategy, precision="mixed_bfloat16", compares_every_loop=True)
     alone = clock_lib.for_run(strategy, precision="float32", compares_every_loop=False)
     assert (compared.sample_every, alone.sample_every) == (1, clock_lib.SAMPLE_EVERY)
-    assert (compared.peak, compared.timed) == ("peak", step_time.timestamps_allowed())
+    assert (compared.peak, compared.timed) == (None, step_time.timestamps_allowed())
+    assert asked == []
+    for clock in (compared, alone):
+        for loop in range(2):
+            clock.begin(loop)
+            clock.end(None, start=loop, steps=1, stamped={})
+    assert compared.peak is peak and alone.peak is peak
     devices = clock_lib.hardware.local_devices(strategy)
     assert asked == [(devices, "mixed_bfloat16"), (devices, "float32")]
     # A short run on CPUs stamps every loop; not on GPUs, nor in a cluster (whose

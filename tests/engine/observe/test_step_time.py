@@ -189,7 +189,6 @@ def test_sigusr1_samples_the_next_loop_and_logs_its_breakdown(caplog):
     report.train_begin(0)
     try:
         with caplog.at_level(logging.INFO, logger="tfloop.engine.observe.step_time"):
-            clock._probed = True  # no trainer to probe here
             ran = [loop() for _ in range(5)]  # the first loop traces; 2-4 are sampled
             os.kill(os.getpid(), signal.SIGUSR1)
             ran += [loop(), loop()]  # asked: the next loop is sampled, then no more
