@@ -16,11 +16,13 @@ reach in the run's compute dtype:
 * **any other device** (CPUs, an unknown GPU): measured, one chain of
   matmuls per device all at once, in the compute dtype, with the process's
   own threads (`matmul_flops_per_second`): what this machine does as the run
-  loads it. Each process measures once (about 0.1-1 s, from the second
-  loop on); a probe on a busy machine reads low, so a CPU's peak is the best
-  rate this machine has shown, kept on disk in `$TFLOOP_CACHE_DIR` (default
+  loads it (about 0.1-1 s, when the first `mfu` is due). A probe on a busy
+  machine reads low, so a CPU's peak is the best rate of this machine's
+  first `CPU_PROBES` probes, kept on disk in `$TFLOOP_CACHE_DIR` (default
   `~/.cache/tfloop/peak_flops.json`) per CPU model, device count, threads and
-  dtype, and raised whenever a probe does better. A CPU's peak in bfloat16
+  dtype; once it holds that many, no run probes again: its start is that much
+  shorter, and the mfu of one run compares with another's (the same peak).
+  Removing the file measures anew. A CPU's peak in bfloat16
   or float16 is at least its float32 rate (most CPUs convert those dtypes to
   float32 and run slower in them than in float32).
 
@@ -139,6 +141,9 @@ def peak(devices: Sequence[str], precision: str = "float32") -> Optional[Peak]:
 
 _MEASURED: dict[str, Peak] = {}
 
+#: Probes of a CPU's peak (per cache key) whose best is its peak from then on.
+CPU_PROBES = 3
+
 
 def _cache_path() -> str:
     folder = os.environ.get("TFLOOP_CACHE_DIR") or os.path.join(
@@ -181,6 +186,12 @@ def _measured_in(devices: Sequence[str], dtype: str) -> Peak:
            f"threads {threads or 'default'}|{dtype}")
     if key in _MEASURED:
         return _MEASURED[key]
+    kept = _read_cache().get(key) if kind == "cpu" else None
+    if kept is not None and kept["probes"] >= CPU_PROBES:
+        found = Peak(kept["best"], f"best measured {dtype} matmul rate of {len(devices)} {kind} "
+                                   f"device(s) in {kept['probes']} runs, kept in {_cache_path()}")
+        _MEASURED[key] = found
+        return found
     began = time.perf_counter()
     rate = matmul_flops_per_second(devices, dtype=dtype)
     logger.debug("measured the %s matmul rate of %s in %.2fs: %.1f GFLOP/s", dtype,
@@ -188,34 +199,44 @@ def _measured_in(devices: Sequence[str], dtype: str) -> Peak:
     found = Peak(rate, f"measured {dtype} matmul rate of {len(devices)} {kind} device(s)")
     if kind == "cpu":
         # A probe on a busy machine reads low (and mfu high): the peak is the
-        # best rate this machine has shown, kept on disk and raised by each run.
-        best = float(_read_cache().get(key) or 0.0)
+        # best rate of the machine's first CPU_PROBES probes, kept on disk.
+        best = kept["best"] if kept is not None else 0.0
+        probes = (kept["probes"] if kept is not None else 0) + 1
         if best > rate:
             found = Peak(best, f"best measured {dtype} matmul rate of {len(devices)} {kind} "
                                f"device(s), kept in {_cache_path()}")
-        else:
-            _write_cache(key, rate)
+        _write_cache(key, {"best": max(best, rate), "probes": probes})
     _MEASURED[key] = found
     return found
 
 
-def _read_cache() -> dict:
+def _read_cache() -> dict[str, dict]:
+    """key -> {"best": FLOP/s, "probes": how many}; a file written before
+    the probes were counted (key -> FLOP/s) counts as one probe each; what
+    is not a rate is left out (measured again)."""
     try:
         with open(_cache_path()) as f:
             data = json.load(f)
-        return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
+    kept = {}
+    for key, value in (data.items() if isinstance(data, dict) else ()):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = {"best": value, "probes": 1}
+        if (isinstance(value, dict) and isinstance(value.get("best"), (int, float))
+                and isinstance(value.get("probes"), int) and value["best"] > 0):
+            kept[key] = {"best": float(value["best"]), "probes": value["probes"]}
+    return kept
 
 
-def _write_cache(key: str, rate: float) -> None:
+def _write_cache(key: str, entry: dict) -> None:
     """Best effort, atomically (a reader never sees half a file): a cache that
     cannot be written is measured again next time."""
     path = _cache_path()
     try:
         files.make_dirs(os.path.dirname(path))
         data = _read_cache()
-        data[key] = rate
+        data[key] = entry
         files.write_atomically(path, json.dumps(data, indent=1))  # never through a link
     except OSError as error:
         logger.debug("could not cache the matmul rate in %s: %s", path, error)
