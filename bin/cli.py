@@ -73,9 +73,26 @@ class Signalled(BaseException):
 _received: list[int] = []
 
 
+#: Whether `run` is under way, inside the block that turns `Signalled` into
+#: one line. Before it (the binary still importing its modules and defining
+#: its flags after this one) a signal leaves at once, as `run` would.
+_running = False
+
+
 def _raise_signalled(signum, frame) -> None:
     _received.append(signum)
+    if not _running:
+        _leave_signalled(signum)
     raise Signalled(signum)
+
+
+def _leave_signalled(signum: int) -> None:
+    """One line for SIGINT/SIGTERM, then exit 128+signum; a second signal
+    while leaving leaves at once."""
+    for each in _SIGNAL_REASONS:
+        signals.install(each, lambda each, frame: os._exit(128 + each))
+    print(f"{program_name()}: {_SIGNAL_REASONS[signum]}", file=sys.stderr, flush=True)
+    _exit_now(128 + signum)
 
 
 def _as_signalled() -> None:
@@ -326,9 +343,11 @@ def run(
             print(f"{program}: {with_class(what, EXIT_FAILURE)}", file=sys.stderr, flush=True)
             sys.exit(EXIT_FAILURE)
 
+    global _running
     install_signal_handlers()
     try:
         try:
+            _running = True
             app.run(guarded, flags_parser=parse_flags)
         except BaseException as error:
             if not isinstance(error, SystemExit):
@@ -337,10 +356,7 @@ def run(
     except Signalled as signalled:
         # Whatever it interrupted (an import, device set-up, a dataset build),
         # one line: a traceback through TensorFlow's internals helps no one.
-        for signum in _SIGNAL_REASONS:  # a second signal while leaving: leave now
-            signals.install(signum, lambda signum, frame: os._exit(128 + signum))
-        print(f"{program}: {_SIGNAL_REASONS[signalled.signum]}", file=sys.stderr, flush=True)
-        _exit_now(128 + signalled.signum)
+        _leave_signalled(signalled.signum)
     except SystemExit as exit_:
         if not skip_teardown:
             raise

@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from helpers import REPO, assert_one_line_error, run_bin, start_bin, start_python
+from helpers import (REPO, assert_one_line_error, bin_env, run_bin, run_python, start_bin,
+                     start_python)
 
 TINY = ["--train_steps=20", "--steps_per_loop=10", "--global_batch_size=32", "--devices=cpu:0"]
 CHATTER = re.compile(r"cuInit|oneDNN|absl::InitializeLog|cudart|cpu_feature_guard|"
@@ -101,6 +102,28 @@ def test_a_signal_during_start_up_is_one_line(tmp_path, signum, status, reason, 
     # at step N; saved ..."): one line either way.
     assert len(stderr.strip().splitlines()) == 1, stderr
     assert stderr.startswith("train: ") and reason.split()[-1] in stderr, stderr
+
+
+@pytest.mark.parametrize("signum, status, reason", [
+    (signal.SIGTERM, 143, "terminated (SIGTERM)"),
+    (signal.SIGINT, 130, "interrupted (Ctrl-C)"),
+], ids=["sigterm", "sigint"])
+def test_a_signal_before_cli_run_is_one_line(tmp_path, signum, status, reason):
+    """Between bin/cli's import (its handlers installed) and `cli.run` a
+    binary still imports its other modules and defines its flags (bin/train:
+    `flag_defs`, a few tenths of a second in a fresh checkout). A signal
+    there was a `Signalled` traceback and exit 1 (seen once in CI as the
+    0.5 s case above). Sent at that point, deterministically: one line."""
+    script = tmp_path / "binary.py"
+    script.write_text(
+        "import os, signal, time\n"
+        "from tfloop.bin import cli\n"
+        f"os.kill(os.getpid(), {int(signum)})  # as if it came while the flags are defined\n"
+        "time.sleep(30)\n"
+        "cli.run(lambda argv: 0)\n")
+    result = run_python([str(script)], env=bin_env())
+    assert result.returncode == status, result.stderr
+    assert result.stderr == f"binary.py: {reason}\n", result.stderr
 
 
 def test_bin_train_exits_right_after_its_last_line(tmp_path):
