@@ -19,7 +19,7 @@ reach in the run's compute dtype:
   loads it (about 0.1-1 s, when the first `mfu` is due). A probe on a busy
   machine reads low, so a CPU's peak is the best rate of this machine's
   first `CPU_PROBES` probes, kept on disk in `$TFLOOP_CACHE_DIR` (default
-  `~/.cache/tfloop/peak_flops.json`) per CPU model, device count, threads and
+  `~/.cache/tfloop/cpu_peaks.json`) per CPU model, device count, threads and
   dtype; once it holds that many, no run probes again: its start is that much
   shorter, and the mfu of one run compares with another's (the same peak).
   Removing the file measures anew. A CPU's peak in bfloat16
@@ -148,7 +148,10 @@ CPU_PROBES = 3
 def _cache_path() -> str:
     folder = os.environ.get("TFLOOP_CACHE_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "tfloop")
-    return os.path.join(folder, "peak_flops.json")
+    # Not peak_flops.json, where tfloop before 2026-11-30 kept one rate per
+    # key and raised it every run: a version that reads it fails on entries
+    # of this shape, and the two may share the folder.
+    return os.path.join(folder, "cpu_peaks.json")
 
 
 def _cpu_model() -> str:
@@ -211,9 +214,8 @@ def _measured_in(devices: Sequence[str], dtype: str) -> Peak:
 
 
 def _read_cache() -> dict[str, dict]:
-    """key -> {"best": FLOP/s, "probes": how many}; a file written before
-    the probes were counted (key -> FLOP/s) counts as one probe each; what
-    is not a rate is left out (measured again)."""
+    """key -> {"best": FLOP/s, "probes": how many}; an entry of another
+    shape is left out (measured again)."""
     try:
         with open(_cache_path()) as f:
             data = json.load(f)
@@ -221,8 +223,6 @@ def _read_cache() -> dict[str, dict]:
         return {}
     kept = {}
     for key, value in (data.items() if isinstance(data, dict) else ()):
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            value = {"best": value, "probes": 1}
         if (isinstance(value, dict) and isinstance(value.get("best"), (int, float))
                 and isinstance(value.get("probes"), int) and value["best"] > 0):
             kept[key] = {"best": float(value["best"]), "probes": value["probes"]}

@@ -32,7 +32,7 @@ def test_a_cpu_peak_is_the_best_rate_of_the_machines_first_probes(tmp_path, monk
     first `CPU_PROBES` probes, kept on disk; after those no run probes again
     (about half a second of its start), and every run divides by one peak."""
     monkeypatch.setenv("TFLOOP_CACHE_DIR", str(tmp_path))
-    cache = tmp_path / "peak_flops.json"
+    cache = tmp_path / "cpu_peaks.json"
     monkeypatch.setattr(hardware, "_MEASURED", {})
     peak = hardware.peak(["/cpu:0"])
     assert peak.flops_per_second > 1e8 and "measured float32 matmul rate" in peak.source
@@ -58,14 +58,17 @@ def test_a_cpu_peak_is_the_best_rate_of_the_machines_first_probes(tmp_path, monk
     assert kept_peak.flops_per_second == 9e9
     assert kept_peak.source == (f"best measured float32 matmul rate of 1 cpu device(s) in "
                                 f"{hardware.CPU_PROBES} runs, kept in {cache}")
-    # A file of an earlier version (key -> rate) counts as one probe; what is
-    # not a rate is measured again.
+    # An entry of another shape is measured again. The file of versions before
+    # this one (peak_flops.json: key -> rate, which they fail to read in
+    # this shape) is neither read nor written.
     monkeypatch.setattr(hardware, "matmul_flops_per_second",
                         lambda devices, dtype="float32": 1e9)
-    cache.write_text(json.dumps({key: 3e9, "other": "x", "bad": {"best": -1, "probes": 5}}))
+    cache.write_text(json.dumps({key: 3e9, "bad": {"best": -1, "probes": 5}}))
+    (tmp_path / "peak_flops.json").write_text(json.dumps({key: 5e9}))
     monkeypatch.setattr(hardware, "_MEASURED", {})
-    assert hardware.peak(["/cpu:0"]).flops_per_second == 3e9
-    assert json.loads(cache.read_text()) == {key: {"best": 3e9, "probes": 2}}
+    assert hardware.peak(["/cpu:0"]).flops_per_second == 1e9
+    assert json.loads(cache.read_text()) == {key: {"best": 1e9, "probes": 1}}
+    assert json.loads((tmp_path / "peak_flops.json").read_text()) == {key: 5e9}
 
 
 def test_a_cpus_bfloat16_peak_is_at_least_its_float32_rate(tmp_path, monkeypatch):
