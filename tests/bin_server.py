@@ -36,6 +36,7 @@ import json
 import os
 import random
 import select
+import shutil
 import signal
 import socket
 import sys
@@ -363,6 +364,7 @@ class BinServer:
     def _start(self) -> None:
         import subprocess
 
+        self.close()  # a server that died: its folder goes
         directory = tempfile.mkdtemp(prefix="tfloop-bin-server-")
         self._path = os.path.join(directory, "socket")
         log = open(os.path.join(directory, "server.log"), "w+")
@@ -372,14 +374,19 @@ class BinServer:
             env=self._env, cwd=self._cwd)
         ready, _, _ = select.select([self._process.stdout], [], [], 180)
         if not ready or self._process.stdout.readline().strip() != "ready":
-            self.close()
             log.seek(0)
-            raise RuntimeError(f"the binary server did not start:\n{log.read()}")
+            said = log.read()
+            self.close()
+            raise RuntimeError(f"the binary server did not start:\n{said}")
 
     def close(self) -> None:
+        """Stops the server and removes its folder (socket, server.log): each
+        pytest worker's was left in the temporary folder after every run."""
         if self._process is not None and self._process.poll() is None:
             self._process.kill()
             self._process.wait()
+        if self._path:
+            shutil.rmtree(os.path.dirname(self._path), ignore_errors=True)
 
     def spawn(self, argv: list[str], *, env: dict, cwd: str, stdout=-1, stderr=-1) -> ServedProcess:
         """Forks `argv` (what would follow `python`: a script or `-c code`, and
