@@ -137,7 +137,8 @@ DEFAULT_SIZE = 224
 def load(*, data_dir: str, image_size: int, eval_fraction: float,
          augment: str = "none") -> Splits:
     """The `--dataset=image_folder` loader (plain Python: lists and checks files);
-    `augment`: `none` or `inception` (module docstring)."""
+    `image_size`: pixels a side (0: `DEFAULT_SIZE`); `augment`: `none` or
+    `inception` (module docstring)."""
     augmentation.check(augment)
     if not data_dir:
         raise InputError(
@@ -149,9 +150,10 @@ def load(*, data_dir: str, image_size: int, eval_fraction: float,
                          "with one sub-folder of images per class")
     if not 0 <= eval_fraction < 1:
         raise InputError(f"--eval_fraction={eval_fraction} must be at least 0 and below 1")
-    if image_size < 1:
+    if image_size < 0:
         raise InputError(f"--image_size={image_size} must be a positive number of pixels "
                          f"(0 or left out: {DEFAULT_SIZE})")
+    image_size = image_size or DEFAULT_SIZE
     shape = (image_size, image_size, 3)
     eval_root = next((os.path.join(data_dir, d) for d in EVAL_FOLDERS
                       if tf.io.gfile.isdir(os.path.join(data_dir, d))), None)

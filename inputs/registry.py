@@ -26,7 +26,7 @@ _LOADERS: dict[str, Loader] = {
     "mnist": lambda *, data_dir, **_: mnist.load(data_dir=data_dir),
     "tfrecord": lambda *, data_dir, **_: tfrecord.load(data_dir=data_dir),
     "image_folder": lambda *, data_dir, image_size, eval_fraction, augment="", **_: (
-        image_folder.load(data_dir=data_dir, image_size=image_size or image_folder.DEFAULT_SIZE,
+        image_folder.load(data_dir=data_dir, image_size=image_size,
                           eval_fraction=eval_fraction, augment=augment or "none")),
     "imagenet": lambda *, data_dir, image_size, augment="", **_: imagenet.load(
         data_dir=data_dir, image_size=image_size, augment_train=augment or "inception"),

@@ -107,6 +107,11 @@ def test_folder_mistakes_are_one_line_errors(tmp_path):
     two = write_image_folder(tmp_path / "two", per_class=2)
     assert "--image_size=-1 must be a positive number of pixels (0 or left out: 224)" in error(
         two, image_size=-1)
+    # 0 is the default size, through the registry and the loader alike.
+    from tfloop.inputs import image_folder
+    for splits in (inputs.load("image_folder", data_dir=two, image_size=0),
+                   image_folder.load(data_dir=two, image_size=0, eval_fraction=0.2)):
+        assert splits.input_shape == (224, 224, 3)
 
 
 def test_image_folder_converts_to_the_same_examples_as_tfrecords(tmp_path):
