@@ -377,7 +377,8 @@ class Trainer(AbstractTrainer):
 
     @property
     def peak(self):
-        """The devices' peak rate the clock measures `mfu` against (None: none)."""
+        """The devices' peak rate the clock measures `mfu` against (None: none,
+        or not measured yet: the clock measures it when the first `mfu` is due)."""
         return self.clock.peak
 
     def flops_per_step(self, *, count: bool = False) -> Optional[float]:
